@@ -1,0 +1,83 @@
+"""The IMPALA actor-critic loss on V-trace targets.
+
+V-trace itself is TorchRL's ``vtrace_advantage_estimate`` (it matches the paper to 1e-7, episode
+ends included; its docstring swaps ``log_pi`` and ``log_mu`` but the code computes
+``rho = exp(log_pi - log_mu)`` with ``log_pi`` the *target* policy, which is how it is called
+here). TorchRL's ``A2CLoss`` + ``VTrace`` estimator would need the actor and critic as
+``TensorDictModule``s and re-run the actor inside the estimator; the loss is three lines, so it is
+written here as a pure function of tensors.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict
+from torchrl.objectives.value.functional import vtrace_advantage_estimate
+
+from distrl.data import keys
+
+
+def vtrace_targets(
+    gamma: float,
+    target_log_prob: torch.Tensor,
+    behaviour_log_prob: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace value targets ``v_s`` and policy-gradient advantages.
+
+    All tensors are ``[B, T, 1]``; ``done`` marks any episode end (terminal or truncated) and
+    cuts the trace, ``terminated`` alone stops bootstrapping from ``next_value``.
+
+    Returns:
+        ``(advantage [B, T, 1], vs [B, T, 1])`` with
+        ``advantage_s = min(rho_bar, rho_s) (r_s + gamma v_{s+1} - V(x_s))``.
+    """
+    return vtrace_advantage_estimate(
+        gamma, target_log_prob, behaviour_log_prob, value, next_value, reward, done, terminated,
+        rho_thresh=rho_bar, c_thresh=c_bar, time_dim=-2,
+    )
+
+
+def impala_loss(
+    model: torch.nn.Module,
+    batch: TensorDict,
+    gamma: float,
+    rho_bar: float,
+    c_bar: float,
+    value_coef: float,
+    entropy_coef: float,
+) -> TensorDict:
+    """Actor-critic loss of a ``[B, T]`` trajectory batch under the current ``model``.
+
+    ``batch`` holds :data:`distrl.data.keys.IMPALA_IN_KEYS`: ``observation [B, T, F]``,
+    ``action [B, T]``, ``action_log_prob [B, T]`` (behaviour policy), ``("next", ...)`` entries
+    ``observation [B, T, F]`` and ``reward``/``done``/``terminated`` ``[B, T, 1]``.
+
+    Returns a TensorDict of scalars: ``loss`` (to minimise), ``loss_policy``, ``loss_value``,
+    ``entropy``, ``rho_mean`` (mean importance ratio pi/mu, a lag diagnostic).
+    """
+    logits, value = model(batch[keys.OBSERVATION])  # [B, T, A], [B, T, 1]
+    with torch.no_grad():
+        next_value = model.value(batch[keys.NEXT_OBSERVATION])
+    log_probs = F.log_softmax(logits, dim=-1)
+    log_pi = log_probs.gather(-1, batch[keys.ACTION].unsqueeze(-1))  # [B, T, 1]
+    log_mu = batch[keys.ACTION_LOG_PROB].unsqueeze(-1)
+    with torch.no_grad():
+        advantage, vs = vtrace_targets(
+            gamma, log_pi.detach(), log_mu, value.detach(), next_value,
+            batch[keys.REWARD], batch[keys.DONE], batch[keys.TERMINATED], rho_bar, c_bar,
+        )
+    loss_policy = -(advantage * log_pi).mean()
+    loss_value = 0.5 * (vs - value).pow(2).mean()
+    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+    loss = loss_policy + value_coef * loss_value - entropy_coef * entropy
+    return TensorDict(
+        loss=loss, loss_policy=loss_policy.detach(), loss_value=loss_value.detach(),
+        entropy=entropy.detach(), rho_mean=(log_pi.detach() - log_mu).exp().mean(),
+    )

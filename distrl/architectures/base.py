@@ -1,0 +1,73 @@
+"""Recipes: the rank-to-role table of one architecture plus its default config.
+
+A recipe holds no training loop. It says which role each rank plays for a given world size,
+checks that the world size and config fit before any process group starts (one ``ValueError``
+line naming the layout it needs), and names the role classes the runner builds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Protocol
+
+from distrl.config import Config
+from distrl.transport.base import Transport
+
+
+@dataclass(frozen=True)
+class RoleContext:
+    """What a role is given: its config, its endpoint, the rank table, the run directory."""
+
+    cfg: Config
+    transport: Optional[Transport]  #: None for "collective" recipes, which use torch.distributed
+    rank: int
+    roles: Mapping[int, str]  #: rank -> role name, for the whole (possibly in-process) group
+    run_dir: Path
+
+    def ranks_of(self, role: str) -> list[int]:
+        return [r for r, name in sorted(self.roles.items()) if name == role]
+
+
+class Role(Protocol):
+    """A long-lived object on one rank: serves methods in ``__init__``, owns its loop in ``run``."""
+
+    def run(self) -> Optional[dict]:
+        """Run until the job ends; the learner returns the run summary, other roles ``None``."""
+
+
+RoleFactory = Callable[[RoleContext], Role]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One architecture as data. ``roles_for(world_size)`` lists each rank's role."""
+
+    name: str
+    description: str  #: one line for ``--help``
+    layout: str  #: the rank table in words, quoted by errors
+    min_world_size: int  #: smallest torchrun world size that fills every role (1 is always allowed: local)
+    roles_for: Callable[[int], list[str]]
+    builders: Mapping[str, RoleFactory]
+    default_config: Callable[[], Config]
+    local_world_size: Callable[[Config], int]  #: in-process ranks when launched at world size 1
+    check_config: Callable[[Config], None] = lambda cfg: None  #: recipe-specific checks (env type...)
+    #: how ranks talk: "rpc" (roles call each other through the transport) or "collective"
+    #: (every rank runs the same loop and all-reduces, torch.distributed's default process group)
+    group: str = "rpc"
+
+    def rank_table(self, world_size: int, cfg: Config) -> dict[int, str]:
+        """Rank -> role for a launch of ``world_size`` processes (1 means one process, local)."""
+        if world_size < 1:
+            raise ValueError(f"world size must be >= 1, got {world_size}")
+        if world_size == 1:
+            world_size = self.local_world_size(cfg)
+        elif world_size < self.min_world_size:
+            raise ValueError(
+                f"recipe {self.name!r} cannot run on {world_size} processes: it needs {self.layout} "
+                f"(world size 1, or at least {self.min_world_size})"
+            )
+        roles = self.roles_for(world_size)
+        unknown = sorted(set(roles) - set(self.builders))
+        if unknown:
+            raise ValueError(f"recipe {self.name!r} names roles it cannot build: {unknown}")
+        return dict(enumerate(roles))

@@ -1,0 +1,78 @@
+"""IMPALA (Espeholt et al., 2018): actors run a behaviour policy and ship trajectories; the
+learner corrects their lag with V-trace.
+
+Rank 0 is the learner, every other rank an actor. At world size 1 the learner and
+``algo.local_actors`` actors share one process over the local transport.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distrl.architectures.base import Recipe
+from distrl.config import Config, RunConfig, _check
+from distrl.envs.gym import env_info
+
+
+@dataclass(frozen=True)
+class ImpalaConfig:
+    """IMPALA's algorithm and actor settings."""
+
+    envs_per_actor: int = 32  #: gymnasium envs each actor steps as one vector (B per message)
+    unroll_length: int = 32  #: steps per trajectory (T)
+    batch_trajectories: int = 2  #: actor messages per learner batch; frames = this * B * T
+    queue_size: int = 8  #: learner's trajectory queue bound, in messages
+    put_timeout_s: float = 2.0  #: how long an arriving trajectory may wait for queue space, then dropped
+    local_actors: int = 2  #: actors in the one process at world size 1
+    lr: float = 1e-3  #: Adam learning rate
+    gamma: float = 0.99  #: discount
+    rho_bar: float = 1.0  #: V-trace truncation of the importance weight in the advantage
+    c_bar: float = 1.0  #: V-trace truncation of the trace coefficients
+    value_coef: float = 0.5  #: weight of the value loss
+    entropy_coef: float = 0.01  #: weight of the entropy bonus
+    max_grad_norm: float = 1.0  #: global gradient-norm clip
+
+    def __post_init__(self):
+        for name in ("envs_per_actor", "unroll_length", "batch_trajectories", "queue_size", "local_actors"):
+            _check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
+        _check(self.lr > 0, "algo.lr must be > 0")
+        _check(0 < self.gamma <= 1, "algo.gamma must be in (0, 1]")
+        _check(self.rho_bar > 0 and self.c_bar > 0, "algo.rho_bar and algo.c_bar must be > 0")
+        _check(self.put_timeout_s > 0, "algo.put_timeout_s must be > 0")
+
+    @property
+    def frames_per_batch(self) -> int:
+        return self.batch_trajectories * self.envs_per_actor * self.unroll_length
+
+
+def default_config() -> Config:
+    return Config(recipe="impala", algo=ImpalaConfig(), run=RunConfig(env="CartPole-v1"))
+
+
+def _check_config(cfg: Config) -> None:
+    if env_info(cfg.run.env).num_actions is None:
+        raise ValueError(f"impala supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
+
+
+def _learner(ctx):
+    from distrl.roles.impala_learner import ImpalaLearner
+
+    return ImpalaLearner(ctx)
+
+
+def _actor(ctx):
+    from distrl.roles.impala_actor import ImpalaActor
+
+    return ImpalaActor(ctx)
+
+
+RECIPE = Recipe(
+    name="impala",
+    description="IMPALA: actors ship trajectories, the learner corrects lag with V-trace",
+    layout="rank 0 learner, ranks 1..N-1 actors",
+    min_world_size=2,
+    roles_for=lambda n: ["learner"] + ["actor"] * (n - 1),
+    builders={"learner": _learner, "actor": _actor},
+    default_config=default_config,
+    local_world_size=lambda cfg: 1 + cfg.algo.local_actors,
+    check_config=_check_config,
+)

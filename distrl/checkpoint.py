@@ -1,0 +1,57 @@
+"""Atomic checkpoints in a run directory.
+
+A checkpoint is written to a temporary file, flushed and fsynced, then renamed into place
+(``os.replace`` is atomic on POSIX), so a crash at any moment leaves either the previous valid
+checkpoint or the new one, never half a file. The two newest are kept; loading falls back to
+the older one if the newest cannot be read.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+_NAME = re.compile(r"^ckpt_(\d{10})\.pt$")
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def save_checkpoint(run_dir: str | Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
+    """Write ``state`` as checkpoint ``step`` atomically; prune all but the ``keep`` newest."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"ckpt_{step:010d}.pt"
+    tmp = folder / f".{final.name}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    if os.environ.get("DISTRL_FAULT") == "crash_before_rename":  # fault injection, see docs/reliability
+        os._exit(17)
+    os.replace(tmp, final)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints, oldest first (temporary files are ignored)."""
+    folder = checkpoint_dir(run_dir)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if _NAME.match(p.name))
+
+
+def load_latest_checkpoint(run_dir: str | Path) -> Optional[dict[str, Any]]:
+    """The newest checkpoint that loads, or ``None`` when there is none."""
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=False)
+        except Exception:  # a damaged file: fall back to the previous one
+            continue
+    return None

@@ -1,0 +1,83 @@
+"""The command line of ``launch/train.py``: options -> a validated :class:`~distrl.config.Config`.
+
+The config comes from an experiment function (``experiments/<recipe>.py``, ``--experiment``),
+then the common options, then ``--set section.field=value`` overrides, in that order.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import NoReturn
+
+from distrl.architectures import RECIPE_NAMES, get_recipe
+from distrl.config import Config, override
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage text is behind --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(
+        prog="launch/train.py",
+        description="Train a distributed-RL recipe. Launch with python for one process, or with "
+        "torchrun --standalone --nproc-per-node=N for one process per rank.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("recipe", choices=RECIPE_NAMES, help="architecture to run")
+    p.add_argument("--experiment", default="default",
+                   help="experiment function in experiments/<recipe>.py giving the base config (e.g. debug)")
+    p.add_argument("--env", help="gymnasium environment id (default: the experiment's, CartPole-v1)")
+    p.add_argument("--seed", type=int, help="base random seed")
+    p.add_argument("--total-frames", type=int, help="stop after this many environment frames")
+    p.add_argument("--max-time-s", type=float, help="stop after this many seconds of training")
+    p.add_argument("--target-return", type=float,
+                   help="stop once the mean return of the last 100 training episodes reaches this")
+    p.add_argument("--run-dir", help="run directory (config, metrics, checkpoints, summary.json, W&B run)")
+    p.add_argument("--logger", choices=("wandb", "csv", "none"), help="metrics backend; wandb runs offline unless WANDB_MODE says otherwise")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config field, e.g. --set algo.lr=3e-4 (repeatable; see --print-config)")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    p.add_argument("--print-summary", action="store_true", help="print summary.json at the end")
+    return p
+
+
+def experiment_config(recipe: str, experiment: str) -> Config:
+    """The config returned by ``experiments/<recipe>.py::<experiment>()``."""
+    try:
+        module = importlib.import_module(f"experiments.{recipe}")
+    except ModuleNotFoundError:
+        if experiment == "default":  # distrl installed without the repo's experiments/
+            return get_recipe(recipe).default_config()
+        raise ValueError(f"experiments/{recipe}.py not found (run from the repository)") from None
+    fn = getattr(module, experiment, None)
+    if not callable(fn) or experiment.startswith("_"):
+        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                 and getattr(v, "__module__", "") == module.__name__ and n[0].islower()]
+        raise ValueError(f"unknown experiment {experiment!r} for {recipe}; known: {', '.join(sorted(names))}")
+    return fn()
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    """Experiment, then options, then ``--set`` overrides; raises ``ValueError`` on bad input."""
+    cfg = experiment_config(args.recipe, args.experiment)
+    common = {"run.env": args.env, "run.seed": args.seed, "run.total_frames": args.total_frames,
+              "run.max_time_s": args.max_time_s, "run.target_return": args.target_return,
+              "run.run_dir": args.run_dir, "run.logger": args.logger}
+    cfg = override(cfg, **{k: v for k, v in common.items() if v is not None})
+    if args.resume:
+        if not args.run_dir:
+            raise ValueError("--resume needs --run-dir (the run to continue)")
+        cfg = override(cfg, **{"run.resume": True})
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        cfg = override(cfg, **{key.strip(): value.strip()})
+    return cfg

@@ -1,0 +1,161 @@
+"""Typed, read-only run configuration.
+
+A config is a tree of frozen dataclasses: ``Config(recipe, run, transport, net, algo)``. Every
+field has a one-line doc; invariants are checked when a dataclass is built and raise
+``ValueError`` with the reason. Nothing is filled in at run time (remote ranks hold copies, so a
+mutation there would silently diverge): derived values are properties. Variants are made with
+:func:`override`, which rebuilds (and so re-validates) every dataclass it touches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+LOGGERS = ("wandb", "csv", "none")
+BACKENDS = ("auto", "local", "rpc")
+
+
+def _check(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ValueError(msg)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What every recipe shares: the env, the budget, the stop rule, where results go."""
+
+    env: str = "CartPole-v1"  #: gymnasium id of the environment
+    seed: int = 0  #: base seed; each rank and env derives its own from it
+    total_frames: int = 5_000_000  #: stop after this many env frames
+    max_time_s: float = 600.0  #: stop after this many seconds of training
+    target_return: Optional[float] = None  #: stop once the mean of the last 100 training returns reaches it
+    run_dir: str = ""  #: run directory; empty means runs/<recipe>-<env>-<timestamp>
+    logger: str = "csv"  #: metrics backend besides metrics.jsonl: wandb (offline), csv or none
+    eval_episodes: int = 10  #: episodes of the final greedy policy behind eval_return_mean
+    log_interval_s: float = 2.0  #: seconds between progress lines and metric rows
+    checkpoint_interval_s: float = 60.0  #: seconds between periodic checkpoints
+    resume: bool = False  #: continue from the latest checkpoint in run_dir
+    device: str = "auto"  #: learner device: auto (cuda if present), cpu or cuda
+    torch_threads: int = 1  #: torch intra-op threads per process (more oversubscribes small CPUs)
+
+    def __post_init__(self):
+        _check(self.total_frames > 0, f"run.total_frames must be > 0, got {self.total_frames}")
+        _check(self.max_time_s > 0, f"run.max_time_s must be > 0, got {self.max_time_s}")
+        _check(self.logger in LOGGERS, f"run.logger must be one of {LOGGERS}, got {self.logger!r}")
+        _check(self.eval_episodes >= 0, "run.eval_episodes must be >= 0")
+        _check(self.log_interval_s > 0, "run.log_interval_s must be > 0")
+        _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+               f"run.device must be auto, cpu or cuda[:N], got {self.device!r}")
+        _check(self.torch_threads >= 1, "run.torch_threads must be >= 1")
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    """How roles reach each other."""
+
+    backend: str = "auto"  #: auto (local at world size 1, else rpc), local or rpc
+    call_timeout_s: float = 30.0  #: bound on every call; a peer silent this long is lost
+    init_timeout_s: float = 120.0  #: bound on joining the group; a missing rank fails after it
+    num_threads: int = 16  #: transport worker threads per rank
+
+    def __post_init__(self):
+        _check(self.backend in BACKENDS, f"transport.backend must be one of {BACKENDS}, got {self.backend!r}")
+        _check(self.call_timeout_s > 0 and self.init_timeout_s > 0, "transport timeouts must be > 0")
+        _check(self.num_threads >= 4, "transport.num_threads must be >= 4")
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """The actor-critic network: separate policy and value MLPs."""
+
+    hidden: tuple[int, ...] = (64, 64)  #: hidden layer widths of each MLP
+    activation: str = "tanh"  #: tanh, relu or elu
+
+    def __post_init__(self):
+        _check(len(self.hidden) >= 1 and all(h > 0 for h in self.hidden), "net.hidden needs positive widths")
+        _check(self.activation in ("tanh", "relu", "elu"), f"net.activation unknown: {self.activation!r}")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One run: the recipe name, the shared sections and the recipe's own ``algo`` section."""
+
+    recipe: str
+    algo: Any  #: the recipe's algorithm dataclass (e.g. ImpalaConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    net: NetConfig = field(default_factory=NetConfig)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict (the resolved config written to the run directory)."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _coerce(value: Any, hint: Any, path: str) -> Any:
+    """Convert a CLI string (or JSON value) to the field's declared type."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union:  # Optional[X]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        return _coerce(value, next(a for a in args if a is not type(None)), path)
+    if origin is tuple:
+        items = value.split(",") if isinstance(value, str) else list(value)
+        return tuple(_coerce(v, args[0], path) for v in items if v != "")
+    if hint is bool:
+        if isinstance(value, str):
+            if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError(f"{path} expects a boolean, got {value!r}")
+            return value.lower() in ("1", "true", "yes")
+        return bool(value)
+    if hint in (int, float, str):
+        try:
+            return hint(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{path} expects {hint.__name__}, got {value!r}") from None
+    return value
+
+
+def override(cfg: Any, **changes: Any) -> Any:
+    """A copy of ``cfg`` with dotted-path fields replaced: ``override(c, **{"algo.lr": 1e-3})``.
+
+    Values may be strings (from the command line); they are converted to the field's type and
+    the touched dataclasses are rebuilt, so their invariants are checked again.
+    """
+    for path, value in changes.items():
+        cfg = _set(cfg, path.split("."), value, path)
+    return cfg
+
+
+def _set(obj: Any, parts: list[str], value: Any, path: str) -> Any:
+    names = {f.name: f for f in dataclasses.fields(obj)}
+    if parts[0] not in names:
+        raise ValueError(f"unknown config field {path!r} (known here: {', '.join(sorted(names))})")
+    current = getattr(obj, parts[0])
+    if len(parts) > 1:
+        if not dataclasses.is_dataclass(current):
+            raise ValueError(f"config field {path!r}: {parts[0]} has no sub-fields")
+        return dataclasses.replace(obj, **{parts[0]: _set(current, parts[1:], value, path)})
+    hints = typing.get_type_hints(type(obj))
+    return dataclasses.replace(obj, **{parts[0]: _coerce(value, hints[parts[0]], path)})
+
+
+def from_dict(cls: type, data: dict) -> Any:
+    """Rebuild a dataclass tree from :meth:`Config.to_dict` output (used when resuming)."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        hint, value = hints[f.name], data[f.name]
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            kwargs[f.name] = from_dict(hint, value)
+        else:
+            kwargs[f.name] = _coerce(value, hint, f.name) if hint is not Any else value
+    return cls(**kwargs)

@@ -1,0 +1,39 @@
+"""Every TensorDict key that crosses a role boundary, declared once.
+
+Names follow TorchRL's conventions (``"observation"``, ``"action"``, ``("next", "reward")``...)
+so that distrl trajectories plug into TorchRL losses, value estimators and replay buffers
+unchanged. Losses list the keys they read (``*_IN_KEYS`` below); ``tests/test_keys.py`` checks
+those lists against what the actors actually produce.
+"""
+from __future__ import annotations
+
+OBSERVATION = "observation"
+ACTION = "action"
+#: log-probability of ``action`` under the behaviour policy (TorchRL's ProbabilisticActor key).
+ACTION_LOG_PROB = "action_log_prob"
+#: the learner update count of the parameters that chose ``action`` (design rule 1).
+POLICY_VERSION = "policy_version"
+NEXT = "next"
+REWARD = (NEXT, "reward")
+DONE = (NEXT, "done")
+TERMINATED = (NEXT, "terminated")
+TRUNCATED = (NEXT, "truncated")
+NEXT_OBSERVATION = (NEXT, OBSERVATION)
+
+#: Keys an IMPALA learner reads from every ``[B, T]`` trajectory.
+IMPALA_IN_KEYS = (
+    OBSERVATION,
+    ACTION,
+    ACTION_LOG_PROB,
+    POLICY_VERSION,
+    NEXT_OBSERVATION,
+    REWARD,
+    DONE,
+    TERMINATED,
+)
+
+# Side-band statistics an actor attaches to a message (not part of the trajectory batch).
+EPISODE_RETURNS = "episode_returns"
+EPISODE_LENGTHS = "episode_lengths"
+ACTOR_RANK = "actor_rank"
+ACTOR_FPS = "actor_fps"

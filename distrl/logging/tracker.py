@@ -1,0 +1,154 @@
+"""The learner's book-keeping, shared by every recipe: counters, episode returns, policy lag,
+the stop rule, progress lines, metric rows and ``summary.json``.
+
+Only the learner rank owns a tracker (design rule 3); other roles send their statistics to it
+inside the messages they already exchange.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+import torch
+
+from distrl.config import Config
+from distrl.logging.metrics import MetricsWriter
+
+
+class RunTracker:
+    """Counts frames, episodes, updates and policy lag; decides when to stop; reports."""
+
+    def __init__(self, cfg: Config, run_dir: Path, roles: Mapping[int, str], writer: Optional[MetricsWriter]):
+        self.cfg, self.run_dir, self.roles, self.writer = cfg, Path(run_dir), dict(roles), writer
+        self.env_frames = 0
+        self.episodes = 0
+        self.updates = 0
+        self.returns: collections.deque[float] = collections.deque(maxlen=100)
+        self.lag_sum = 0.0
+        self.lag_count = 0
+        self.lag_max = 0
+        self.lag_hist: collections.Counter[int] = collections.Counter()
+        self.counters: collections.Counter[str] = collections.Counter()  # dropped, rejected, ...
+        self.elapsed_before = 0.0  # wall time of earlier runs of a resumed job
+        self.start = time.monotonic()
+        self._last_report = self.start
+        self._frames_at_report = 0
+        self._window: dict[str, list[float]] = collections.defaultdict(list)
+
+    # ---- counting -------------------------------------------------------------------------
+    def add_frames(self, n: int) -> None:
+        self.env_frames += int(n)
+
+    def add_episodes(self, returns: Iterable[float]) -> None:
+        for r in returns:
+            self.returns.append(float(r))
+            self.episodes += 1
+
+    def add_lag(self, lag: torch.Tensor) -> None:
+        """Record the policy lag (in learner updates) of every sample of a batch."""
+        lag = lag.reshape(-1).to("cpu", torch.int64)
+        self.lag_sum += float(lag.sum())
+        self.lag_count += lag.numel()
+        self.lag_max = max(self.lag_max, int(lag.max()))
+        values, counts = torch.unique(lag, return_counts=True)
+        self.lag_hist.update(dict(zip(values.tolist(), counts.tolist())))
+
+    def observe(self, metrics: Mapping[str, float]) -> None:
+        """Add values to the current reporting window; each row logs their mean."""
+        for k, v in metrics.items():
+            self._window[k].append(float(v))
+
+    # ---- derived --------------------------------------------------------------------------
+    @property
+    def wall_s(self) -> float:
+        return self.elapsed_before + time.monotonic() - self.start
+
+    @property
+    def return_mean_100(self) -> float:
+        return sum(self.returns) / len(self.returns) if self.returns else float("nan")
+
+    @property
+    def lag_mean(self) -> float:
+        return self.lag_sum / self.lag_count if self.lag_count else 0.0
+
+    def stop_reason(self) -> Optional[str]:
+        """Why training should stop now, or ``None``."""
+        run = self.cfg.run
+        if run.target_return is not None and len(self.returns) == 100 and self.return_mean_100 >= run.target_return:
+            return "target_return"
+        if self.env_frames >= run.total_frames:
+            return "total_frames"
+        if self.wall_s >= run.max_time_s:
+            return "max_time"
+        return None
+
+    # ---- reporting ------------------------------------------------------------------------
+    def maybe_report(self, force: bool = False) -> None:
+        """Every ``run.log_interval_s``: one console progress line and one metrics row."""
+        now = time.monotonic()
+        if not force and now - self._last_report < self.cfg.run.log_interval_s:
+            return
+        fps = (self.env_frames - self._frames_at_report) / max(now - self._last_report, 1e-9)
+        self._last_report, self._frames_at_report = now, self.env_frames
+        row = {k: sum(v) / len(v) for k, v in self._window.items() if v}
+        self._window.clear()
+        row.update({
+            "learner/env_frames": self.env_frames, "learner/fps": fps, "learner/updates": self.updates,
+            "learner/episodes": self.episodes, "learner/policy_lag_mean": self.lag_mean,
+            "learner/policy_lag_max": self.lag_max,
+        })
+        if self.returns:
+            row["actor/return_mean_100"] = self.return_mean_100
+        row.update({f"learner/{k}": v for k, v in self.counters.items()})
+        if self.writer is not None:
+            self.writer.write(row, step=self.env_frames)
+        ret = f"{self.return_mean_100:7.1f}" if self.returns else "    n/a"
+        print(
+            f"[{self.cfg.recipe}] frames {self.env_frames:>10,} | fps {fps:>8,.0f} | return {ret} "
+            f"({len(self.returns)} ep) | lag {self.lag_mean:.2f}/{self.lag_max} | updates {self.updates:,} "
+            f"| {self.wall_s:6.1f}s",
+            flush=True,
+        )
+
+    def summary(self, stop_reason: str, eval_returns: list[float], extra: Optional[dict] = None) -> dict[str, Any]:
+        """The run's summary; also written to ``summary.json``."""
+        wall = self.wall_s
+
+        def num(x: float) -> Optional[float]:
+            return None if x is None or math.isnan(x) else round(float(x), 4)
+
+        out: dict[str, Any] = {
+            "recipe": self.cfg.recipe, "env": self.cfg.run.env, "world_size": len(self.roles),
+            "roles": {str(r): role for r, role in sorted(self.roles.items())},
+            "env_frames": self.env_frames, "wall_s": round(wall, 3), "fps": round(self.env_frames / max(wall, 1e-9), 1),
+            "episodes": self.episodes, "return_mean_100": num(self.return_mean_100),
+            "eval_return_mean": num(sum(eval_returns) / len(eval_returns)) if eval_returns else None,
+            "eval_episodes": len(eval_returns), "policy_lag_mean": num(self.lag_mean),
+            "policy_lag_max": self.lag_max, "policy_lag_hist": {str(k): v for k, v in sorted(self.lag_hist.items())},
+            "learner_updates": self.updates, "stop_reason": stop_reason, "counters": dict(self.counters),
+        }
+        out.update(extra or {})
+        (self.run_dir / "summary.json").write_text(json.dumps(out, indent=2))
+        return out
+
+    # ---- checkpointing ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "env_frames": self.env_frames, "episodes": self.episodes, "updates": self.updates,
+            "returns": list(self.returns), "lag_sum": self.lag_sum, "lag_count": self.lag_count,
+            "lag_max": self.lag_max, "lag_hist": dict(self.lag_hist), "counters": dict(self.counters),
+            "wall_s": self.wall_s,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.env_frames, self.episodes, self.updates = state["env_frames"], state["episodes"], state["updates"]
+        self.returns.extend(state["returns"])
+        self.lag_sum, self.lag_count, self.lag_max = state["lag_sum"], state["lag_count"], state["lag_max"]
+        self.lag_hist.update(state["lag_hist"])
+        self.counters.update(state["counters"])
+        self.elapsed_before = state["wall_s"]
+        self._frames_at_report = self.env_frames

@@ -1,0 +1,64 @@
+"""Actor-critic networks and the fast action sampling every actor uses.
+
+The MLPs are TorchRL's ``MLP``. Sampling uses the Gumbel-max trick on raw logits instead of a
+``torch.distributions.Categorical`` object: on CPU the object alone costs about 70 of the 95 us of
+a batch-1 policy call (facts.md), and actors call the policy once per vector step.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchrl.modules import MLP
+
+from distrl.config import NetConfig
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+
+class ActorCritic(nn.Module):
+    """Separate policy and value MLPs over a flat observation.
+
+    ``forward(obs [*B, F]) -> (logits [*B, A], value [*B, 1])``.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, net: NetConfig = NetConfig()):
+        super().__init__()
+        act = _ACTIVATIONS[net.activation]
+        self.obs_dim, self.num_actions = obs_dim, num_actions
+        self.policy = MLP(in_features=obs_dim, out_features=num_actions, num_cells=list(net.hidden), activation_class=act)
+        self.value = MLP(in_features=obs_dim, out_features=1, num_cells=list(net.hidden), activation_class=act)
+        # A small last policy layer starts the policy near uniform, which keeps early V-trace
+        # importance ratios close to 1 (as in most PPO/IMPALA implementations).
+        with torch.no_grad():
+            self.policy[-1].weight.mul_(0.01)
+            self.policy[-1].bias.zero_()
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(obs), self.value(obs)
+
+
+def sample_actions(logits: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample from ``softmax(logits)`` by Gumbel-max.
+
+    Args:
+        logits: ``[*B, A]`` unnormalised log-probabilities.
+    Returns:
+        ``(action [*B] int64, log_prob [*B] float)``.
+    """
+    uniform = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    gumbel = -torch.log(-torch.log(uniform.clamp_(1e-10, 1.0)))
+    action = torch.argmax(logits + gumbel, dim=-1)
+    log_prob = torch.log_softmax(logits, dim=-1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
+    return action, log_prob
+
+
+def greedy_actions(logits: torch.Tensor) -> torch.Tensor:
+    """``argmax`` actions ``[*B]`` from logits ``[*B, A]`` (evaluation)."""
+    return torch.argmax(logits, dim=-1)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` means CUDA when present, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)

@@ -1,0 +1,173 @@
+"""What every learner does besides learning: liveness of the other ranks, the stop rule,
+rejecting bad input, skipping non-finite losses, periodic checkpoints, the final summary.
+
+A learner role builds one :class:`LearnerSession` and calls :meth:`LearnerSession.tick` once
+per loop iteration; recipes differ only in how they learn.
+"""
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from distrl.architectures.base import RoleContext
+from distrl.checkpoint import load_latest_checkpoint, save_checkpoint
+from distrl.data import keys
+from distrl.logging.metrics import MetricsWriter
+from distrl.logging.tracker import RunTracker
+from distrl.models import resolve_device
+from distrl.transport.base import TransportError
+
+PING_INTERVAL_S = 0.25
+MAX_NONFINITE_STREAK = 10  #: consecutive non-finite losses after which the run stops
+
+
+def wandb_run_id(run_dir: Path) -> str:
+    """The W&B run id of this run directory, made once and kept so a resumed run continues it."""
+    path = run_dir / "wandb_id"
+    if not path.exists():
+        path.write_text(uuid.uuid4().hex[:12])
+    return path.read_text().strip()
+
+
+class LearnerSession:
+    """Book-keeping, liveness and persistence for the learner rank."""
+
+    def __init__(self, ctx: RoleContext):
+        self.ctx, self.cfg = ctx, ctx.cfg
+        self.device = resolve_device(self.cfg.run.device)
+        self.run_dir = Path(ctx.run_dir)
+        writer = MetricsWriter(self.run_dir, self.cfg.run.logger, self.run_dir.name, self.cfg.to_dict(),
+                               wandb_run_id(self.run_dir) if self.cfg.run.logger == "wandb" else None)
+        self.tracker = RunTracker(self.cfg, self.run_dir, ctx.roles, writer)
+        self.stop_reason: Optional[str] = None
+        # Peers to watch: the other ranks a transport reaches (collective recipes have none).
+        self.peers = [r for r in ctx.roles if r != ctx.rank] if ctx.transport is not None else []
+        self._pings: dict[int, tuple[float, Future]] = {}
+        self._last_ping = 0.0
+        self._last_checkpoint = time.monotonic()
+        self._nonfinite_streak = 0
+
+    # ---- stop rule and liveness -----------------------------------------------------------------
+    def should_stop(self) -> bool:
+        if self.stop_reason is None:
+            self.stop_reason = self.tracker.stop_reason()
+        if self.stop_reason is None and self.peers and set(self.peers) <= self.ctx.transport.lost_peers():
+            self.stop_reason = "all_peers_lost"
+        return self.stop_reason is not None
+
+    def heartbeat(self) -> None:
+        """Ping every live peer; a failed or unanswered ping declares it lost, in one log line."""
+        now = time.monotonic()
+        t = self.ctx.transport
+        for rank, (sent, fut) in list(self._pings.items()):
+            if not fut.done():
+                continue
+            del self._pings[rank]
+            try:
+                fut.result()
+            except TransportError as e:
+                self.lose(rank, str(e))
+        if now - self._last_ping < PING_INTERVAL_S:
+            return
+        self._last_ping = now
+        for rank in self.peers:
+            if rank not in t.lost_peers() and rank not in self._pings:
+                self._pings[rank] = (now, t.call(rank, "ping", None, self.cfg.transport.call_timeout_s))
+
+    def lose(self, rank: int, reason: str) -> None:
+        t = self.ctx.transport
+        if rank in t.lost_peers() and self.tracker.counters.get(f"lost_rank_{rank}"):
+            return
+        t.mark_lost(rank, reason)
+        self.tracker.counters["lost_peers"] += 1
+        self.tracker.counters[f"lost_rank_{rank}"] = 1
+        role = self.ctx.roles.get(rank, "?")
+        print(f"[learner] lost rank {rank} ({role}) at {self.tracker.wall_s:.1f}s: {reason}", flush=True)
+
+    # ---- bad input --------------------------------------------------------------------------------
+    def check_trajectory(self, traj: TensorDict, obs_dim: int) -> Optional[str]:
+        """Why ``traj`` cannot be learned from, or ``None`` if it is a well-formed ``[B, T]`` batch."""
+        missing = [k for k in keys.IMPALA_IN_KEYS if k not in traj.keys(include_nested=True)]
+        if missing:
+            return f"missing keys {missing}"
+        if traj.batch_dims != 2:
+            return f"batch dims {tuple(traj.batch_size)} are not [B, T]"
+        obs = traj[keys.OBSERVATION]
+        if obs.dtype != torch.float32 or obs.shape[-1] != obs_dim or obs.dim() != 3:
+            return f"observation {tuple(obs.shape)} {obs.dtype}, expected [B, T, {obs_dim}] float32"
+        if not torch.isfinite(obs).all():
+            return "non-finite observation"
+        return None
+
+    def reject(self, rank: int, problem: str) -> None:
+        n = self.tracker.counters["rejected_trajectories"] = self.tracker.counters["rejected_trajectories"] + 1
+        if n <= 5:  # say it, but do not flood the log
+            print(f"[learner] rejected a trajectory from rank {rank}: {problem}", flush=True)
+
+    def loss_is_finite(self, loss: torch.Tensor) -> bool:
+        """False (and counted) for a NaN/inf loss; too many in a row stops the run."""
+        if torch.isfinite(loss).item():
+            self._nonfinite_streak = 0
+            return True
+        self._nonfinite_streak += 1
+        self.tracker.counters["skipped_nonfinite_updates"] += 1
+        if self._nonfinite_streak >= MAX_NONFINITE_STREAK:
+            self.stop_reason = "nonfinite_loss"
+            print(f"[learner] {MAX_NONFINITE_STREAK} non-finite losses in a row: stopping at the last good checkpoint", flush=True)
+        return False
+
+    # ---- persistence ------------------------------------------------------------------------------
+    def checkpoint(self, model: torch.nn.Module, optim: torch.optim.Optimizer, extra: Optional[dict] = None) -> Path:
+        state: dict[str, Any] = {
+            "model": model.state_dict(), "optim": optim.state_dict(), "tracker": self.tracker.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+            "config": self.cfg.to_dict(),
+        }
+        state.update(extra or {})
+        self._last_checkpoint = time.monotonic()
+        return save_checkpoint(self.run_dir, self.tracker.updates, state)
+
+    def restore(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> Optional[dict]:
+        """Load the newest valid checkpoint when ``run.resume`` is set; returns it (for extras)."""
+        if not self.cfg.run.resume:
+            return None
+        state = load_latest_checkpoint(self.run_dir)
+        if state is None:
+            print(f"[learner] --resume: no checkpoint in {self.run_dir}, starting fresh", flush=True)
+            return None
+        model.load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+        self.tracker.load_state_dict(state["tracker"])
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])
+        print(f"[learner] resumed from update {self.tracker.updates}, {self.tracker.env_frames:,} frames", flush=True)
+        return state
+
+    def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
+        """Once per learner loop iteration: liveness, progress, periodic checkpoint."""
+        self.heartbeat()
+        self.tracker.maybe_report()
+        if time.monotonic() - self._last_checkpoint >= self.cfg.run.checkpoint_interval_s:
+            self.checkpoint(model, optim)
+
+    def finish(self, reason: str, eval_returns: list[float], model, optim, extra: Optional[dict] = None) -> dict:
+        """Final progress row, checkpoint and ``summary.json``; closes the metric sinks."""
+        self.tracker.maybe_report(force=True)
+        if reason != "nonfinite_loss":  # keep the last good checkpoint as the newest
+            self.checkpoint(model, optim)
+        summary = self.tracker.summary(reason, eval_returns, extra)
+        if self.tracker.writer is not None:
+            self.tracker.writer.close()
+        ev = summary["eval_return_mean"]
+        print(f"[{self.cfg.recipe}] done ({reason}): {summary['env_frames']:,} frames in {summary['wall_s']:.1f}s "
+              f"= {summary['fps']:,.0f} fps, eval return {ev}, summary in {self.run_dir / 'summary.json'}", flush=True)
+        return summary

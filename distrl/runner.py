@@ -1,0 +1,152 @@
+"""Start a recipe: validate, then run this process's role(s) on the right transport.
+
+Everything that can be wrong with a launch (config, env id, world size) is checked in
+:func:`plan` before any process group starts. World size 1 runs every role of the recipe in
+this process over the local transport, each non-learner role in its own thread.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from distrl.architectures import get_recipe
+from distrl.architectures.base import Recipe, RoleContext
+from distrl.config import Config, override
+from distrl.envs.gym import check_env_id
+from distrl.transport.local import LocalHub
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated launch: the recipe, the config, the rank table, the run directory."""
+
+    recipe: Recipe
+    cfg: Config
+    roles: dict[int, str]
+    world_size: int  #: processes (1 = everything in this one)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.cfg.run.run_dir)
+
+
+def default_run_dir(cfg: Config) -> str:
+    env = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.run.env)
+    # torchrun gives every rank the same run id; a plain launch uses the time.
+    tag = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%Y%m%d-%H%M%S")
+    return str(Path("runs") / f"{cfg.recipe}-{env}-{tag}")
+
+
+def plan(cfg: Config, world_size: int) -> Plan:
+    """Validate ``cfg`` for ``world_size`` processes; ``ValueError`` in one line if it cannot run."""
+    recipe = get_recipe(cfg.recipe)
+    check_env_id(cfg.run.env)
+    recipe.check_config(cfg)
+    backend = cfg.transport.backend
+    if backend == "local" and world_size > 1:
+        raise ValueError("transport.backend=local runs in one process; launch without torchrun or use rpc")
+    if backend == "rpc" and world_size == 1:
+        raise ValueError("transport.backend=rpc needs torchrun with --nproc-per-node >= 2")
+    roles = recipe.rank_table(world_size, cfg)
+    if not cfg.run.run_dir:
+        cfg = override(cfg, **{"run.run_dir": default_run_dir(cfg)})
+    return Plan(recipe, cfg, roles, world_size)
+
+
+def _prepare_run_dir(p: Plan) -> None:
+    p.run_dir.mkdir(parents=True, exist_ok=True)
+    (p.run_dir / "config.json").write_text(p.cfg.to_json())
+    (p.run_dir / "roles.json").write_text(str({r: n for r, n in p.roles.items()}))
+
+
+def _ping(_td):
+    return None
+
+
+def run(p: Plan, rank: int = 0) -> Optional[dict]:
+    """Run this process's share of plan ``p``; rank 0 returns the summary."""
+    torch.set_num_threads(p.cfg.run.torch_threads)
+    if rank == 0:
+        _prepare_run_dir(p)
+    if p.world_size == 1:
+        return _run_local(p)
+    if p.recipe.group == "collective":
+        return _run_collective(p, rank)
+    return _run_rpc(p, rank)
+
+
+def _run_local(p: Plan) -> Optional[dict]:
+    hub = LocalHub(len(p.roles), p.cfg.transport.num_threads)
+    endpoints = [hub.endpoint(r, p.cfg.transport.call_timeout_s) for r in p.roles]
+    roles = []
+    for rank, name in p.roles.items():
+        endpoints[rank].serve("ping", _ping)
+        roles.append(p.recipe.builders[name](RoleContext(p.cfg, endpoints[rank], rank, p.roles, p.run_dir)))
+    errors: dict[int, BaseException] = {}
+
+    def body(rank: int) -> None:
+        try:
+            roles[rank].run()
+        except BaseException as e:  # surfaced below; the learner sees the rank as lost
+            errors[rank] = e
+            endpoints[0].mark_lost(rank, f"{type(e).__name__}: {e}")
+        finally:
+            endpoints[rank].close()
+
+    threads = [threading.Thread(target=body, args=(r,), name=f"distrl-{p.roles[r]}-{r}", daemon=True) for r in p.roles if r]
+    for t in threads:
+        t.start()
+    try:
+        summary = roles[0].run()
+    finally:
+        endpoints[0].close()
+        for t in threads:
+            t.join(timeout=p.cfg.transport.call_timeout_s)
+    for rank, e in errors.items():
+        print(f"[runner] rank {rank} ({p.roles[rank]}) failed: {type(e).__name__}: {e}", flush=True)
+    return summary
+
+
+def _run_rpc(p: Plan, rank: int) -> Optional[dict]:
+    from distrl.transport.rpc import RpcTransport
+
+    # init_rpc uses a gloo group internally and torch warns about its own use of it.
+    warnings.filterwarnings("ignore", message="You are using a Backend")
+
+    t = p.cfg.transport
+    transport = RpcTransport.from_env(timeout=t.call_timeout_s, init_timeout=t.init_timeout_s,
+                                      num_threads=t.num_threads, role_names=p.roles)
+    transport.serve("ping", _ping)
+    role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, transport, rank, p.roles, p.run_dir))
+    try:
+        transport.start()
+        return role.run()
+    finally:
+        # Graceful rpc shutdown is a collective: the other ranks wait in it while rank 0 evaluates
+        # and writes the summary, so they get the longer bound. A lost peer skips the collective.
+        transport.close(timeout=10.0 if rank == 0 else t.call_timeout_s)
+
+
+def _run_collective(p: Plan, rank: int) -> Optional[dict]:
+    """Data-parallel recipes: one default process group (gloo on CPU, nccl on CUDA), no rpc."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from distrl.models import resolve_device
+
+    backend = "nccl" if resolve_device(p.cfg.run.device).type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=p.cfg.transport.init_timeout_s))
+    try:
+        role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, None, rank, p.roles, p.run_dir))
+        return role.run()
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,1 @@
+"""Experiments: functions returning a complete config; variants call their parent and edit it."""

@@ -1,0 +1,75 @@
+"""Shared fixtures: process-leak checks and a runner for launch/train.py in subprocesses."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN = ROOT / "launch" / "train.py"
+
+
+def descendants(pid: int) -> set[int]:
+    """PIDs of every live descendant of ``pid`` (from /proc), zombies excluded."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+@pytest.fixture
+def no_leaked_processes():
+    """Fails the test if it leaves a child process of pytest behind (after a short grace)."""
+    before = descendants(os.getpid())
+    yield
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        leaked = descendants(os.getpid()) - before
+        if not leaked:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"processes left behind: {sorted(leaked)}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    env.update(extra)
+    return env
+
+
+def run_train(args: list[str], nproc: int = 1, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run launch/train.py (under torchrun when ``nproc > 1``); returns the completed process."""
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", str(TRAIN), *args]
+    else:
+        cmd = [sys.executable, str(TRAIN), *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env or child_env())

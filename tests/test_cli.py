@@ -1,0 +1,40 @@
+"""launch/train.py as a user meets it: --help, and one-line errors before any process group."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_train
+
+
+def test_help_explains_every_option():
+    proc = run_train(["impala", "--help"], timeout=60)
+    assert proc.returncode == 0
+    for opt in ("--env", "--seed", "--total-frames", "--max-time-s", "--target-return", "--run-dir", "--logger",
+                "--experiment", "--set", "--resume"):
+        assert opt in proc.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["impala", "--bogus"], "unrecognized arguments: --bogus"),
+    (["impala", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
+    (["sac"], "invalid choice: 'sac'"),
+    (["impala", "--set", "algo.lr=-1"], "algo.lr must be > 0"),
+    (["impala", "--env", "Pendulum-v1"], "impala supports discrete action spaces"),
+])
+def test_bad_input_is_one_line(args, message, tmp_path):
+    proc = run_train(args + ["--run-dir", str(tmp_path / "run")], timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+    assert not (tmp_path / "run").exists()  # nothing written, nothing started
+
+
+def test_bad_input_under_torchrun_fails_before_the_group(no_leaked_processes):
+    proc = run_train(["impala", "--env", "NoSuchEnv-v0"], nproc=3, timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.count("error: unknown env id 'NoSuchEnv-v0'") == 1  # said once, by rank 0
+
+
+def test_print_config(tmp_path):
+    proc = run_train(["impala", "--print-config", "--set", "net.hidden=32,32"], timeout=60)
+    assert proc.returncode == 0 and '"hidden": [\n      32,\n      32\n    ]' in proc.stdout

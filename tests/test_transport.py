@@ -1,0 +1,264 @@
+"""Both transport backends through one interface, and the rpc backend's failure modes.
+
+The rpc tests run real rank processes (``tests/transport_worker.py``) on a free port; every
+test kills and reaps what it started and checks that nothing is left.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import transport_worker as tw  # noqa: E402
+
+from distrl.transport import LocalHub, PeerLostError, RpcTransport, TransportError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).parent / "transport_worker.py"
+
+
+# ---------------------------------------------------------------- process groups for rpc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_pids() -> set[int]:
+    """Live (or unreaped) processes whose parent is this one, read from /proc."""
+    me, out = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                out.add(int(entry))
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (all its threads), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Group:
+    """Rank processes of one rpc scenario; ``ranks`` may leave some out (they never start)."""
+
+    def __init__(self, scenario: str, world_size: int, ranks=None, env=None):
+        port, self.procs, self.errs = free_port(), {}, {}
+        base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size),
+                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                    OMP_NUM_THREADS="1", **(env or {}))
+        base.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        for r in range(world_size) if ranks is None else ranks:
+            self.errs[r] = tempfile.TemporaryFile()
+            self.procs[r] = subprocess.Popen(
+                [sys.executable, str(WORKER), scenario], env=dict(base, RANK=str(r)), cwd=ROOT,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errs[r])
+
+    def stderr(self, rank: int) -> str:
+        self.errs[rank].seek(0)
+        return self.errs[rank].read().decode(errors="replace")[-3000:]
+
+    def wait_line(self, rank: int, prefix: str, timeout: float) -> str:
+        """The first stdout line of ``rank`` starting with ``prefix``."""
+        proc, deadline = self.procs[rank], time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+            if ready:
+                line = proc.stdout.readline().decode()
+                if line.startswith(prefix):
+                    return line[len(prefix):].strip()
+                if not line and proc.poll() is not None:
+                    break
+        raise AssertionError(f"rank {rank} printed no {prefix!r} (rc={proc.poll()}):\n{self.stderr(rank)}")
+
+    def result(self, rank: int, timeout: float = 60.0) -> dict:
+        return json.loads(self.wait_line(rank, "RESULT ", timeout))
+
+    def kill(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.kill(proc.pid, sig)
+                    except ProcessLookupError:
+                        pass
+        for r, proc in self.procs.items():
+            proc.wait(10)
+            for f in (proc.stdin, proc.stdout, self.errs[r]):
+                f.close()
+        pids = {p.pid for p in self.procs.values()}
+        assert not pids & child_pids(), f"processes left behind: {pids & child_pids()}"
+
+
+@pytest.fixture
+def groups():
+    """Start groups with ``groups(...)``; all are killed, reaped and checked at teardown."""
+    started: list[Group] = []
+
+    def start(*args, **kw) -> Group:
+        started.append(Group(*args, **kw))
+        return started[-1]
+
+    yield start
+    for g in started:
+        g.kill()
+
+
+@pytest.fixture(scope="module")
+def rpc_checks():
+    """The shared checks, run once by rank 0 of a two-rank rpc group against rank 1."""
+    g = Group("checks", 2)
+    try:
+        return g.result(0, 90), g.result(1, 30)
+    finally:
+        g.kill()
+
+
+# ---------------------------------------------------------------- both backends
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("check", list(tw.CHECKS))
+@pytest.mark.parametrize("backend", ["local", "rpc"])
+def test_shared_checks(backend, check, request):
+    if backend == "local":
+        hub = LocalHub(2)
+        caller, callee = hub.endpoint(0), hub.endpoint(1)
+        tw.serve_standard(callee, threading.Event(), queue.Queue())
+        for t in (caller, callee):
+            t.start()
+        try:
+            tw.CHECKS[check](caller, 1)
+        finally:
+            caller.close()
+            callee.close()
+    else:
+        driver, server = request.getfixturevalue("rpc_checks")
+        assert driver[check] == "ok", driver[check]
+        assert driver["close_s"] < 10 and server["close_s"] < 10, (driver, server)
+        print(f"rpc round trip, small TensorDict: {driver['rtt_ms']:.2f} ms")
+
+
+@pytest.mark.timeout(30)
+def test_local_mark_lost_fails_at_once():
+    hub = LocalHub(2)
+    a, b = hub.endpoint(0), hub.endpoint(1)
+    b.serve("echo", lambda td: td)
+    assert a.call_sync(1, "echo") is None
+    a.mark_lost(1, "declared dead")
+    fut = a.call(1, "echo")
+    assert fut.done() and 1 in a.lost_peers()
+    with pytest.raises(PeerLostError, match="declared dead"):
+        fut.result()
+    b.close()
+    with pytest.raises(PeerLostError):
+        hub.endpoint(0).call_sync(1, "echo")  # a closed rank is lost to everyone
+    a.close()
+
+
+@pytest.mark.timeout(30)
+def test_rpc_guards_without_a_group(monkeypatch):
+    with pytest.raises(ValueError):
+        RpcTransport(2, 2)
+    with pytest.raises(ValueError):
+        RpcTransport(0, 2, timeout=0)
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(TransportError, match="RANK"):
+        RpcTransport.from_env()
+    t = RpcTransport(0, 2)
+    with pytest.raises(TransportError, match="not started"):
+        t.call_sync(1, "echo")
+    t.close()
+    t.close()  # idempotent, also before start
+
+
+# ---------------------------------------------------------------- rpc failure modes
+
+
+@pytest.mark.timeout(90)
+def test_rpc_sigkilled_peer_is_lost_fast(groups):
+    g = groups("kill", 2)
+    res = g.result(0, 60)
+    print(f"SIGKILL detected in {res['detect_s'] * 1e3:.0f} ms; close() with the dead peer took "
+          f"{res['close_s']:.2f} s")
+    assert res["error"] == "PeerLostError" and res["detect_s"] < 5, res
+    assert res["later_error"] == "PeerLostError" and res["later_done_at_once"], res
+    assert res["lost"] == [1], res
+    assert res["close_s"] < 10, res
+    assert g.procs[0].wait(20) == 0
+
+
+@pytest.mark.timeout(90)
+def test_rpc_sigstopped_peer_times_out(groups):
+    g = groups("stop", 2, env={"DISTRL_TEST_CLOSE_TIMEOUT": "4"})
+    res = g.result(0, 60)
+    print(f"SIGSTOP noticed by a 1.0 s call timeout after {res['detect_s']:.2f} s; close() with the "
+          f"stopped peer took {res['close_s']:.2f} s")
+    assert res["error"] == "CallTimeoutError" and 0.9 <= res["detect_s"] < 3.0, res
+    assert res["lost"] == [] and res["resumed"] == "none", res
+    assert res["close_s"] < 4 + 1, res
+    assert g.procs[0].wait(20) == 0
+
+
+@pytest.mark.timeout(90)
+def test_rpc_start_names_a_rank_that_never_starts(groups):
+    init_timeout = 8.0  # wide enough for the ranks that do start to import torch on 2 busy cores
+    env = {"DISTRL_TEST_INIT_TIMEOUT": str(init_timeout)}
+    started = {missing: groups("checks", 3, ranks=[r for r in range(3) if r != missing], env=env)
+               for missing in (2, 0)}  # both groups at once, to save a timeout
+    for missing, g in started.items():
+        for r in g.procs:
+            res = g.result(r, 60)
+            print(f"start() failed after {res['start_s']:.1f} s: {res['start_error']}")
+            assert f"rank {missing} ({tw.ROLES[missing]}) did not start" in res["start_error"], res
+            assert res["start_s"] < init_timeout + 1, res
+            assert g.procs[r].wait(20) == 0
+
+
+@pytest.mark.timeout(90)
+def test_rpc_idle_agent_uses_no_cpu(groups):
+    g = groups("idle", 2)
+    g.wait_line(0, "READY", 60)
+    time.sleep(0.5)  # let rank 1 finish start() too
+    pids = [p.pid for p in g.procs.values()]
+    before, start = [cpu_seconds(p) for p in pids], time.monotonic()
+    time.sleep(3.0)
+    span = time.monotonic() - start
+    shares = [(cpu_seconds(p) - b) / span for p, b in zip(pids, before)]
+    print("idle CPU share per rank: " + ", ".join(f"{100 * s:.1f}%" for s in shares))
+    assert max(shares) < 0.02, shares
+    g.procs[0].stdin.write(b"go\n")
+    g.procs[0].stdin.flush()
+    for r in g.procs:
+        assert g.result(r, 30)["close_s"] < 10
+        assert g.procs[r].wait(20) == 0
+
+
+@pytest.mark.timeout(120)
+def test_rpc_many_concurrent_calls_do_not_deadlock(groups):
+    g = groups("stress", 3)
+    start = time.monotonic()
+    res = g.result(0, 90)
+    print(f"3 ranks x 200 calls in flight, with a 1 s handler: {time.monotonic() - start:.1f} s")
+    assert res["good"] == [201, 201, 201], res
+    for r in g.procs:
+        assert g.procs[r].wait(30) == 0, g.stderr(r)
