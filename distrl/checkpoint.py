@@ -31,7 +31,7 @@ def save_checkpoint(run_dir: str | Path, step: int, state: dict[str, Any], keep:
         torch.save(state, f)
         f.flush()
         os.fsync(f.fileno())
-    if os.environ.get("DISTRL_FAULT") == "crash_before_rename":  # fault injection, see docs/reliability
+    if "crash_before_rename" in os.environ.get("DISTRL_FAULT", ""):  # fault injection: distrl/faults.py
         os._exit(17)
     os.replace(tmp, final)
     for old in list_checkpoints(run_dir)[:-keep]:

@@ -21,6 +21,8 @@ from distrl.architectures import get_recipe
 from distrl.architectures.base import Recipe, RoleContext
 from distrl.config import Config, override
 from distrl.envs.gym import check_env_id
+from distrl import faults
+from distrl.supervisor import supervise
 from distrl.transport.local import LocalHub
 
 
@@ -48,7 +50,8 @@ def default_run_dir(cfg: Config) -> str:
 def plan(cfg: Config, world_size: int) -> Plan:
     """Validate ``cfg`` for ``world_size`` processes; ``ValueError`` in one line if it cannot run."""
     recipe = get_recipe(cfg.recipe)
-    check_env_id(cfg.run.env)
+    if not getattr(cfg.algo, "env_factory", ""):  # a user env factory (vecenv) names envs gymnasium may not know
+        check_env_id(cfg.run.env)
     recipe.check_config(cfg)
     backend = cfg.transport.backend
     if backend == "local" and world_size > 1:
@@ -58,6 +61,9 @@ def plan(cfg: Config, world_size: int) -> Plan:
     roles = recipe.rank_table(world_size, cfg)
     if not cfg.run.run_dir:
         cfg = override(cfg, **{"run.run_dir": default_run_dir(cfg)})
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0 and not cfg.run.resume:
+        # torchrun restarted the group after a failure: continue from the last checkpoint.
+        cfg = override(cfg, **{"run.resume": True})
     return Plan(recipe, cfg, roles, world_size)
 
 
@@ -71,16 +77,25 @@ def _ping(_td):
     return None
 
 
-def run(p: Plan, rank: int = 0) -> Optional[dict]:
-    """Run this process's share of plan ``p``; rank 0 returns the summary."""
+#: exit status of a run by its stop reason (anything not listed ends with 0)
+EXIT_CODES = {"sigterm": 143, "nonfinite_loss": 3, "all_peers_lost": 4}
+
+
+def exit_code(summary: Optional[dict]) -> int:
+    return EXIT_CODES.get((summary or {}).get("stop_reason"), 0)
+
+
+def run(p: Plan, rank: int = 0) -> int:
+    """Run this process's share of plan ``p``; returns the process's exit status."""
     torch.set_num_threads(p.cfg.run.torch_threads)
     if rank == 0:
         _prepare_run_dir(p)
     if p.world_size == 1:
-        return _run_local(p)
-    if p.recipe.group == "collective":
-        return _run_collective(p, rank)
-    return _run_rpc(p, rank)
+        return exit_code(_run_local(p))
+    role = p.roles[rank]
+    body = _run_collective if p.recipe.group == "collective" else _run_rpc
+    return supervise(lambda: exit_code(body(p, rank)), rank, role, critical=role in p.recipe.critical_roles,
+                     grace_s=p.cfg.transport.call_timeout_s + 10)
 
 
 def _run_local(p: Plan) -> Optional[dict]:
@@ -127,12 +142,16 @@ def _run_rpc(p: Plan, rank: int) -> Optional[dict]:
     transport.serve("ping", _ping)
     role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, transport, rank, p.roles, p.run_dir))
     try:
+        if faults.due("never_start", rank, 0):
+            faults.record("never_start", rank, 0)
+            time.sleep(10 * t.init_timeout_s)
         transport.start()
         return role.run()
     finally:
-        # Graceful rpc shutdown is a collective: the other ranks wait in it while rank 0 evaluates
-        # and writes the summary, so they get the longer bound. A lost peer skips the collective.
-        transport.close(timeout=10.0 if rank == 0 else t.call_timeout_s)
+        # Not the graceful (collective) shutdown: every role's protocol ends with the learner's
+        # "stop" reply, so nothing is in flight that matters, and waiting in a collective for the
+        # slowest rank (rank 0 evaluating, or a stopped peer) only delays the exit.
+        transport.close(timeout=10.0, graceful=False)
 
 
 def _run_collective(p: Plan, rank: int) -> Optional[dict]:

@@ -9,12 +9,14 @@ line on stderr and exit status 2, before any process group starts.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # experiments/ beside distrl/
+# TensorPipe logs every closed connection at shutdown as a C++ warning; distrl reports lost peers
+# itself, in one line each. Set TORCH_CPP_LOG_LEVEL=WARNING to see them again.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from distrl.cli import build_config, make_parser  # noqa: E402
 
@@ -38,10 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         layout = ", ".join(f"{r}:{n}" for r, n in p.roles.items())
         print(f"[distrl] {p.recipe.name} on {p.cfg.run.env}, world size {world_size} ({layout}), run dir {p.run_dir}", flush=True)
-    summary = run(p, rank)
-    if summary is not None and args.print_summary:
-        print(json.dumps(summary, indent=2))
-    return 0
+    code = run(p, rank)
+    summary = p.run_dir / "summary.json"
+    if rank == 0 and args.print_summary and summary.exists():
+        print(summary.read_text())
+    return code
 
 
 if __name__ == "__main__":

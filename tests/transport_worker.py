@@ -26,7 +26,7 @@ ROLES = {0: "driver", 1: "server", 2: "actor"}
 
 def nested_td() -> TensorDict:
     """A TensorDict with nested keys, several dtypes and a nested batch size of its own."""
-    td = TensorDict(
+    return TensorDict(
         {
             "obs": torch.randn(4, 3),
             "done": torch.tensor([True, False, False, True]),
@@ -35,7 +35,6 @@ def nested_td() -> TensorDict:
         },
         batch_size=[4],
     )
-    return td
 
 
 def serve_standard(t: Transport, stop: threading.Event, reports: "queue.Queue") -> None:
@@ -47,21 +46,13 @@ def serve_standard(t: Transport, stop: threading.Event, reports: "queue.Queue") 
         time.sleep(float(td["s"]))
         return td
 
-    def mark(event_or_queue):
-        def handler(td):
-            if isinstance(event_or_queue, threading.Event):
-                event_or_queue.set()
-            else:
-                event_or_queue.put(td)
-        return handler
-
     t.serve("echo", lambda td: td)
     t.serve("drop", lambda td: None)
     t.serve("boom", boom)
     t.serve("sleep", sleep)
     t.serve("pid", lambda td: TensorDict({"pid": torch.tensor(os.getpid())}, []))
-    t.serve("stop", mark(stop))
-    t.serve("report", mark(reports))
+    t.serve("stop", lambda td: stop.set())
+    t.serve("report", lambda td: reports.put(td))
 
 
 def check_roundtrip_td(t: Transport, dst: int) -> None:
@@ -193,7 +184,7 @@ def scenario_stress(t: Transport, reports: "queue.Queue") -> dict:
 
 def main() -> None:
     scenario = sys.argv[1]
-    init_timeout = float(os.environ.get("DISTRL_TEST_INIT_TIMEOUT", "30"))
+    init_timeout = float(os.environ.get("DISTRL_TEST_INIT_TIMEOUT", "60"))
     t = RpcTransport.from_env(timeout=10.0, init_timeout=init_timeout, role_names=ROLES)
     stop, reports = threading.Event(), queue.Queue()
     serve_standard(t, stop, reports)
@@ -204,19 +195,26 @@ def main() -> None:
     except Exception as e:
         result = {"start_error": str(e), "start_s": time.monotonic() - start}
     else:
+        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        if scenario == "restart" and restart == 0:  # rank 1 fails, torchrun restarts the group
+            if t.rank == 1:
+                os._exit(3)
+            time.sleep(60)
         if scenario == "stress":
             result = scenario_stress(t, reports)
         elif t.rank == 0 and scenario == "idle":
             print("READY", flush=True)
             sys.stdin.readline()
         elif t.rank == 0:
-            result = {"checks": scenario_checks, "kill": scenario_kill, "stop": scenario_stop}[scenario](t)
+            run = {"checks": scenario_checks, "restart": scenario_checks, "kill": scenario_kill,
+                   "stop": scenario_stop}[scenario]
+            result = dict(run(t), restart=restart)
         if t.rank == 0:
             for r in range(1, t.world_size):
-                if r not in t.lost_peers():
+                if r not in t.lost_peers() and scenario != "stop":  # close() meets a stopped peer
                     t.call(r, "stop", timeout=5)
         else:
-            stop.wait(90)
+            stop.wait(150)
         start = time.monotonic()
         t.close(timeout=float(os.environ.get("DISTRL_TEST_CLOSE_TIMEOUT", "10")))
         result["close_s"] = time.monotonic() - start

@@ -54,6 +54,9 @@ class Recipe:
     #: how ranks talk: "rpc" (roles call each other through the transport) or "collective"
     #: (every rank runs the same loop and all-reduces, torch.distributed's default process group)
     group: str = "rpc"
+    #: roles the job cannot go on without: if one dies the job stops (or torchrun restarts it);
+    #: any other role that dies is logged and the job goes on without it
+    critical_roles: frozenset = frozenset({"learner"})
 
     def rank_table(self, world_size: int, cfg: Config) -> dict[int, str]:
         """Rank -> role for a launch of ``world_size`` processes (1 means one process, local)."""

@@ -33,6 +33,7 @@ class RunTracker:
         self.lag_max = 0
         self.lag_hist: collections.Counter[int] = collections.Counter()
         self.counters: collections.Counter[str] = collections.Counter()  # dropped, rejected, ...
+        self.lost: dict[int, dict] = {}  # rank -> when and why it was declared lost
         self.elapsed_before = 0.0  # wall time of earlier runs of a resumed job
         self.start = time.monotonic()
         self._last_report = self.start
@@ -130,6 +131,7 @@ class RunTracker:
             "eval_episodes": len(eval_returns), "policy_lag_mean": num(self.lag_mean),
             "policy_lag_max": self.lag_max, "policy_lag_hist": {str(k): v for k, v in sorted(self.lag_hist.items())},
             "learner_updates": self.updates, "stop_reason": stop_reason, "counters": dict(self.counters),
+            "lost_ranks": {str(r): v for r, v in sorted(self.lost.items())},
         }
         out.update(extra or {})
         (self.run_dir / "summary.json").write_text(json.dumps(out, indent=2))

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from distrl import faults
 from distrl.architectures.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info, final_observations, make_vector_env
@@ -33,12 +34,31 @@ class ImpalaActor:
         self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net)
         self.policy = self.model.policy
         self.version = -1  # no parameters yet: the first reply carries them
-        seed = self.cfg.run.seed + 1000 * ctx.rank
+        self.seed = self.cfg.run.seed + 1000 * ctx.rank
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self.unrolls = 0  # this actor's step count, for fault injection
+        self.env_errors = 0  # environment failures since the last message
+        self.env = None
+        self._new_env()
+
+    def _new_env(self) -> None:
+        """(Re)create the vector env; after a failure the seed moves on so it is not replayed."""
+        if self.env is not None:
+            try:
+                self.env.close()
+            except Exception:  # a broken env may not close cleanly; it is dropped either way
+                pass
+        seed = self.seed + 100_000 * self.env_errors
         self.env = make_vector_env(self.cfg.run.env, self.num_envs, seed)
-        self.generator = torch.Generator().manual_seed(seed)
         self.obs = torch.as_tensor(self.env.reset(seed=seed)[0], dtype=torch.float32)
         self.ep_return = np.zeros(self.num_envs)
         self.ep_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    def _env_step(self, action: np.ndarray):
+        if faults.due("env_error", self.ctx.rank, self.unrolls) and not self.env_errors:
+            faults.record("env_error", self.ctx.rank, self.unrolls)
+            raise RuntimeError("injected environment failure")
+        return self.env.step(action)
 
     def _load(self, reply: TensorDict) -> None:
         if "params" in reply.keys():
@@ -60,7 +80,7 @@ class ImpalaActor:
         for t in range(T):
             with torch.no_grad():
                 a, lp = sample_actions(self.policy(self.obs), self.generator)
-            o, r, term, trunc, info = self.env.step(a.numpy())
+            o, r, term, trunc, info = self._env_step(a.numpy())
             done = term | trunc
             obs[t], action[t], log_prob[t] = self.obs, a, lp
             next_obs[t] = torch.from_numpy(final_observations(o, info, done))
@@ -85,8 +105,10 @@ class ImpalaActor:
             },
             batch_size=[T, B],
         ).transpose(0, 1).contiguous()  # batch-major [B, T], as TorchRL
+        if faults.due("bad_obs", self.ctx.rank, self.unrolls):
+            traj[keys.OBSERVATION] = torch.zeros(B, T, obs_dim + 1, dtype=torch.float64)
         return TensorDict(
-            traj=traj, version=torch.tensor(self.version),
+            traj=traj, version=torch.tensor(self.version), env_errors=torch.tensor(self.env_errors),
             **{keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
                keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
                keys.ACTOR_RANK: torch.tensor(self.ctx.rank)},
@@ -99,7 +121,16 @@ class ImpalaActor:
             self._load(t.call_sync(self.learner, "hello", TensorDict(rank=torch.tensor(self.ctx.rank)), timeout))
             pending = None
             while True:
-                msg = self._unroll()
+                faults.maybe_signal(self.ctx.rank, self.unrolls)
+                self.unrolls += 1
+                try:
+                    msg = self._unroll()
+                except Exception as e:  # the env failed: drop the partial trajectory, start over
+                    self.env_errors += 1
+                    print(f"[actor {self.ctx.rank}] environment failed ({type(e).__name__}: {e}); "
+                          "recreating it and dropping the partial trajectory", flush=True)
+                    self._new_env()
+                    continue
                 if pending is not None:  # at most one send in flight
                     reply = pending.result()
                     if bool(reply["stop"]):
@@ -110,4 +141,5 @@ class ImpalaActor:
             # The learner is gone or told us nothing in time: it owns the run, so we end.
             print(f"[actor {self.ctx.rank}] learner unreachable, exiting: {e}", flush=True)
         finally:
-            self.env.close()
+            if self.env is not None:
+                self.env.close()

@@ -13,9 +13,11 @@ from typing import Optional
 import torch
 from tensordict import TensorDict
 
+from distrl import faults
 from distrl.algorithms.impala import impala_loss
 from distrl.architectures.base import RoleContext
 from distrl.data import keys
+from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info, evaluate
 from distrl.roles.session import LearnerSession
 from distrl.models import ActorCritic
@@ -37,6 +39,8 @@ class ImpalaLearner:
         self.stopping = threading.Event()
         self.actors = set(ctx.ranks_of("actor"))
         self.said_stop: set[int] = set()
+        self.wire = WireMeter()  # trajectories in + parameters out, per env frame (as seed counts)
+        self._env_errors: dict[int, int] = {}
         self.session.restore(self.model, self.optim)
         self._publish()
         ctx.transport.serve("hello", self._hello)
@@ -60,9 +64,16 @@ class ImpalaLearner:
 
     def _put_trajectory(self, msg: TensorDict) -> TensorDict:
         rank = int(msg[keys.ACTOR_RANK])
-        if self.stopping.is_set():
+        if self.stopping.is_set() or rank in self.ctx.transport.lost_peers():
+            # A rank declared lost (e.g. it was stopped and came back) is told to stop; its
+            # late data is ignored rather than mixed into a run that has moved on.
             self.said_stop.add(rank)
-            return self._reply(int(msg["version"]))
+            reply = self._reply(int(msg["version"]))
+            reply["stop"] = torch.tensor(True)
+            return reply
+        self._env_errors[rank] = int(msg["env_errors"])  # each actor's running count
+        if any(self._env_errors.values()):
+            self.session.tracker.counters["env_errors"] = sum(self._env_errors.values())
         problem = self.session.check_trajectory(msg["traj"], self.obs_dim)
         if problem:
             self.session.reject(rank, problem)
@@ -71,7 +82,9 @@ class ImpalaLearner:
                 self.queue.put(msg, timeout=self.algo.put_timeout_s)
             except queue.Full:
                 self.session.tracker.counters["dropped_trajectories"] += 1
-        return self._reply(int(msg["version"]))
+        reply = self._reply(int(msg["version"]))
+        self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), msg["traj"].numel())
+        return reply
 
     # ---- the loop --------------------------------------------------------------------------
     def _next_batch(self) -> Optional[TensorDict]:
@@ -92,7 +105,10 @@ class ImpalaLearner:
         tracker = self.session.tracker
         tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
         a = self.algo
+        faults.maybe_signal(self.ctx.rank, tracker.updates)
         out = impala_loss(self.model, batch, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef)
+        if faults.due("nan_loss", self.ctx.rank, tracker.updates):
+            out["loss"] = out["loss"] * float("nan")
         if not self.session.loss_is_finite(out["loss"]):
             return
         self.optim.zero_grad(set_to_none=True)
@@ -101,7 +117,8 @@ class ImpalaLearner:
         self.optim.step()
         tracker.updates += 1
         self._publish()
-        tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()} | {"learner/grad_norm": float(grad_norm)})
+        tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
+                        | {"learner/grad_norm": float(grad_norm), "learner/bytes_per_env_step": self.wire.bytes_per_env_step})
 
     def run(self) -> dict:
         session = self.session
@@ -119,7 +136,8 @@ class ImpalaLearner:
             self.cfg.run.seed + 10_000, self.device,
         )
         self._await_actors()
-        return session.finish(reason, eval_returns, self.model, self.optim)
+        return session.finish(reason, eval_returns, self.model, self.optim,
+                              extra={"bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)})
 
     def _await_actors(self) -> None:
         """Let every live actor hear ``stop`` in a reply, bounded by the call timeout."""

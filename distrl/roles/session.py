@@ -7,11 +7,13 @@ per loop iteration; recipes differ only in how they learn.
 from __future__ import annotations
 
 import random
+import signal
+import threading
 import time
 import uuid
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -23,7 +25,7 @@ from distrl.data import keys
 from distrl.logging.metrics import MetricsWriter
 from distrl.logging.tracker import RunTracker
 from distrl.models import resolve_device
-from distrl.transport.base import TransportError
+from distrl.transport.base import PeerLostError, TransportError
 
 PING_INTERVAL_S = 0.25
 MAX_NONFINITE_STREAK = 10  #: consecutive non-finite losses after which the run stops
@@ -44,8 +46,8 @@ class LearnerSession:
         self.ctx, self.cfg = ctx, ctx.cfg
         self.device = resolve_device(self.cfg.run.device)
         self.run_dir = Path(ctx.run_dir)
-        writer = MetricsWriter(self.run_dir, self.cfg.run.logger, self.run_dir.name, self.cfg.to_dict(),
-                               wandb_run_id(self.run_dir) if self.cfg.run.logger == "wandb" else None)
+        self._wandb_id = wandb_run_id(self.run_dir) if self.cfg.run.logger == "wandb" else None
+        writer = MetricsWriter(self.run_dir, self.cfg.run.logger, self.run_dir.name, self.cfg.to_dict(), self._wandb_id)
         self.tracker = RunTracker(self.cfg, self.run_dir, ctx.roles, writer)
         self.stop_reason: Optional[str] = None
         # Peers to watch: the other ranks a transport reaches (collective recipes have none).
@@ -54,9 +56,19 @@ class LearnerSession:
         self._last_ping = 0.0
         self._last_checkpoint = time.monotonic()
         self._nonfinite_streak = 0
+        self._sigterm = threading.Event()
+        #: roles with state beyond model/optimizer/counters (a replay buffer...) set this; its
+        #: dict is saved in every checkpoint and returned by :meth:`restore`.
+        self.extra_state: Optional[Callable[[], dict]] = None
+        if threading.current_thread() is threading.main_thread():
+            # Preemption: checkpoint at the next tick, then stop (the handler itself only flags).
+            signal.signal(signal.SIGTERM, lambda *_: self._sigterm.set())
 
     # ---- stop rule and liveness -----------------------------------------------------------------
     def should_stop(self) -> bool:
+        if self.stop_reason is None and self._sigterm.is_set():
+            self.stop_reason = "sigterm"
+            print("[learner] SIGTERM: stopping after a checkpoint", flush=True)
         if self.stop_reason is None:
             self.stop_reason = self.tracker.stop_reason()
         if self.stop_reason is None and self.peers and set(self.peers) <= self.ctx.transport.lost_peers():
@@ -73,7 +85,9 @@ class LearnerSession:
             del self._pings[rank]
             try:
                 fut.result()
-            except TransportError as e:
+            except PeerLostError as e:
+                self.lose(rank, e.reason or "connection lost")
+            except TransportError as e:  # a timeout: the peer is stopped, wedged or overloaded
                 self.lose(rank, str(e))
         if now - self._last_ping < PING_INTERVAL_S:
             return
@@ -83,14 +97,16 @@ class LearnerSession:
                 self._pings[rank] = (now, t.call(rank, "ping", None, self.cfg.transport.call_timeout_s))
 
     def lose(self, rank: int, reason: str) -> None:
-        t = self.ctx.transport
-        if rank in t.lost_peers() and self.tracker.counters.get(f"lost_rank_{rank}"):
+        """Declare ``rank`` lost, once, in one log line and in ``summary.json``'s ``lost_ranks``."""
+        if rank in self.tracker.lost:
             return
-        t.mark_lost(rank, reason)
-        self.tracker.counters["lost_peers"] += 1
-        self.tracker.counters[f"lost_rank_{rank}"] = 1
+        self.ctx.transport.mark_lost(rank, reason)
         role = self.ctx.roles.get(rank, "?")
-        print(f"[learner] lost rank {rank} ({role}) at {self.tracker.wall_s:.1f}s: {reason}", flush=True)
+        self.tracker.lost[rank] = {"role": role, "wall_s": round(self.tracker.wall_s, 3), "time": time.time(),
+                                   "reason": reason}
+        self.tracker.counters["lost_peers"] += 1
+        print(f"[learner] lost rank {rank} ({role}) at {self.tracker.wall_s:.1f}s: {reason}; going on without it",
+              flush=True)
 
     # ---- bad input --------------------------------------------------------------------------------
     def check_trajectory(self, traj: TensorDict, obs_dim: int) -> Optional[str]:
@@ -129,8 +145,10 @@ class LearnerSession:
         state: dict[str, Any] = {
             "model": model.state_dict(), "optim": optim.state_dict(), "tracker": self.tracker.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-            "config": self.cfg.to_dict(),
+            "config": self.cfg.to_dict(), "wandb_id": self._wandb_id,
         }
+        if self.extra_state is not None:
+            state["extra"] = self.extra_state()
         state.update(extra or {})
         self._last_checkpoint = time.monotonic()
         return save_checkpoint(self.run_dir, self.tracker.updates, state)

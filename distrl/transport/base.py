@@ -29,7 +29,7 @@ class PeerLostError(TransportError):
     """The destination rank died or was declared lost; calls to it fail at once from now on."""
 
     def __init__(self, rank: int, role: str = "", reason: str = ""):
-        self.rank, self.role = rank, role
+        self.rank, self.role, self.reason = rank, role, reason
         who = f"rank {rank}" + (f" ({role})" if role else "")
         super().__init__(f"lost {who}" + (f": {reason}" if reason else ""))
 
@@ -87,5 +87,9 @@ class Transport(abc.ABC):
         """Declare ``rank`` lost: later calls to it fail at once with :class:`PeerLostError`."""
 
     @abc.abstractmethod
-    def close(self, timeout: float = 10.0) -> None:
-        """Leave the group within ``timeout`` seconds, whether or not peers are alive."""
+    def close(self, timeout: float = 10.0, graceful: bool = True) -> None:
+        """Leave the group within ``timeout`` seconds, whether or not peers are alive.
+
+        ``graceful`` lets calls in flight everywhere finish first (a collective); without it the
+        rank leaves at once, which is right when the role's protocol has already ended its calls.
+        """

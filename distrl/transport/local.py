@@ -95,7 +95,7 @@ class LocalTransport(Transport):
     def mark_lost(self, rank: int, reason: str = "") -> None:
         self._lost.setdefault(rank, reason)
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self, timeout: float = 10.0, graceful: bool = True) -> None:
         self.hub.closed[self.rank] = True
         if all(self.hub.closed):
             self.hub.pool.shutdown(wait=False, cancel_futures=True)

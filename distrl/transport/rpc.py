@@ -1,23 +1,21 @@
 """The ``rpc`` backend: one process per rank, calls over ``torch.distributed.rpc`` (TensorPipe).
 
-Why each choice:
-
-* ``_transports=["uv"]``: TensorPipe's default transports busy-poll, so an idle agent burns 99%
-  of a core; the libuv transport sleeps in epoll and idles at 0%.
+* ``_transports=["uv"]``: the default transports busy-poll (an idle agent burns 99% of a core);
+  libuv sleeps in epoll.
 * Only ``rpc_async`` of one module-level function, :func:`_dispatch`, which looks the method up
-  in a per-process handler table. No RRef, no ``rpc.remote``, no distributed autograd: TensorPipe
-  is in maintenance mode upstream, and the narrowest use of it is the easiest to replace.
-* Handler errors come back as values, not as rpc exceptions, so any exception the rpc future
-  raises is the transport's own (a lost peer or a timeout) and is classified by its message.
-* TensorDicts cross as ``(tag, batch_size, device, {key: tensor | nested})`` and are rebuilt on
-  arrival: TensorDict pickles correctly through rpc, but it ships tensordict's private
-  ``__dict__`` (lock state, caches), and the plain form measured 10-20% faster per round trip.
-* :meth:`RpcTransport.start` first meets every rank at a barrier of its own on the
-  ``MASTER_ADDR:MASTER_PORT`` store, under keys prefixed by torchrun's run id and restart
-  count, so that a rank that never starts is named after ``init_timeout``. Rank 0 then opens a
-  fresh store on a free port for ``init_rpc`` itself: after a ``torchrun --max-restarts``
-  restart, torchrun's shared store still holds the previous round's rpc addresses, and
-  ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` only helps when set in the launcher's environment.
+  in a per-process table. No RRef, no ``rpc.remote``, no distributed autograd: TensorPipe is in
+  maintenance mode upstream, and the narrowest use of it is the easiest to replace.
+* Handler errors come back as values, so an exception of an rpc future is the transport's own
+  (a lost peer, a timeout), classified by its message.
+* TensorDicts cross as ``(tag, batch_size, device, names, {key: tensor | nested})``. A
+  TensorDict pickles through rpc intact and as fast (equal round trips at 8 to 64k rows), but
+  ships tensordict's private ``__dict__`` (a locked one arrives locked); the plain form arrives
+  as a fresh TensorDict. Lazy stacks and tensorclasses are pickled whole.
+* :meth:`RpcTransport.start` meets every rank at a barrier of its own on the MASTER_ADDR:PORT
+  store (keys prefixed by torchrun's run id and restart count), so a rank that never starts is
+  named; then rank 0 opens a fresh store on a free port for ``init_rpc``. After a ``torchrun
+  --max-restarts`` restart, torchrun's shared store still holds the dead round's addresses, and
+  ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` helps only in the launcher's environment.
 * :meth:`RpcTransport.close` runs ``rpc.shutdown`` in a daemon thread and stops waiting at its
   timeout: with a dead or stopped peer, shutdown can hang past any timeout given to it.
 """
@@ -25,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 import traceback
@@ -36,14 +35,8 @@ import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 from torch.distributed import rpc as torch_rpc
 
-from distrl.transport.base import (
-    CallTimeoutError,
-    Handler,
-    PeerLostError,
-    RemoteError,
-    Transport,
-    TransportError,
-)
+from distrl.transport.base import (CallTimeoutError, Handler, PeerLostError, RemoteError, Transport,
+                                   TransportError)
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +45,6 @@ _ACTIVE: list["RpcTransport"] = []  # at most one started transport per process
 _TD_TAG = "distrl.td"
 _LOST_MARKERS = ("eof", "end of file", "pipe closed", "connection closed", "connection reset",
                  "connection refused", "broken pipe", "econnreset", "econnrefused", "epipe")
-_TIMEOUT_MARKER = "ran for more than set timeout"
 
 
 def _encode(obj: Any) -> Any:
@@ -61,24 +53,31 @@ def _encode(obj: Any) -> Any:
         return obj
     items = {k: _encode(v) if isinstance(v, TensorDictBase) else v for k, v in obj.items()}
     names = obj.names if any(n is not None for n in obj.names) else None
-    device = None if obj.device is None else str(obj.device)
-    return (_TD_TAG, tuple(obj.batch_size), device, names, items)
+    return (_TD_TAG, tuple(obj.batch_size), None if obj.device is None else str(obj.device), names, items)
 
 
 def _decode(obj: Any) -> Any:
     """Inverse of :func:`_encode`."""
     if isinstance(obj, tuple) and len(obj) == 5 and obj[0] == _TD_TAG:
         _, batch_size, device, names, items = obj
-        source = {k: _decode(v) for k, v in items.items()}
-        return TensorDict(source, batch_size=batch_size, device=device, names=names)
+        return TensorDict({k: _decode(v) for k, v in items.items()}, batch_size, device=device, names=names)
     return obj
 
 
-def _dispatch(method: str, payload: Any) -> tuple:
-    """Run the local handler of ``method`` on an incoming call; the only function rpc runs.
+def _listening(addr: str, port: int, deadline: float) -> bool:
+    """Whether ``addr:port`` accepts a connection before ``deadline``."""
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((addr, port), timeout=min(0.5, max(0.05, deadline - time.monotonic()))).close()
+            return True
+        except OSError:
+            time.sleep(0.1)
+    return False
 
-    Returns ``("ok", encoded result)`` or ``("err", type name, message, traceback)``.
-    """
+
+def _dispatch(method: str, payload: Any) -> tuple:
+    """The only function rpc runs: ``method``'s handler, as ``("ok", encoded result)`` or
+    ``("err", type name, message, traceback)``."""
     handler = _HANDLERS.get(method)
     if handler is None:
         return ("err", "LookupError", f"no method {method!r} is served here", "")
@@ -92,9 +91,8 @@ class RpcTransport(Transport):
     """One rank's endpoint over ``torch.distributed.rpc``; worker names are ``f"rank{r}"``.
 
     ``timeout`` bounds every call by default, ``init_timeout`` bounds :meth:`start`,
-    ``num_threads`` is the size of the pool running incoming handlers, and ``role_names``
-    (rank -> role) makes error messages name roles. ``MASTER_ADDR``/``MASTER_PORT`` come from
-    the environment, as torchrun sets them. One transport per process.
+    ``num_threads`` runs incoming handlers, ``role_names`` (rank -> role) names roles in errors.
+    ``MASTER_ADDR``/``MASTER_PORT`` come from the environment. One transport per process.
     """
 
     def __init__(self, rank: int, world_size: int, timeout: float = 30.0, init_timeout: float = 60.0,
@@ -110,63 +108,62 @@ class RpcTransport(Transport):
         self._state = "new"  # -> "started" -> "closed"
         self._lock = threading.Lock()
         self._stores: list = []  # kept alive: rank 0 serves them to the others
+        self._in_flight = 0  # calls this rank awaits; close() lets them drain before a graceful exit
+        self._drained = threading.Condition(self._lock)
 
     @classmethod
     def from_env(cls, **kw) -> "RpcTransport":
         """Build from torchrun's ``RANK`` and ``WORLD_SIZE``; ``kw`` go to the constructor."""
-        try:
-            rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        except KeyError as e:
-            raise TransportError(f"{e.args[0]} is not set: launch with torchrun") from None
-        return cls(rank, world_size, **kw)
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            raise TransportError("RANK and WORLD_SIZE are not set: launch with torchrun")
+        return cls(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), **kw)
 
     def _who(self, rank: int) -> str:
-        role = self.role_names.get(rank)
-        return f"rank {rank}" + (f" ({role})" if role else "")
+        return f"rank {rank}" + (f" ({self.role_names[rank]})" if self.role_names.get(rank) else "")
 
     def serve(self, method: str, handler: Handler) -> None:
         """Expose ``handler`` under ``method``; it runs on rpc's worker threads."""
         _HANDLERS[method] = handler
 
     def start(self) -> None:
-        """Meet every rank, then ``init_rpc``; raises :class:`TransportError` within ``init_timeout``.
+        """Meet every rank, then ``init_rpc``, or raise :class:`TransportError` naming who is missing.
 
-        Both steps run in a daemon thread that is abandoned at the deadline: a store connection
-        retries past its own timeout, and ``init_rpc`` can wait for a missing rank for 30 min.
+        Both run in a daemon thread given up at ``init_timeout``: ``init_rpc`` alone can wait 30 min.
         """
+        addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+        if not (addr and port):
+            raise TransportError("MASTER_ADDR and MASTER_PORT must be set (torchrun sets them)")
         with self._lock:
             if self._state != "new" or _ACTIVE:
                 raise TransportError("start() once, with one RpcTransport per process")
             _ACTIVE.append(self)
             self._state = "started"
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # for any launcher we start
-        addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
         status: dict[str, Any] = {"stage": "store", "missing": [], "error": None}
-        if addr and port:
-            thread = threading.Thread(target=self._join, args=(addr, int(port), status),
-                                      name="distrl-rpc-start", daemon=True)
-            thread.start()
-            thread.join(self.init_timeout)
-            if status["stage"] == "done":
-                return
-        else:
-            status["error"] = TransportError("MASTER_ADDR and MASTER_PORT must be set (torchrun sets them)")
+        deadline = time.monotonic() + self.init_timeout
+        thread = threading.Thread(target=self._join, args=(addr, int(port), deadline, status),
+                                  name="distrl-rpc-start", daemon=True)
+        thread.start()
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if status["stage"] == "done":
+            return
         _ACTIVE.remove(self)
         self._state = "closed"
+        missing = ", ".join(map(self._who, status["missing"])) or "no rank"
         why = {"store": f"no store at {addr}:{port}, so {self._who(0)} did not start",
-               "barrier": ", ".join(map(self._who, status["missing"])) + " did not start"
-               if status["missing"] else "the start barrier failed",
-               "done": "start failed",
-               "rpc": "init_rpc did not finish although every rank started"}[status["stage"]]
+               "barrier": f"{missing} did not start",
+               "rpc": "init_rpc did not finish although every rank started"}.get(status["stage"], "failed")
         error = status["error"]
         raise TransportError(f"rank {self.rank}: {why} within {self.init_timeout:.3g}s"
                              + (f" ({error})" if error else "")) from error
 
-    def _join(self, addr: str, port: int, status: dict) -> None:
-        deadline = time.monotonic() + self.init_timeout
+    def _join(self, addr: str, port: int, deadline: float, status: dict) -> None:
+        # A step in C++ that outlives start() makes the exit abort, so watch the deadline here too.
         left = lambda: timedelta(seconds=max(0.1, deadline - time.monotonic()))  # noqa: E731
         try:
             agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+            if (self.rank != 0 or agent_store) and not _listening(addr, port, deadline - 0.3):
+                return  # a TCPStore client would retry past its timeout
             store = dist.TCPStore(addr, port, None, self.rank == 0 and not agent_store, left(),
                                   wait_for_workers=False, multi_tenant=True)  # rank 0 hosts it
             self._stores.append(store)
@@ -179,7 +176,7 @@ class RpcTransport(Transport):
                 status["missing"] = [r for r, k in enumerate(keys) if not store.check([k])]
                 if not status["missing"]:
                     break
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline - 0.3:
                     return
                 time.sleep(0.05)
             status["stage"] = "rpc"
@@ -206,39 +203,44 @@ class RpcTransport(Transport):
             raise ValueError(f"timeout must be positive, got {limit}")
         out: Future = Future()
         out.set_running_or_notify_cancel()  # an rpc in flight cannot be cancelled
-        if dst in self._lost:
-            out.set_exception(PeerLostError(dst, self.role_names.get(dst, ""), self._lost[dst]))
-            return out
-        if self._state != "started":
-            out.set_exception(TransportError(f"transport is {self._state}, not started"))
+        if dst in self._lost or self._state != "started":
+            out.set_exception(PeerLostError(dst, self.role_names.get(dst, ""), self._lost[dst]) if dst in self._lost
+                              else TransportError(f"transport is {self._state}, not started"))
             return out
         try:
             fut = torch_rpc.rpc_async(f"rank{dst}", _dispatch, args=(method, _encode(td)), timeout=limit)
         except Exception as e:  # unpicklable payload, agent already shut down
             out.set_exception(self._classify(e, dst, method, limit))
             return out
+        with self._lock:
+            self._in_flight += 1
         fut.add_done_callback(lambda f: self._finish(f, out, dst, method, limit))
         return out
 
     def _finish(self, fut, out: Future, dst: int, method: str, limit: float) -> None:
-        try:
+        result, err = None, None
+        try:  # whatever happens, ``out`` resolves: call_sync waits on it without a timeout
             reply = fut.value()
+            if reply[0] == "ok":
+                result = _decode(reply[1])
+            else:
+                err = RemoteError(f"{method} on {self._who(dst)}: {reply[1]}: {reply[2]}")
+                err.remote_traceback = reply[3]
         except Exception as e:
-            out.set_exception(self._classify(e, dst, method, limit))
-            return
-        if reply[0] == "ok":
-            out.set_result(_decode(reply[1]))
+            err = self._classify(e, dst, method, limit)
+        with self._lock:
+            self._in_flight -= 1
+            self._drained.notify_all()
+        if err is None:
+            out.set_result(result)
         else:
-            err = RemoteError(f"{method} on {self._who(dst)}: {reply[1]}: {reply[2]}")
-            err.remote_traceback = reply[3]
             out.set_exception(err)
 
     def _classify(self, e: Exception, dst: int, method: str, limit: float) -> TransportError:
-        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        low = text.lower()
-        if _TIMEOUT_MARKER in low:
+        text = (str(e).strip() or type(e).__name__).splitlines()[0]
+        if "ran for more than set timeout" in text.lower():
             return CallTimeoutError(f"{method} on {self._who(dst)}: no reply in {limit:.3g}s")
-        if any(m in low for m in _LOST_MARKERS):
+        if any(m in text.lower() for m in _LOST_MARKERS):
             self.mark_lost(dst, text)
             return PeerLostError(dst, self.role_names.get(dst, ""), text)
         return TransportError(f"{method} on {self._who(dst)}: {text}")
@@ -251,30 +253,36 @@ class RpcTransport(Transport):
         """Declare ``rank`` lost; later calls to it fail at once without touching rpc."""
         if rank not in self._lost:
             self._lost.setdefault(rank, reason)
-            log.warning("rank %d: lost %s: %s", self.rank, self._who(rank), reason)
+            log.info("rank %d: lost %s: %s", self.rank, self._who(rank), reason)  # roles say it
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self, timeout: float = 10.0, graceful: bool = True) -> None:
         """Leave the group within ``timeout`` seconds; idempotent, and safe before :meth:`start`.
 
-        Graceful shutdown is a collective, tried only while no peer is known lost, with a third of
-        ``timeout`` (a stopped peer makes it take twice that); then a local shutdown; if that
-        hangs too (a handler that never returns), it is abandoned in its thread, and the
-        process may then abort at exit.
+        ``graceful=False`` skips the collective shutdown: for roles whose own protocol already
+        told every peer to stop, it saves waiting on the slowest rank.
+
+        Calls in flight get up to a third of ``timeout``; if none is left and no peer is known
+        lost (graceful shutdown waits for both), the collective graceful shutdown gets 40% of the
+        rest (a stopped peer doubles that); else, or then, a local one. If that hangs too (a
+        handler that never returns), it is abandoned and the process may abort at exit (SIGABRT).
         """
         with self._lock:
             started, self._state = self._state == "started", "closed"
-        if not started:
-            return
-        deadline = time.monotonic() + timeout
+            if not started:
+                return
+            deadline = time.monotonic() + timeout
+            graceful = graceful and self._drained.wait_for(lambda: self._in_flight == 0, timeout / 3) and not self._lost
+        graceful_s = max(0.1, 0.4 * (deadline - time.monotonic()))
 
         def shutdown() -> None:
-            if not self._lost:
-                # rpc logs a failed graceful shutdown with a traceback, and torch's log formatter
-                # then imports torch._dynamo: seconds of a busy core. Our one line says enough.
+            if graceful:
+                # rpc logs its failure with a traceback, for which torch's log formatter imports
+                # torch._dynamo: seconds of a busy core. Our one line says enough.
                 rpc_log = logging.getLogger("torch.distributed.rpc.api")
-                level, _ = rpc_log.level, rpc_log.setLevel(logging.CRITICAL)
+                level = rpc_log.level
+                rpc_log.setLevel(logging.CRITICAL)
                 try:
-                    torch_rpc.shutdown(graceful=True, timeout=max(0.1, timeout / 3))
+                    torch_rpc.shutdown(graceful=True, timeout=graceful_s)
                     return
                 except Exception as e:  # a peer died, stopped or never came to shutdown
                     log.info("rank %d: graceful rpc shutdown failed: %s", self.rank, e)

@@ -1,0 +1,73 @@
+"""Deterministic fault injection for the reliability tests (and for trying failures by hand).
+
+``DISTRL_FAULT`` names faults as ``kind@rank:step`` items separated by commas, e.g.
+``DISTRL_FAULT=kill@2:30,nan_loss@0:20``: rank 2 SIGKILLs itself at its 30th step, and the
+learner's loss becomes NaN from its 20th update on. A "step" is the role's own loop count (an
+actor's unroll, a learner's update). Kinds:
+
+| kind | who | what happens |
+|---|---|---|
+| ``kill`` | any rank | SIGKILL itself (a crash no handler sees) |
+| ``stop`` | any rank | SIGSTOP itself (a hung process; SIGCONT resumes it) |
+| ``sigterm`` | any rank | SIGTERM itself (as a scheduler's preemption would) |
+| ``env_error`` | actor | its environment raises inside ``step`` |
+| ``bad_obs`` | actor | it sends float64 observations of the wrong width |
+| ``nan_loss`` | learner | every loss from that update on is NaN |
+| ``never_start`` | any rank | never joins the group (sleeps before ``start``) |
+| ``crash_before_rename`` | checkpoint writer | dies after writing a checkpoint's temp file (``DISTRL_FAULT=crash_before_rename``) |
+
+Each injected fault appends a line to ``$DISTRL_FAULT_LOG`` (if set) with the wall-clock time,
+so tests can measure time to detection across processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from functools import lru_cache
+
+
+@lru_cache(maxsize=None)
+def _parse(spec: str) -> dict[tuple[str, int], int]:
+    faults = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        kind, _, where = item.partition("@")
+        if not where:
+            continue
+        rank, _, step = where.partition(":")
+        faults[(kind, int(rank))] = int(step or 0)
+    return faults
+
+
+def due(kind: str, rank: int, step: int) -> bool:
+    """True when fault ``kind`` is scheduled for ``rank`` at ``step`` or earlier.
+
+    Faults fire in a job's first attempt only: after a torchrun restart the job must be able to
+    show that it recovers.
+    """
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return False
+    at = _parse(os.environ.get("DISTRL_FAULT", "")).get((kind, rank))
+    return at is not None and step >= at
+
+
+def record(kind: str, rank: int, step: int) -> None:
+    """Note an injected fault (stdout and ``$DISTRL_FAULT_LOG``)."""
+    print(f"[fault] injecting {kind} on rank {rank} at step {step}", flush=True)
+    path = os.environ.get("DISTRL_FAULT_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"kind": kind, "rank": rank, "step": step, "time": time.time()}) + "\n")
+
+
+def maybe_signal(rank: int, step: int) -> None:
+    """Deliver a scheduled ``kill``, ``stop`` or ``sigterm`` to this process, once."""
+    for kind, sig in (("kill", signal.SIGKILL), ("stop", signal.SIGSTOP), ("sigterm", signal.SIGTERM)):
+        if due(kind, rank, step) and (kind, rank) not in _fired:
+            _fired.add((kind, rank))
+            record(kind, rank, step)
+            os.kill(os.getpid(), sig)
+
+
+_fired: set[tuple[str, int]] = set()

@@ -1,0 +1,134 @@
+"""Each torchrun rank runs its role in a forked child, watched by the rank's own process.
+
+Why: torchrun tears the whole job down when any of its workers dies, but an actor that dies
+should cost the job one actor, not the run. So the process torchrun started only supervises:
+
+- the child runs the role (transport, loop); the supervisor forwards SIGTERM/SIGINT to it;
+- a non-critical role (an actor, an env worker) that dies is logged in one line and the rank
+  exits 0, so torchrun lets the rest of the job go on;
+- a critical role (the learner) that dies makes the rank exit 1, so torchrun stops the job, or
+  restarts it under ``--max-restarts`` (the learner then resumes from its last checkpoint);
+- when rank 0's role ends, its supervisor sets a key in torchrun's store; a supervisor whose
+  child is still alive a grace period later (a stopped or wedged process) kills it, so a
+  SIGSTOPped actor cannot hold the job open forever.
+
+The child asks the kernel for SIGKILL when its supervisor dies (``PR_SET_PDEATHSIG``), so no
+process outlives its rank.
+"""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import time
+from datetime import timedelta
+from typing import Callable, Optional
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _done_key() -> str:
+    return "distrl/{}/{}/rank0_done".format(os.environ.get("TORCHELASTIC_RUN_ID", "none"),
+                                            os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def _child(target: Callable[[], int]) -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not Linux: the supervisor's own cleanup still applies
+        pass
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os._exit(int(target() or 0))
+
+
+class _Store:
+    """A lazily connected client of torchrun's store (MASTER_ADDR:MASTER_PORT); never raises."""
+
+    def __init__(self):
+        self._store = None
+        self.lost = False  # it was reachable and is not any more: rank 0's node is gone
+
+    def get(self):
+        if self._store is None and not self.lost:
+            try:
+                import torch.distributed as dist
+
+                self._store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False,
+                                            timedelta(seconds=2), wait_for_workers=False)
+            except Exception:
+                return None
+        return self._store
+
+    def is_set(self, key: str) -> bool:
+        store = self.get()
+        if store is None:
+            return self.lost
+        try:
+            return store.check([key])
+        except Exception:
+            self.lost, self._store = True, None
+            return True
+
+    def set(self, key: str) -> None:
+        store = self.get()
+        if store is not None:
+            try:
+                store.set(key, "1")
+            except Exception:
+                pass
+
+
+def supervise(target: Callable[[], int], rank: int, role: str, critical: bool, grace_s: float) -> int:
+    """Run ``target`` in a forked child; return the exit status this rank reports to torchrun.
+
+    ``grace_s``: how long a child may outlive the end of rank 0's role before it is killed.
+    """
+    child = multiprocessing.get_context("fork").Process(target=_child, args=(target,), name=f"distrl-{role}-{rank}")
+    child.start()
+    forwarded: list[float] = []
+
+    def forward(signum, _frame):
+        forwarded.append(time.monotonic())
+        try:
+            os.kill(child.pid, signal.SIGCONT)
+            os.kill(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    store, done_since = _Store(), None
+    try:
+        while child.is_alive():
+            child.join(0.5)
+            if forwarded and time.monotonic() - forwarded[0] > 30:  # ignored SIGTERM: end it
+                child.kill()
+            if rank != 0 and child.is_alive():
+                if done_since is None and store.is_set(_done_key()):
+                    done_since = time.monotonic()
+                if done_since is not None and time.monotonic() - done_since > grace_s:
+                    print(f"[rank {rank}] {role} still running {grace_s:.0f}s after the learner finished; killing it",
+                          flush=True)
+                    os.kill(child.pid, signal.SIGCONT)
+                    child.kill()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if child.is_alive():
+            child.kill()
+            child.join(5)
+        if rank == 0:
+            store.set(_done_key())
+    return _verdict(child.exitcode, rank, role, critical)
+
+
+def _verdict(code: Optional[int], rank: int, role: str, critical: bool) -> int:
+    if code == 0:
+        return 0
+    how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
+    if critical:
+        print(f"[rank {rank}] {role} ended with {how}: the job cannot go on without it", flush=True)
+        return code if code and code > 0 else 1
+    print(f"[rank {rank}] {role} died ({how}); the job goes on without it", flush=True)
+    return 0
