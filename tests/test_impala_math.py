@@ -117,3 +117,19 @@ def test_on_policy_ratio_is_one():
     out = impala_loss(model, batch, 0.99, 1.0, 1.0, 0.5, 0.01)
     assert out["rho_mean"].item() == pytest.approx(1.0, abs=1e-5)
     assert set(out.keys()) == {"loss", "loss_policy", "loss_value", "entropy", "rho_mean"}
+
+
+def test_normalized_advantage_loss():
+    """With normalisation the policy term uses (A - mean A) / std A over the batch."""
+    torch.manual_seed(1)
+    model = ActorCritic(4, 2)
+    batch = random_batch(seed=3)
+    out = impala_loss(model, batch, 0.99, 1.0, 1.0, 0.5, 0.0, normalize_advantage=True)
+    logits, value = model(batch[keys.OBSERVATION])
+    log_pi = torch.log_softmax(logits, -1).gather(-1, batch[keys.ACTION].unsqueeze(-1))
+    with torch.no_grad():
+        adv, _ = vtrace_targets(0.99, log_pi, batch[keys.ACTION_LOG_PROB].unsqueeze(-1), value,
+                                model.value(batch[keys.NEXT_OBSERVATION]), batch[keys.REWARD], batch[keys.DONE],
+                                batch[keys.TERMINATED])
+        adv = (adv - adv.mean()) / adv.std()
+    torch.testing.assert_close(out["loss_policy"], -(adv * log_pi).mean().detach(), atol=1e-5, rtol=1e-5)

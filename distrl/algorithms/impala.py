@@ -52,12 +52,17 @@ def impala_loss(
     c_bar: float,
     value_coef: float,
     entropy_coef: float,
+    normalize_advantage: bool = False,
 ) -> TensorDict:
     """Actor-critic loss of a ``[B, T]`` trajectory batch under the current ``model``.
 
     ``batch`` holds :data:`distrl.data.keys.IMPALA_IN_KEYS`: ``observation [B, T, F]``,
     ``action [B, T]``, ``action_log_prob [B, T]`` (behaviour policy), ``("next", ...)`` entries
     ``observation [B, T, F]`` and ``reward``/``done``/``terminated`` ``[B, T, 1]``.
+
+    ``normalize_advantage`` rescales the V-trace advantages of the batch to zero mean and unit
+    variance: the policy step then no longer grows with the return scale (CartPole's values
+    reach ~100), which keeps long runs from collapsing onto one action.
 
     Returns a TensorDict of scalars: ``loss`` (to minimise), ``loss_policy``, ``loss_value``,
     ``entropy``, ``rho_mean`` (mean importance ratio pi/mu, a lag diagnostic).
@@ -73,6 +78,8 @@ def impala_loss(
             gamma, log_pi.detach(), log_mu, value.detach(), next_value,
             batch[keys.REWARD], batch[keys.DONE], batch[keys.TERMINATED], rho_bar, c_bar,
         )
+    if normalize_advantage:
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
     loss_policy = -(advantage * log_pi).mean()
     loss_value = 0.5 * (vs - value).pow(2).mean()
     entropy = -(log_probs.exp() * log_probs).sum(-1).mean()

@@ -23,13 +23,14 @@ class ImpalaConfig:
     queue_size: int = 8  #: learner's trajectory queue bound, in messages
     put_timeout_s: float = 2.0  #: how long an arriving trajectory may wait for queue space, then dropped
     local_actors: int = 2  #: actors in the one process at world size 1
-    lr: float = 1e-3  #: Adam learning rate
+    lr: float = 5e-4  #: Adam learning rate
     gamma: float = 0.99  #: discount
     rho_bar: float = 1.0  #: V-trace truncation of the importance weight in the advantage
     c_bar: float = 1.0  #: V-trace truncation of the trace coefficients
     value_coef: float = 0.5  #: weight of the value loss
     entropy_coef: float = 0.01  #: weight of the entropy bonus
     max_grad_norm: float = 1.0  #: global gradient-norm clip
+    normalize_advantage: bool = True  #: rescale each batch's advantages to unit variance (stability)
 
     def __post_init__(self):
         for name in ("envs_per_actor", "unroll_length", "batch_trajectories", "queue_size", "local_actors"):

@@ -106,7 +106,8 @@ class ImpalaLearner:
         tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
         a = self.algo
         faults.maybe_signal(self.ctx.rank, tracker.updates)
-        out = impala_loss(self.model, batch, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef)
+        out = impala_loss(self.model, batch, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef,
+                          a.normalize_advantage)
         if faults.due("nan_loss", self.ctx.rank, tracker.updates):
             out["loss"] = out["loss"] * float("nan")
         if not self.session.loss_is_finite(out["loss"]):
