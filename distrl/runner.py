@@ -6,6 +6,7 @@ this process over the local transport, each non-learner role in its own thread.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -70,7 +71,7 @@ def plan(cfg: Config, world_size: int) -> Plan:
 def _prepare_run_dir(p: Plan) -> None:
     p.run_dir.mkdir(parents=True, exist_ok=True)
     (p.run_dir / "config.json").write_text(p.cfg.to_json())
-    (p.run_dir / "roles.json").write_text(str({r: n for r, n in p.roles.items()}))
+    (p.run_dir / "roles.json").write_text(json.dumps({str(r): n for r, n in p.roles.items()}, indent=2))
 
 
 def _ping(_td):

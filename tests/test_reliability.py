@@ -156,14 +156,14 @@ def test_a_rank_that_never_starts_is_named(tmp_path, no_leaked_processes):
 def test_learner_sigkill_stops_the_job_and_a_restart_resumes(tmp_path, no_leaked_processes):
     run = tmp_path / "run"
     args = DEBUG + ["--run-dir", str(run), "--total-frames", "300000", "--set", "run.checkpoint_interval_s=0.2"]
-    t0 = time.monotonic()
     proc = subprocess.run(torchrun_cmd(3, args), cwd=ROOT, env=faulty_env(tmp_path, "kill@0:60"),
                           capture_output=True, text=True, timeout=100)
-    down = time.monotonic() - t0
+    down = time.time() - fault_times(tmp_path)[0]["time"]
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "learner ended with signal SIGKILL" in out, out[-3000:]
     assert not (run / "summary.json").exists()
-    print(f"\nlearner SIGKILL: whole job down {down:.1f}s after launch")
+    print(f"\nlearner SIGKILL: the whole job exited {down:.1f}s after the kill")
+    assert down < 30
 
     # the same job under --max-restarts=1: torchrun restarts it, the learner resumes
     run2 = tmp_path / "run2"
