@@ -164,6 +164,8 @@ def _run_collective(p: Plan, rank: int) -> Optional[dict]:
     from distrl.models import resolve_device
 
     backend = "nccl" if resolve_device(p.cfg.run.device).type == "cuda" else "gloo"
+    if backend == "nccl":  # one GPU per rank, chosen before NCCL binds its communicator to a device
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=p.cfg.transport.init_timeout_s))
     try:
         role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, None, rank, p.roles, p.run_dir))

@@ -32,6 +32,13 @@ IMPALA_IN_KEYS = (
     TERMINATED,
 )
 
+#: GAE advantage and value target of each sample (TorchRL's ``ClipPPOLoss`` names).
+ADVANTAGE = "advantage"
+VALUE_TARGET = "value_target"
+
+#: Keys a PPO update reads from every flattened ``[N]`` rollout batch (vecenv learner).
+PPO_IN_KEYS = (OBSERVATION, ACTION, ACTION_LOG_PROB, ADVANTAGE, VALUE_TARGET)
+
 # Side-band statistics an actor attaches to a message (not part of the trajectory batch).
 EPISODE_RETURNS = "episode_returns"
 EPISODE_LENGTHS = "episode_lengths"

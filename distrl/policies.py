@@ -1,0 +1,125 @@
+"""Actor-critics for PPO with one interface over discrete and continuous actions.
+
+Both classes keep separate policy and value MLPs (TorchRL's ``MLP``, as :class:`distrl.models.ActorCritic`)
+and expose the four calls an on-policy learner makes:
+
+* ``act(obs [*B, F]) -> (action, log_prob [*B])``: sample, in the rollout (no grad);
+* ``value(obs [*B, F]) -> [*B, 1]``: the critic (an ``nn.Module`` attribute);
+* ``evaluate(obs, action) -> (log_prob [*B], entropy [*B])``: the update's re-evaluation;
+* ``greedy(obs) -> action``: the evaluation policy (argmax, or the Gaussian's mean).
+
+Actions are ``[*B]`` int64 indices (discrete) or ``[*B, A]`` float32 (continuous, unbounded:
+the env adapter clips them to the action bounds, the log-probability is of the unclipped sample).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torchrl.modules import MLP
+
+from distrl.config import NetConfig
+from distrl.models import ActorCritic, greedy_actions, sample_actions
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class CategoricalActorCritic(ActorCritic):
+    """Discrete actions: ``policy(obs)`` gives logits ``[*B, A]``; sampling is Gumbel-max."""
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return sample_actions(self.policy(obs))
+
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_probs = torch.log_softmax(self.policy(obs), dim=-1)  # [*B, A]
+        log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+        return log_prob, entropy
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        return greedy_actions(self.policy(obs))
+
+
+class GaussianActorCritic(nn.Module):
+    """Continuous actions: a diagonal Gaussian with a state-independent ``log_std [A]``.
+
+    ``policy(obs)`` gives the mean ``[*B, A]``; the standard deviation is a learned parameter,
+    not a network output, as in PPO's MuJoCo setup (Schulman et al., 2017): it cannot collapse
+    on a single state and it makes the entropy independent of the observation.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, net: NetConfig = NetConfig(), init_log_std: float = 0.0):
+        super().__init__()
+        act = _ACTIVATIONS[net.activation]
+        self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.policy = MLP(in_features=obs_dim, out_features=action_dim, num_cells=list(net.hidden), activation_class=act)
+        self.value = MLP(in_features=obs_dim, out_features=1, num_cells=list(net.hidden), activation_class=act)
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        with torch.no_grad():  # start with means near 0, so early actions come from the std alone
+            self.policy[-1].weight.mul_(0.01)
+            self.policy[-1].bias.zero_()
+
+    def _log_prob(self, mean: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        z = (action - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.square() - self.log_std - _LOG_SQRT_2PI).sum(-1)
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = self.policy(obs)
+        action = mean + torch.exp(self.log_std) * torch.randn_like(mean)
+        return action, self._log_prob(mean, action)
+
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_prob = self._log_prob(self.policy(obs), action)
+        entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand_as(log_prob)
+        return log_prob, entropy
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy(obs)
+
+
+class ObsNorm(nn.Module):
+    """``clamp((obs - mean) / std, -clip, clip)`` with running statistics, kept as buffers (so
+    they are checkpointed and broadcast with the parameters). The statistics only change in
+    :meth:`update`, between a rollout's update and the next rollout, so the log-probabilities a
+    rollout stored and the update's re-evaluation see the same normalisation."""
+
+    def __init__(self, obs_dim: int, clip: float = 10.0):
+        super().__init__()
+        self.clip = clip
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+        self.register_buffer("mean", torch.zeros(obs_dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(obs_dim, dtype=torch.float64))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        scale = torch.rsqrt(self.var + 1e-8).to(obs.dtype)
+        return ((obs - self.mean.to(obs.dtype)) * scale).clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, count: torch.Tensor, total: torch.Tensor, total_sq: torch.Tensor) -> None:
+        """Merge a batch given by its size, sum ``[F]`` and sum of squares ``[F]`` (all float64;
+        summed over every rank by the caller), as Chan et al.'s parallel variance."""
+        mean = total / count
+        var = (total_sq / count - mean.square()).clamp_min(0.0)
+        delta, n = mean - self.mean, self.count + count
+        self.var.copy_((self.var * self.count + var * count + delta.square() * self.count * count / n) / n)
+        self.mean.add_(delta * count / n)
+        self.count.copy_(n)
+
+
+def make_actor_critic(obs_dim: int, num_actions: int | None, action_dim: int, net: NetConfig,
+                      init_log_std: float = 0.0, normalize_obs: bool = False) -> nn.Module:
+    """A :class:`CategoricalActorCritic` when ``num_actions`` is set, else a :class:`GaussianActorCritic`.
+
+    With ``normalize_obs`` both MLPs start with one shared :class:`ObsNorm` (``model.obs_norm``).
+    """
+    if num_actions is not None:
+        model = CategoricalActorCritic(obs_dim, num_actions, net)
+    else:
+        model = GaussianActorCritic(obs_dim, action_dim, net, init_log_std)
+    if normalize_obs:
+        model.obs_norm = ObsNorm(obs_dim)
+        model.policy = nn.Sequential(model.obs_norm, model.policy)
+        model.value = nn.Sequential(model.obs_norm, model.value)
+    return model

@@ -1,0 +1,179 @@
+"""Benchmark: vecenv's end-to-end PPO training env-steps/s on torch CartPole, against the raw
+batched env (the limit) and against the same PPO on gymnasium's ``SyncVectorEnv``.
+
+    python experiments/bench_vecenv.py [--rounds 4] [--seconds 2] [--compile] [--threads 2] [--nproc 2]
+
+Everything runs in this one invocation, and the in-process rows are measured in short windows,
+round robin, best window reported, so a burst of load from other jobs on these shared machines
+hits every row alike. Rows:
+
+1. raw env: ``TorchCartPole.step_autoreset`` on pre-sampled actions, ``B = algo.num_envs``;
+2. vecenv PPO: the default experiment's learner loop (rollout, GAE, PPO epochs, statistics),
+   after two warm-up updates, in this process;
+3. the same PPO (same learner code and config) with the env swapped for gymnasium's
+   ``SyncVectorEnv`` of ``B`` CPU envs (``distrl.envs.batched:gym_vector_env``);
+4. the same PPO on ``SyncVectorEnv`` sized as CleanRL's ``ppo.py`` (4 envs x 128 steps), the
+   usual way to run PPO on CPU envs;
+5. the whole command ``launch/train.py vecenv``: its summary.json fps (start-up excluded, first
+   updates included) and its best 2 s progress-line window, comparable to the rows above;
+6. optional: ``--compile`` (env dynamics and policy sampling through ``torch.compile``),
+   ``--threads N`` (intra-op threads), ``--nproc N`` (torchrun, N data-parallel ranks).
+
+Each row prints wall-clock steps/s and steps per CPU-second of this process (the machines are
+shared: when other jobs take the cores, the wall figure falls and the CPU figure does not).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from distrl.architectures.base import RoleContext  # noqa: E402
+from distrl.config import Config, override  # noqa: E402
+from experiments.vecenv import default  # noqa: E402
+
+
+class Meter:
+    """Something that steps: ``step()`` does ``frames`` env-steps. Measured in short windows,
+    round robin with the other meters, so a burst of load from other jobs hits every row alike."""
+
+    def __init__(self, name: str, step, frames: int, close=lambda: None):
+        self.name, self.step, self.frames, self.close = name, step, frames, close
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def window(self, seconds: float) -> None:
+        calls, w0, c0 = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - w0 < seconds:
+            self.step()
+            calls += 1
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        self.wall.append(calls * self.frames / wall)
+        self.cpu.append(calls * self.frames / max(cpu, 1e-9))
+
+    @property
+    def best(self) -> tuple[float, float]:
+        """The least disturbed window: highest wall rate, highest CPU rate."""
+        return max(self.wall), max(self.cpu)
+
+
+def raw_env(num_envs: int, compile_dynamics: bool = False) -> Meter:
+    from distrl.envs.torch_envs import make_torch_env
+
+    env = make_torch_env("CartPole-v1", num_envs, seed=0)
+    if compile_dynamics:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.fallback_random = True
+        env.dynamics = torch.compile(type(env).dynamics, dynamic=False)
+    env.reset_all()
+    actions = torch.randint(0, 2, (64, num_envs))
+    i = [0]
+
+    def step():
+        for _ in range(8):
+            env.step_autoreset(actions[i[0] % 64])
+            i[0] += 1
+
+    return Meter("raw env step_autoreset" + (", compiled dynamics" if compile_dynamics else " (the limit)"),
+                 step, 8 * num_envs)
+
+
+def train(name: str, cfg: Config) -> Meter:
+    """The vecenv learner's loop with ``cfg`` (one ``iterate()`` = one update), in this process."""
+    from distrl.roles.vecenv_learner import VecEnvLearner
+
+    tmp = tempfile.mkdtemp()
+    cfg = override(cfg, **{"run.logger": "none", "run.eval_episodes": 0, "run.target_return": None,
+                           "run.total_frames": 10**12, "run.max_time_s": 10**9, "run.log_interval_s": 10**9,
+                           "run.checkpoint_interval_s": 10**9, "run.run_dir": tmp})
+    learner = VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, Path(tmp)))
+    def close():
+        learner.env.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    return Meter(name, learner.iterate, cfg.algo.frames_per_rank, close)
+
+
+def command(frames: int, nproc: int = 1) -> tuple[float, float]:
+    """``launch/train.py vecenv`` (under torchrun when ``nproc > 1``): ``(fps of summary.json, best
+    progress-line window's fps)``; the summary's figure averages over the run, start included."""
+    with tempfile.TemporaryDirectory() as tmp:
+        launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+                  if nproc > 1 else [sys.executable])
+        cmd = [*launch, str(ROOT / "launch" / "train.py"), "vecenv", "--total-frames", str(frames), "--logger", "none",
+               "--run-dir", tmp, "--set", "run.target_return=none", "--set", "run.eval_episodes=0"]
+        subprocess.run(cmd, cwd=ROOT, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rows = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+        windows = [r["learner/fps"] for r in rows[1:-1]] or [float("nan")]  # first and last are partial
+        return json.loads((Path(tmp) / "summary.json").read_text())["fps"], max(windows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=2.0, help="length of one measuring window")
+    ap.add_argument("--rounds", type=int, default=4, help="windows per row, round robin; the best is reported")
+    ap.add_argument("--frames", type=int, default=3_000_000, help="frames of the launch/train.py rows")
+    ap.add_argument("--compile", action="store_true", help="also measure torch.compile of env and policy")
+    ap.add_argument("--threads", type=int, default=0, help="also measure training with this many torch threads")
+    ap.add_argument("--nproc", type=int, default=0, help="also measure torchrun with this many ranks")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    cfg = default()
+    b, t = cfg.algo.num_envs, cfg.algo.rollout_length
+    gym = {"algo.env_factory": "distrl.envs.batched:gym_vector_env"}
+    ppo, sync, clean = "vecenv PPO training", f"same PPO on gymnasium SyncVectorEnv({b})", \
+        "same PPO on SyncVectorEnv(4) x 128 steps (CleanRL's size)"
+    meters = [raw_env(b), train(ppo, cfg), train(sync, override(cfg, **gym)),
+              train(clean, override(cfg, **gym, **{"algo.num_envs": 4, "algo.rollout_length": 128}))]
+    if args.compile:
+        meters += [raw_env(b, compile_dynamics=True), train("vecenv PPO, algo.compile=true",
+                                                             override(cfg, **{"algo.compile": True}))]
+    for m in meters:  # warm-up (and compilation) outside the windows
+        m.step(), m.step()
+    for _ in range(args.rounds):
+        for m in meters:
+            m.window(args.seconds)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        m = train(f"vecenv PPO, {args.threads} torch threads", override(cfg, **{"run.torch_threads": args.threads}))
+        m.step()
+        m.window(args.seconds * 2)
+        meters.append(m)
+        torch.set_num_threads(1)
+    for m in meters:
+        m.close()
+
+    print(f"torch CartPole, PPO B={b} x T={t}, {cfg.algo.epochs} epochs x {cfg.algo.num_minibatches} minibatches, "
+          f"MLP {cfg.net.hidden} {cfg.net.activation}, 1 thread; best of {args.rounds} windows of {args.seconds:g} s, "
+          f"round robin; env-steps/s wall | per CPU-second")
+    rows = {m.name: m.best for m in meters}
+    for name, (wall, cpu) in rows.items():
+        print(f"  {name:58s} {wall:>12,.0f} | {cpu:>12,.0f}", flush=True)
+    print("  whole command, 1 thread a rank; summary.json fps | best 2 s progress window")
+    runs = [("launch/train.py vecenv", 1)] + ([(f"torchrun {args.nproc} ranks x B={b}", args.nproc)] if args.nproc else [])
+    for name, nproc in runs:
+        mean, best = command(args.frames, nproc)
+        print(f"  {name:58s} {mean:>12,.0f} | {best:>12,.0f}", flush=True)
+    print("ratios (wall | CPU):")
+    for name in (sync, clean, "raw env step_autoreset (the limit)"):
+        print(f"  vecenv PPO / {name:56s} {rows[ppo][0] / rows[name][0]:8.3g}x | {rows[ppo][1] / rows[name][1]:8.3g}x")
+    if args.compile:
+        c = rows["vecenv PPO, algo.compile=true"]
+        print(f"  compiled / eager PPO {c[0] / rows[ppo][0]:8.3g}x | {c[1] / rows[ppo][1]:8.3g}x")
+
+
+if __name__ == "__main__":
+    main()

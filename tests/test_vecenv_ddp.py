@@ -1,0 +1,99 @@
+"""Data parallelism of vecenv: 2 gloo ranks with N samples each take the update 1 rank takes on
+the 2N samples, and replicas trained on different envs stay identical.
+
+The test runs this file as a torchrun worker (``__main__`` below) in 2 processes and compares
+their parameters with a one-process update computed here.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from distrl.algorithms.ppo import normalize_advantage, ppo_update
+from distrl.data import keys
+from distrl.policies import CategoricalActorCritic, GaussianActorCritic
+
+HP = SimpleNamespace(epochs=3, num_minibatches=1, clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, max_grad_norm=0.5)
+N = 48  # samples per rank
+
+
+def fixed_batch(continuous: bool) -> TensorDict:
+    """``[2N]`` samples from a fixed seed: the data both launches share."""
+    g = torch.Generator().manual_seed(123)
+    action = torch.randn(2 * N, 2, generator=g) if continuous else torch.randint(0, 3, (2 * N,), generator=g)
+    return TensorDict({
+        keys.OBSERVATION: torch.randn(2 * N, 4, generator=g), keys.ACTION: action,
+        keys.ACTION_LOG_PROB: -1.0 + 0.3 * torch.randn(2 * N, generator=g),
+        keys.ADVANTAGE: 2.0 * torch.randn(2 * N, generator=g) + 0.5,  # raw: normalized in update_on
+        keys.VALUE_TARGET: torch.randn(2 * N, generator=g),
+    }, [2 * N])
+
+
+def update_on(batch: TensorDict, continuous: bool) -> torch.Tensor:
+    """One PPO update (3 epochs, Adam) from a fixed initialisation; the flat parameters after it."""
+    torch.manual_seed(0)
+    model = GaussianActorCritic(4, 2) if continuous else CategoricalActorCritic(4, 3)
+    optim = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-5)
+    batch = batch.clone()
+    batch[keys.ADVANTAGE] = normalize_advantage(batch[keys.ADVANTAGE])
+    ppo_update(model, optim, batch, HP)
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+
+
+@pytest.mark.timeout(150)
+def test_two_ranks_take_the_one_rank_update_and_stay_identical(tmp_path, no_leaked_processes):
+    from conftest import ROOT, child_env, free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint=127.0.0.1:{free_port()}", __file__, str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=140, env=child_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for continuous in (False, True):
+        one_rank = update_on(fixed_batch(continuous), continuous)
+        ranks = [torch.load(tmp_path / f"fixed_{continuous}_{r}.pt") for r in range(2)]
+        assert torch.equal(ranks[0], ranks[1])  # bitwise: both stepped on the same reduced gradient
+        assert not torch.allclose(one_rank, update_on(fixed_batch(continuous)[:N], continuous))  # halves differ
+        torch.testing.assert_close(ranks[0], one_rank, atol=1e-6, rtol=0)
+    trained = [torch.load(tmp_path / f"trained_{r}.pt") for r in range(2)]
+    assert torch.equal(trained[0]["params"], trained[1]["params"])  # replicas identical after training
+    assert not torch.equal(trained[0]["first_obs"], trained[1]["first_obs"])  # on different envs (seeded by rank)
+    assert (tmp_path / "run" / "summary.json").exists()
+
+
+def _worker(out: Path) -> None:
+    """Under torchrun: the fixed-batch update on this rank's half, then a short real training run."""
+    import torch.distributed as dist
+
+    from distrl.architectures import get_recipe
+    from distrl.architectures.base import RoleContext
+    from distrl.config import override
+    from distrl.roles.vecenv_learner import VecEnvLearner
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    for continuous in (False, True):
+        half = fixed_batch(continuous)[rank * N:(rank + 1) * N]
+        torch.save(update_on(half, continuous), out / f"fixed_{continuous}_{rank}.pt")
+
+    cfg = override(get_recipe("vecenv").default_config(), **{
+        "run.logger": "none", "run.eval_episodes": 2, "run.total_frames": 3 * 2 * 16 * 8, "run.target_return": None,
+        "algo.num_envs": 16, "algo.rollout_length": 8, "algo.num_minibatches": 2, "algo.normalize_obs": True})
+    (out / "run").mkdir(exist_ok=True)
+    learner = VecEnvLearner(RoleContext(cfg, None, rank, {0: "learner", 1: "learner"}, out / "run"))
+    first_obs = learner.env.reset().clone()
+    learner.run()
+    params = torch.cat([v.detach().flatten().double() for v in learner.model.state_dict().values()])  # + obs stats
+    torch.save({"params": params, "first_obs": first_obs}, out / f"trained_{rank}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _worker(Path(sys.argv[1]))

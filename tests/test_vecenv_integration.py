@@ -1,0 +1,97 @@
+"""vecenv end to end through launch/train.py: one process, torchrun with 2 ranks, the CLI's errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import child_env, run_train
+
+SUMMARY_KEYS = {"recipe", "env", "world_size", "roles", "env_frames", "wall_s", "fps", "episodes", "return_mean_100",
+                "eval_return_mean", "policy_lag_mean", "policy_lag_max", "learner_updates", "stop_reason"}
+
+
+def read_summary(run_dir) -> dict:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary)
+    return summary
+
+
+@pytest.mark.timeout(120)
+def test_world_size_one_debug_learns_cartpole(tmp_path, no_leaked_processes):
+    run = tmp_path / "run"
+    proc = run_train(["vecenv", "--experiment", "debug", "--run-dir", str(run)], timeout=110)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    s = read_summary(run)
+    assert s["roles"] == {"0": "learner"} and s["world_size"] == 1
+    assert s["stop_reason"] == "total_frames" and s["env_frames"] >= 200_000
+    assert s["policy_lag_mean"] == 0 and s["policy_lag_max"] == 0 and s["policy_lag_hist"] == {"0": s["env_frames"]}
+    assert s["eval_episodes"] == 10 and s["eval_return_mean"] >= 100  # a random policy scores ~20, greedy init ~10
+    assert s["return_mean_100"] > 40 and s["episodes"] > 1000
+    assert list((run / "checkpoints").glob("ckpt_*.pt")) and (run / "metrics.jsonl").exists()
+    assert "[vecenv] frames" in proc.stdout
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_two_ranks_and_sigterm_on_one_of_them(tmp_path, no_leaked_processes):
+    """Two data-parallel ranks through the CLI; rank 1 is preempted (SIGTERM) at its 12th update.
+    Its flag reaches rank 0 through the stop agreement: both leave after the same update, rank 0
+    checkpoints and writes the summary, nothing hangs. (The plain total_frames stop at world size
+    2 runs in tests/test_vecenv_ddp.py.)"""
+    run = tmp_path / "run"
+    proc = run_train(["vecenv", "--experiment", "debug", "--run-dir", str(run), "--total-frames", "100000000"],
+                     nproc=2, timeout=140, env=child_env(DISTRL_FAULT="sigterm@1:12"))
+    out = proc.stdout + proc.stderr
+    assert "[fault] injecting sigterm on rank 1 at step 12" in out, out[-3000:]
+    s = read_summary(run)
+    assert s["roles"] == {"0": "learner", "1": "learner"} and s["world_size"] == 2
+    assert s["stop_reason"] == "sigterm" and s["env_frames"] == 13 * 2 * 256 * 16  # both ranks' envs, 13 updates
+    assert s["eval_return_mean"] >= 30 and s["policy_lag_max"] == 0
+    assert list((run / "checkpoints").glob("ckpt_*.pt"))
+    assert proc.stdout.count("[vecenv] done") == 1  # only rank 0 keeps the books
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows and all(k.count("/") == 1 for row in rows for k in row if k not in ("step", "time"))
+
+
+def test_resume_restores_model_optimizer_and_counters(tmp_path):
+    """In process: a run's final checkpoint, reloaded with --resume, gives back the model (with
+    the observation statistics), the optimizer state and the frame count the lr schedule uses."""
+    import torch
+
+    from distrl.architectures import get_recipe
+    from distrl.architectures.base import RoleContext
+    from distrl.config import override
+    from distrl.roles.vecenv_learner import VecEnvLearner
+
+    cfg = override(get_recipe("vecenv").default_config(), **{
+        "run.logger": "none", "run.eval_episodes": 0, "run.total_frames": 3 * 64 * 8, "run.target_return": None,
+        "algo.num_envs": 64, "algo.normalize_obs": True, "algo.anneal_lr": True})
+    first = VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
+    first.run()
+    again = VecEnvLearner(RoleContext(override(cfg, **{"run.resume": True}), None, 0, {0: "learner"}, tmp_path))
+    assert again.frames == first.frames == 3 * 64 * 8 and again.session.tracker.updates == first.session.tracker.updates
+    for k, v in first.model.state_dict().items():
+        torch.testing.assert_close(again.model.state_dict()[k], v, rtol=0, atol=0)
+    assert again.optim.state_dict()["state"][0]["step"] == first.optim.state_dict()["state"][0]["step"]
+    again.session.tracker.writer.close()
+
+
+def test_cli_error_is_one_line(tmp_path):
+    proc = run_train(["vecenv", "--env", "LunarLander-v3", "--run-dir", str(tmp_path / "r")], timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "algo.env_factory" in lines[0], proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_cartpole_reaches_475(tmp_path, no_leaked_processes):
+    """The acceptance run: the default experiment stops at a training return of 475; greedy eval."""
+    run = tmp_path / "run"
+    proc = run_train(["vecenv", "--env", "CartPole-v1", "--run-dir", str(run), "--logger", "none",
+                      "--max-time-s", "150"], timeout=190)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    s = read_summary(run)
+    assert s["stop_reason"] == "target_return", s
+    assert s["eval_return_mean"] >= 475 and s["return_mean_100"] >= 475
+

@@ -1,0 +1,194 @@
+"""PPO math and its wiring in the vecenv learner, against slow loops in the paper's notation.
+
+GAE: A_t = sum_l (gamma lambda)^l delta_{t+l}, delta_t = r_t + gamma V(s_{t+1}) (1 - term_t) - V(s_t),
+the sum cut at any episode end (Schulman et al., 2016). Clipped surrogate:
+L = -E[min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t)] (Schulman et al., 2017).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from distrl.algorithms.ppo import gae, normalize_advantage, ppo_loss, ppo_update
+from distrl.architectures import get_recipe
+from distrl.architectures.base import RoleContext
+from distrl.config import NetConfig, override
+from distrl.data import keys
+from distrl.policies import CategoricalActorCritic, GaussianActorCritic
+from distrl.roles.vecenv_learner import VecEnvLearner
+from distrl.roles.vecenv_rollout import EpisodeStats
+
+
+def slow_gae(gamma, lmbda, value, next_value, reward, done, terminated):
+    """GAE per env, one step at a time, in floats. Inputs ``[T, B]``; returns ``(A, A + V)``."""
+    t_len, b_len = value.shape
+    adv = torch.zeros(t_len, b_len, dtype=torch.float64)
+    for b in range(b_len):
+        a = 0.0
+        for t in reversed(range(t_len)):
+            bootstrap = 0.0 if terminated[t, b] else gamma * float(next_value[t, b])
+            delta = float(reward[t, b]) + bootstrap - float(value[t, b])
+            a = delta + (0.0 if done[t, b] else gamma * lmbda * a)
+            adv[t, b] = a
+    return adv, adv + value.double()
+
+
+def slow_clipped_loss(log_prob, old_log_prob, adv, value, target, entropy, eps, c_v, c_e):
+    """The PPO objective sample by sample."""
+    n = len(log_prob)
+    surrogate = 0.0
+    for i in range(n):
+        rho = math.exp(float(log_prob[i]) - float(old_log_prob[i]))
+        a = float(adv[i])
+        surrogate += min(rho * a, min(max(rho, 1 - eps), 1 + eps) * a)
+    value_loss = sum(0.5 * (float(value[i]) - float(target[i])) ** 2 for i in range(n)) / n
+    return -surrogate / n + c_v * value_loss - c_e * float(entropy.mean())
+
+
+def test_gae_matches_the_slow_loop_with_terminations_and_truncations():
+    g = torch.Generator().manual_seed(0)
+    t_len, b_len = 12, 5
+    value, next_value, reward = (torch.randn(t_len, b_len, generator=g) for _ in range(3))
+    terminated = torch.rand(t_len, b_len, generator=g) < 0.15
+    truncated = (torch.rand(t_len, b_len, generator=g) < 0.15) & ~terminated
+    done = terminated | truncated
+    adv, target = gae(0.97, 0.9, value, next_value, reward, done, terminated)
+    ref_adv, ref_target = slow_gae(0.97, 0.9, value, next_value, reward, done, terminated)
+    torch.testing.assert_close(adv.double(), ref_adv, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(target.double(), ref_target, atol=1e-5, rtol=1e-5)
+
+
+def test_clipped_objective_matches_the_slow_loop():
+    g = torch.Generator().manual_seed(1)
+    n = 64
+    log_prob, adv, value, target = (torch.randn(n, generator=g) for _ in range(4))
+    old = log_prob + 0.5 * torch.randn(n, generator=g)  # ratios well outside [0.8, 1.2]: clipping is live
+    entropy = torch.rand(n, generator=g)
+    out = ppo_loss(log_prob, old, adv, value, target, entropy, 0.2, 0.5, 0.01)
+    ref = slow_clipped_loss(log_prob, old, adv, value, target, entropy, 0.2, 0.5, 0.01)
+    assert out["loss"].item() == pytest.approx(ref, abs=1e-5)
+    assert 0 < out["clip_fraction"].item() < 1
+
+
+def test_loss_matches_torchrl_clip_ppo_loss():
+    from tensordict.nn import TensorDictModule
+    from torch.distributions import Categorical
+    from torchrl.modules import ProbabilisticActor, ValueOperator
+    from torchrl.objectives import ClipPPOLoss
+
+    torch.manual_seed(0)
+    model = CategoricalActorCritic(4, 3)
+    n = 32
+    obs, action = torch.randn(n, 4), torch.randint(0, 3, (n,))
+    old, adv, target = -1.1 + 0.3 * torch.randn(n), torch.randn(n), torch.randn(n)
+    actor = ProbabilisticActor(TensorDictModule(model.policy, ["observation"], ["logits"]), in_keys=["logits"],
+                               distribution_class=Categorical, return_log_prob=True)
+    ref = ClipPPOLoss(actor, ValueOperator(model.value, in_keys=["observation"]), clip_epsilon=0.2,
+                      entropy_coeff=0.01, critic_coeff=0.5 * 0.5, loss_critic_type="l2", normalize_advantage=False)
+    td = TensorDict({"observation": obs, "action": action, "action_log_prob": old, "advantage": adv.unsqueeze(-1),
+                     "value_target": target.unsqueeze(-1)}, [n])
+    r = ref(td)
+    log_prob, entropy = model.evaluate(obs, action)
+    out = ppo_loss(log_prob, old, adv, model.value(obs).squeeze(-1), target, entropy, 0.2, 0.5, 0.01)
+    torch.testing.assert_close(out["loss_policy"], r["loss_objective"], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(0.5 * out["loss_value"], r["loss_critic"], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(-0.01 * out["entropy"], r["loss_entropy"], atol=1e-6, rtol=1e-5)
+
+
+def test_gaussian_policy_log_prob_and_entropy():
+    torch.manual_seed(0)
+    model = GaussianActorCritic(3, 2, NetConfig(), init_log_std=-0.3)
+    obs = torch.randn(10, 3)
+    action, log_prob = model.act(obs)
+    dist = torch.distributions.Normal(model.policy(obs), torch.exp(model.log_std))
+    torch.testing.assert_close(log_prob, dist.log_prob(action).sum(-1))
+    lp, ent = model.evaluate(obs, action)
+    torch.testing.assert_close(lp, log_prob)
+    torch.testing.assert_close(ent, dist.entropy().sum(-1))
+    assert model.greedy(obs).shape == (10, 2)
+
+
+def test_episode_stats_match_a_python_loop():
+    g = torch.Generator().manual_seed(3)
+    t_len, b_len = 9, 4
+    reward = torch.rand(t_len, b_len, generator=g)
+    done = torch.rand(t_len, b_len, generator=g) < 0.3
+    stats = EpisodeStats(t_len, b_len, torch.device("cpu"), keep=5)
+    for t in range(t_len):
+        stats.step(t, reward[t], done[t])
+    n, lengths, latest = EpisodeStats.unpack(stats.flush())
+    ret, length, finished = [0.0] * b_len, [0] * b_len, []
+    for t in range(t_len):  # time-major: the order episodes finish in
+        for b in range(b_len):
+            ret[b] += float(reward[t, b])
+            length[b] += 1
+            if done[t, b]:
+                finished.append((ret[b], length[b]))
+                ret[b], length[b] = 0.0, 0
+    assert n == len(finished) and lengths == pytest.approx(sum(l for _, l in finished))
+    assert latest == pytest.approx([r for r, _ in finished][-5:], abs=1e-5)
+
+
+def _learner(tmp_path: Path, **changes) -> VecEnvLearner:
+    cfg = override(get_recipe("vecenv").default_config(),
+                   **{"run.logger": "none", "run.eval_episodes": 2, "algo.num_envs": 8, "algo.rollout_length": 6,
+                      "algo.num_minibatches": 1, "algo.epochs": 1, **changes})
+    return VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
+
+
+def test_learner_targets_and_update_against_the_slow_loops(tmp_path):
+    """The learner's GAE inputs (values of obs and of the true next obs, scaled rewards, both
+    flags) and its first PPO step reproduce the slow loops on its own rollout."""
+    learner = _learner(tmp_path, **{"run.env": "Pendulum-v1", "algo.reward_scale": 0.1, "algo.gamma": 0.9,
+                                    "algo.rollout_length": 210})  # crosses Pendulum's 200-step truncation
+    learner._rollout(learner.env.reset())
+    b, a = learner.buf, learner.algo
+    assert b.truncated[199].all() and not b.terminated.any()
+    batch = learner._targets()
+    assert set(keys.PPO_IN_KEYS) <= set(batch.keys()) and batch.batch_size[0] == a.frames_per_rank
+    with torch.no_grad():
+        v, v_next = learner.model.value(b.obs).squeeze(-1), learner.model.value(b.next_obs).squeeze(-1)
+    ref_adv, ref_target = slow_gae(0.9, a.gae_lambda, v, v_next, 0.1 * b.reward, b.terminated | b.truncated, b.terminated)
+    torch.testing.assert_close(batch[keys.VALUE_TARGET].double(), ref_target.reshape(-1), atol=1e-4, rtol=1e-4)
+    ref_norm = (ref_adv - ref_adv.mean()) / (ref_adv.std(unbiased=False) + 1e-8)
+    torch.testing.assert_close(batch[keys.ADVANTAGE].double(), ref_norm.reshape(-1), atol=1e-4, rtol=1e-4)
+
+    with torch.no_grad():
+        log_prob, entropy = learner.model.evaluate(batch[keys.OBSERVATION], batch[keys.ACTION])
+    ref_loss = slow_clipped_loss(log_prob, batch[keys.ACTION_LOG_PROB], batch[keys.ADVANTAGE],
+                                 learner.model.value(batch[keys.OBSERVATION]).squeeze(-1).detach(),
+                                 batch[keys.VALUE_TARGET], entropy, a.clip_eps, a.value_coef, a.entropy_coef)
+    stats = ppo_update(learner.model, learner.optim, batch, a)
+    assert stats[0].item() == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)  # one minibatch, one epoch: the loss
+    learner.env.close()
+
+
+def test_normalize_advantage_single_process():
+    x = torch.randn(1000) * 3 + 2
+    y = normalize_advantage(x)
+    assert abs(y.mean().item()) < 1e-5 and y.std(unbiased=False).item() == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("field,value", [("num_envs", 0), ("num_minibatches", 7), ("gamma", 1.5),
+                                         ("clip_eps", 0.0), ("env_factory", "no_colon")])
+def test_config_invariants(field, value):
+    with pytest.raises(ValueError, match=field.split("_")[0]):
+        override(get_recipe("vecenv").default_config(), **{f"algo.{field}": value})
+
+
+def test_obs_norm_merges_batches_like_one_big_batch():
+    from distrl.policies import ObsNorm
+
+    g = torch.Generator().manual_seed(4)
+    batches = [torch.randn(n, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1]) + 2 for n in (50, 7, 300)]
+    norm = ObsNorm(3)
+    for x in batches:
+        norm.update(torch.tensor(float(len(x)), dtype=torch.float64), x.sum(0), x.square().sum(0))
+    every = torch.cat(batches)
+    torch.testing.assert_close(norm.mean, every.mean(0), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(norm.var, every.var(0, unbiased=False), atol=1e-4, rtol=1e-4)
+    assert norm(every.float()).abs().max() <= 10.0
