@@ -1,0 +1,104 @@
+"""SEED RL (Espeholt et al., 2020): central batched inference on the learner, env-only workers.
+
+Rank 0 runs the learner and the inference server in one process on ONE model: workers send
+observations (plus the reward and episode end of their last step) and get actions back, the
+server assembles every env's trajectory itself, and no parameter ever crosses the wire. Every
+other rank is an env worker that steps vectors of gymnasium envs and does no inference. At
+world size 1, the learner and ``algo.local_workers`` env workers share one process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distrl.architectures.base import Recipe
+from distrl.config import Config, RunConfig, _check
+from distrl.envs import partial  # noqa: F401  (registers distrl/CartPoleNoVel-v1)
+from distrl.envs.gym import env_info
+
+CORES = ("mlp", "lstm")
+
+
+@dataclass(frozen=True)
+class SeedConfig:
+    """SEED's algorithm, inference-server and env-worker settings."""
+
+    envs_per_worker: int = 256  #: gymnasium envs each env worker steps, split into groups
+    groups_per_worker: int = 2  #: env groups per worker, stepped in turn while the others' requests are in flight
+    local_workers: int = 2  #: env workers in the one process at world size 1
+    unroll_length: int = 16  #: steps per trajectory chunk (T)
+    batch_size: int = 128  #: env trajectories ([T] rows, cut from chunks) per learner update
+    queue_size: int = 2  #: learner's chunk queue bound; small keeps policy lag near 0
+    put_timeout_s: float = 2.0  #: how long inference waits for queue space (workers wait too), then drops the chunk
+    max_batch_envs: int = 512  #: an inference batch closes once it holds this many observations...
+    max_wait_ms: float = 0.5  #: ...or this long after its first request arrived, whichever comes first
+    request_timeout_s: float = 10.0  #: bound on a request handler's wait for its batch; below the call timeout
+    core: str = "mlp"  #: policy core: mlp (ActorCritic) or lstm (RecurrentActorCritic, state kept on the server)
+    core_size: int = 64  #: LSTM hidden size when core=lstm
+    lr: float = 1e-3  #: Adam learning rate
+    gamma: float = 0.99  #: discount
+    rho_bar: float = 1.0  #: V-trace truncation of the importance weight in the advantage
+    c_bar: float = 1.0  #: V-trace truncation of the trace coefficients
+    value_coef: float = 0.5  #: weight of the value loss
+    entropy_coef: float = 0.003  #: weight of the entropy bonus (lower than impala's: see docs/seed.md)
+    max_grad_norm: float = 1.0  #: gradient-norm clip (global; per tower for the LSTM core)
+    normalize_advantage: bool = False  #: rescale each batch's advantages to unit variance (impala's option)
+
+    def __post_init__(self):
+        for name in ("envs_per_worker", "groups_per_worker", "local_workers", "unroll_length", "batch_size",
+                     "queue_size", "max_batch_envs", "core_size"):
+            _check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
+        _check(self.envs_per_worker % self.groups_per_worker == 0,
+               f"algo.envs_per_worker ({self.envs_per_worker}) must be a multiple of algo.groups_per_worker "
+               f"({self.groups_per_worker})")
+        _check(self.max_wait_ms >= 0, "algo.max_wait_ms must be >= 0")
+        _check(self.put_timeout_s > 0 and self.request_timeout_s > 0, "algo timeouts must be > 0")
+        _check(self.core in CORES, f"algo.core must be one of {CORES}, got {self.core!r}")
+        _check(self.lr > 0, "algo.lr must be > 0")
+        _check(0 < self.gamma <= 1, "algo.gamma must be in (0, 1]")
+        _check(self.rho_bar > 0 and self.c_bar > 0, "algo.rho_bar and algo.c_bar must be > 0")
+
+    @property
+    def envs_per_group(self) -> int:
+        """Observations per request (B of one chunk)."""
+        return self.envs_per_worker // self.groups_per_worker
+
+    @property
+    def frames_per_batch(self) -> int:
+        return self.batch_size * self.unroll_length
+
+
+def default_config() -> Config:
+    return Config(recipe="seed", algo=SeedConfig(), run=RunConfig(env="CartPole-v1"))
+
+
+def _check_config(cfg: Config) -> None:
+    if env_info(cfg.run.env).num_actions is None:
+        raise ValueError(f"seed supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
+    if cfg.algo.request_timeout_s >= cfg.transport.call_timeout_s:
+        raise ValueError(f"algo.request_timeout_s ({cfg.algo.request_timeout_s}) must be below "
+                         f"transport.call_timeout_s ({cfg.transport.call_timeout_s}) so the server answers first")
+
+
+def _learner(ctx):
+    from distrl.roles.seed_learner import SeedLearner
+
+    return SeedLearner(ctx)
+
+
+def _env_worker(ctx):
+    from distrl.roles.seed_env_worker import SeedEnvWorker
+
+    return SeedEnvWorker(ctx)
+
+
+RECIPE = Recipe(
+    name="seed",
+    description="SEED RL: batched inference on the learner, env-only workers, V-trace",
+    layout="rank 0 learner + inference server, ranks 1..N-1 env workers",
+    min_world_size=2,
+    roles_for=lambda n: ["learner"] + ["env_worker"] * (n - 1),
+    builders={"learner": _learner, "env_worker": _env_worker},
+    default_config=default_config,
+    local_world_size=lambda cfg: 1 + cfg.algo.local_workers,
+    check_config=_check_config,
+)

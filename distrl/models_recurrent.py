@@ -1,0 +1,164 @@
+"""A recurrent actor-critic (MLP encoders -> LSTM cells -> policy and value heads).
+
+Used by ``seed`` with ``algo.core=lstm``: the inference server keeps every env's core state
+and steps it once per observation (:meth:`RecurrentActorCritic.step`); the learner replays a
+chunk from the core state stored at its start (:meth:`RecurrentActorCritic.unroll`).
+:class:`UnrolledCore` lets the unchanged IMPALA loss train it.
+
+A core state is one tensor ``[*B, 4, H]`` (``h`` and ``c`` of both towers stacked) so that the server gathers,
+resets and scatters it with plain indexing, and a chunk carries it as one entry.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchrl.modules import MLP
+
+from distrl.config import NetConfig
+from distrl.models import _ACTIVATIONS
+
+#: Key of the core state ``[B, 4, H]`` a chunk starts from (before its step ``t = 0``).
+CORE_STATE = "core_state"
+
+
+class RunningNorm(nn.Module):
+    """Per-feature running mean and variance; ``forward`` standardises ``[*B, F]`` and clips.
+
+    Why: with the velocities hidden, the LSTM must difference consecutive pole angles, which move
+    by ~0.01 rad a step; raw, those differences vanish in the encoder and training plateaued and
+    collapsed, while the same run with standardised inputs reached the target in a third of the
+    frames (docs/seed.md). The statistics are buffers, so checkpoints carry them; the learner
+    updates them with each trained batch, under the same lock as the optimizer step.
+    """
+
+    def __init__(self, dim: int, clip: float = 10.0):
+        super().__init__()
+        self.clip = clip
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.tensor(1e-4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold a batch ``[N, F]`` into the statistics (Chan et al.'s parallel variance)."""
+        n = x.shape[0]
+        mean, var = x.mean(0), x.var(0, unbiased=False)
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.var.copy_((self.var * self.count + var * n + delta.pow(2) * self.count * n / total) / total)
+        self.count.copy_(total)
+
+
+class _Tower(nn.Module):
+    """Encoder MLP -> LSTM cell: ``(x [N, F], h, c [N, H]) -> h, c``."""
+
+    def __init__(self, obs_dim: int, net: NetConfig, core_size: int):
+        super().__init__()
+        self.encoder = MLP(in_features=obs_dim, out_features=net.hidden[-1], num_cells=list(net.hidden[:-1]),
+                           activation_class=_ACTIVATIONS[net.activation], activate_last_layer=True)
+        self.core = nn.LSTMCell(net.hidden[-1], core_size)
+
+
+class RecurrentActorCritic(nn.Module):
+    """Standardised observations (:class:`RunningNorm`) into two towers, each an encoder MLP over
+    ``net.hidden`` and an ``LSTMCell`` of ``core_size``, with a linear policy head on one and a
+    linear value head on the other.
+
+    Separate towers, as :class:`distrl.models.ActorCritic` has separate MLPs: with one shared
+    core, the value loss (returns up to ~1/(1-gamma)) dominated the clipped gradient and the
+    policy did not learn even the memoryless toy env (measured; see docs/seed.md). A core state
+    is ``[*B, 4, H]``: ``(h, c)`` of the policy tower, then of the value tower.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, net: NetConfig = NetConfig(), core_size: int = 64):
+        super().__init__()
+        self.obs_dim, self.num_actions, self.core_size = obs_dim, num_actions, core_size
+        self.obs_norm = RunningNorm(obs_dim)
+        self.pi, self.v = _Tower(obs_dim, net, core_size), _Tower(obs_dim, net, core_size)
+        self.policy_head = nn.Linear(core_size, num_actions)
+        self.value_head = nn.Linear(core_size, 1)
+        with torch.no_grad():  # near-uniform start, as in ActorCritic (ratios near 1 early on)
+            self.policy_head.weight.mul_(0.01)
+            self.policy_head.bias.zero_()
+
+    def tower_parameters(self) -> list[list[nn.Parameter]]:
+        """The policy tower's parameters (with its head), then the value tower's."""
+        return [[*self.pi.parameters(), *self.policy_head.parameters()],
+                [*self.v.parameters(), *self.value_head.parameters()]]
+
+    def initial_state(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Zero core state ``[n, 4, H]``, the state at every episode start."""
+        return torch.zeros(n, 4, self.core_size, device=device)
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step for ``N`` envs.
+
+        Args:
+            obs: ``[N, F]``; state: ``[N, 4, H]``, the state before this observation.
+        Returns:
+            ``(logits [N, A], value [N, 1], state [N, 4, H])``, the state after it.
+        """
+        obs = self.obs_norm(obs)
+        hp, cp = self.pi.core(self.pi.encoder(obs), (state[:, 0], state[:, 1]))
+        hv, cv = self.v.core(self.v.encoder(obs), (state[:, 2], state[:, 3]))
+        return self.policy_head(hp), self.value_head(hv), torch.stack((hp, cp, hv, cv), dim=1)
+
+    def unroll(self, obs: torch.Tensor, state0: torch.Tensor, reset: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Replay ``T`` steps from ``state0``, zeroing the state where an episode starts.
+
+        Args:
+            obs: ``[B, T, F]``; state0: ``[B, 4, H]``; reset: ``[B, T]`` bool, true where the
+                state must be zeroed before step ``t`` (the step starts a new episode).
+        Returns:
+            ``(logits [B, T, A], value [B, T, 1], states [B, T, 4, H])``, the state after each step.
+        """
+        obs = self.obs_norm(obs)
+        xp, xv = self.pi.encoder(obs), self.v.encoder(obs)  # feed-forward: one call for all T steps
+        keep = (~reset).unsqueeze(-1).to(xp.dtype)  # [B, T, 1]
+        state, states = state0, []
+        for t in range(obs.shape[1]):
+            s = state * keep[:, t].unsqueeze(-1)
+            hp, cp = self.pi.core(xp[:, t], (s[:, 0], s[:, 1]))
+            hv, cv = self.v.core(xv[:, t], (s[:, 2], s[:, 3]))
+            state = torch.stack((hp, cp, hv, cv), dim=1)
+            states.append(state)
+        states = torch.stack(states, dim=1)  # [B, T, 4, H]
+        return self.policy_head(states[:, :, 0]), self.value_head(states[:, :, 2]), states
+
+
+class UnrolledCore:
+    """A recurrent model seen through ``impala_loss``'s feed-forward interface, for one batch.
+
+    ``impala_loss`` calls ``model(obs)`` then ``model.value(next_obs)``. Here the first call
+    unrolls the core over the chunk and keeps the state after each step; the second takes one
+    more step from each of those states on ``next_obs``, which gives ``V(x_{t+1})`` in the same
+    episode's memory (the true final observation of a truncated episode included). So the
+    recurrent learner trains with the very loss ``impala`` uses, not a copy of it.
+
+    Args:
+        state0: ``[B, 4, H]`` the core state before step 0 of each chunk.
+        done: ``[B, T]`` episode ends; step ``t`` starts a new episode when step ``t - 1`` ended one.
+    """
+
+    def __init__(self, model: RecurrentActorCritic, state0: torch.Tensor, done: torch.Tensor):
+        self.model, self.state0 = model, state0
+        self.reset = torch.zeros_like(done)
+        self.reset[:, 1:] = done[:, :-1]  # step 0's reset was applied by the server already
+        self._states: torch.Tensor | None = None
+
+    def __call__(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, value, self._states = self.model.unroll(obs, self.state0, self.reset)
+        return logits, value
+
+    def value(self, next_obs: torch.Tensor) -> torch.Tensor:
+        """``V`` of ``next_obs [B, T, F]`` -> ``[B, T, 1]``; call after ``__call__`` on the same batch."""
+        if self._states is None:
+            raise RuntimeError("UnrolledCore.value needs the unroll of __call__ first")
+        B, T = next_obs.shape[:2]
+        _, value, _ = self.model.step(next_obs.reshape(B * T, -1), self._states.reshape(B * T, 4, -1))
+        return value.view(B, T, 1)

@@ -1,0 +1,88 @@
+"""Benchmark: SEED's training fps against TorchRL's best collector, SEED against IMPALA side by
+side, and the crossover in network size where central batched inference wins.
+
+    python experiments/bench_seed.py [--frames 600000] [--collector-frames 100000]
+                                     [--sizes 64,64 256,256 1024,1024,1024] [--size-time-s 20]
+
+All in one invocation on this machine (compare ratios within one run: the machines are shared):
+1. TorchRL ``MultiSyncCollector``, 2 workers x ``SerialEnv`` of 8, collecting only
+   (``bench_impala.collector_fps``), frames/s;
+2. ``seed`` and ``impala`` under ``torchrun --nproc-per-node=3`` on CartPole-v1 with their
+   default configs, ``--frames`` frames each: fps, policy lag, bytes per env step;
+3. for each ``--sizes`` entry (``net.hidden``), ``seed`` and ``impala`` with that network, the
+   same 3 processes, ``--size-time-s`` seconds of training each: fps against network size.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.bench_impala import collector_fps  # noqa: E402
+
+
+def train_summary(recipe: str, frames: int, nproc: int = 3, extra: list[str] | None = None) -> dict:
+    """Run ``recipe`` under torchrun on CartPole-v1 for ``frames`` frames; returns its summary."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               str(ROOT / "launch" / "train.py"), recipe, "--env", "CartPole-v1", "--total-frames", str(frames),
+               "--logger", "none", "--run-dir", tmp, "--set", "run.eval_episodes=0", *(extra or [])]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        subprocess.run(cmd, cwd=ROOT, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return json.loads((Path(tmp) / "summary.json").read_text())
+
+
+def side_by_side(seed: dict, impala: dict) -> str:
+    rows = [("training fps", "fps", "{:,.0f}"), ("policy lag mean (updates)", "policy_lag_mean", "{:.2f}"),
+            ("policy lag max", "policy_lag_max", "{}"),
+            ("bytes on the wire per env step", "bytes_per_env_step", "{:,.1f}"),
+            ("learner updates", "learner_updates", "{:,}")]
+    out = [f"{'':34s}{'seed':>14s}{'impala':>14s}"]
+    for label, key, fmt in rows:
+        out.append(f"{label:34s}{fmt.format(seed.get(key)):>14s}{fmt.format(impala.get(key)):>14s}")
+    out.append(f"{'seed inference batch fill (req)':34s}{seed['inference_batch_fill_mean']:>14.2f}")
+    out.append(f"{'seed inference batch (envs)':34s}{seed['inference_batch_envs_mean']:>14.1f}")
+    latency, p95 = seed["inference_latency_ms_mean"], seed["inference_latency_ms_p95"]
+    out.append(f"{'seed inference latency ms (p95)':34s}{latency:>8.2f} ({p95:.1f})")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--frames", type=int, default=600_000, help="training frames of each side-by-side run")
+    ap.add_argument("--collector-frames", type=int, default=100_000, help="frames the collector gathers")
+    ap.add_argument("--sizes", nargs="*", default=["64,64", "256,256", "1024,1024,1024"],
+                    help="net.hidden of each crossover point (none: skip the crossover)")
+    ap.add_argument("--size-time-s", type=float, default=20.0, help="seconds of training per crossover run")
+    args = ap.parse_args()
+
+    ref = collector_fps(args.collector_frames)
+    print(f"torchrl MultiSyncCollector 2x8 envs (collect only): {ref:10,.0f} frames/s", flush=True)
+    seed = train_summary("seed", args.frames)
+    print(f"distrl seed, torchrun 3 procs (training):          {seed['fps']:10,.0f} frames/s "
+          f"= {seed['fps'] / ref:.1f}x the collector", flush=True)
+    impala = train_summary("impala", args.frames)
+    print(f"distrl impala, torchrun 3 procs (training):        {impala['fps']:10,.0f} frames/s "
+          f"= {impala['fps'] / ref:.1f}x the collector\n", flush=True)
+    print(side_by_side(seed, impala), flush=True)
+
+    if args.sizes:
+        print(f"\nfps against network size (net.hidden; 3 processes; {args.size_time_s:.0f} s of training each)")
+        print(f"{'net.hidden':>18s}{'seed fps':>12s}{'impala fps':>12s}{'seed/impala':>13s}"
+              f"{'seed B/step':>13s}{'impala B/step':>15s}", flush=True)
+        for hidden in args.sizes:
+            extra = ["--max-time-s", str(args.size_time_s), "--set", f"net.hidden={hidden}"]
+            s, i = (train_summary(r, 10**9, extra=extra) for r in ("seed", "impala"))
+            print(f"{hidden:>18s}{s['fps']:>12,.0f}{i['fps']:>12,.0f}{s['fps'] / i['fps']:>12.2f}x"
+                  f"{s['bytes_per_env_step']:>13,.1f}{i['bytes_per_env_step']:>15,.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""SEED RL experiments. ``default`` is the CartPole run; ``debug`` finishes in seconds;
+``lstm_cartpole`` learns CartPole with the velocities hidden, with an LSTM core on the server."""
+from __future__ import annotations
+
+from distrl.architectures.seed import default_config as _recipe_default
+from distrl.config import Config, override
+
+
+def default() -> Config:
+    """CartPole-v1: 2 groups of 128 envs per env worker, 128 trajectories of 16 steps per update."""
+    return _recipe_default()
+
+
+def debug() -> Config:
+    """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
+    return override(
+        default(),
+        **{"run.env": "distrl/MatchSign-v0", "run.total_frames": 20_000, "run.max_time_s": 60.0,
+           "run.eval_episodes": 10, "run.logger": "none", "algo.envs_per_worker": 16, "algo.unroll_length": 20,
+           "algo.batch_size": 16},
+    )
+
+
+def debug_lstm() -> Config:
+    """``debug`` with the LSTM core: the recurrent path end to end in seconds."""
+    return override(debug(), **{"algo.core": "lstm", "algo.core_size": 32, "net.hidden": (32,)})
+
+
+def lstm_cartpole() -> Config:
+    """CartPole with position and angle only (distrl/CartPoleNoVel-v1): memory is required.
+
+    gamma 0.995: without the cart's velocity the policy lets the cart drift, and the episodes it
+    loses end out of bounds 200-400 steps later, past gamma 0.99's horizon (measured: 0.99 stalled
+    at 300-450 and collapsed; 0.995 reached the target). It stops at a training mean of 490 so the
+    greedy policy is sharp: at 450 the greedy evaluation scored 335. Raw advantages (the default):
+    with ``algo.normalize_advantage`` it was at 180 after 2.5M frames. Entropy 0.01, the value
+    it was measured with (the recipe's default is 0.003).
+    """
+    return override(
+        default(),
+        **{"run.env": "distrl/CartPoleNoVel-v1", "run.target_return": 490.0, "run.max_time_s": 600.0,
+           "algo.core": "lstm", "algo.core_size": 64, "net.hidden": (64,), "algo.gamma": 0.995,
+           "algo.entropy_coef": 0.01},
+    )
