@@ -221,3 +221,18 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, no_leaked_pr
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     runs = sorted(p.name for p in (run / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and len({r.rsplit("-", 1)[1] for r in runs}) == 1, runs  # one W&B run, resumed
+
+
+@pytest.mark.timeout(240)
+def test_seed_sigkill_one_env_worker_the_run_goes_on(tmp_path, no_leaked_processes):
+    """The same guarantee for SEED's env workers: the inference server drops the lost rank."""
+    run = tmp_path / "run"
+    args = ["seed", "--experiment", "debug", "--logger", "none", "--run-dir", str(run), "--total-frames", "150000"]
+    proc = run_train(args, nproc=3, env=faulty_env(tmp_path, "kill@2:200"), timeout=200)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    s = summary(run)
+    assert s["lost_ranks"]["2"]["role"] == "env_worker" and s["stop_reason"] == "total_frames"
+    detect = s["lost_ranks"]["2"]["time"] - fault_times(tmp_path)[0]["time"]
+    print(f"\nSIGKILL seed env worker: detected in {detect * 1000:.0f} ms")
+    assert detect < 1.0

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from distrl import faults
 from distrl.architectures.base import RoleContext
 from distrl.envs.gym import env_info, final_observations, make_vector_env
 from distrl.roles.seed_inference import (
@@ -75,7 +76,10 @@ class SeedEnvWorker:
                 return
             inflight: list[Future] = [t.call(self.learner, "infer", self._first_message(g), timeout)
                                       for g in range(self.K)]
+            steps = 0
             while True:
+                faults.maybe_signal(self.ctx.rank, steps)  # fault injection (distrl/faults.py)
+                steps += 1
                 for g in range(self.K):
                     reply = inflight[g].result()  # bounded: the call's timeout resolves it
                     if bool(reply[STOP]):
