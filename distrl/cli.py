@@ -37,7 +37,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--total-frames", type=int, help="stop after this many environment frames")
     p.add_argument("--max-time-s", type=float, help="stop after this many seconds of training")
     p.add_argument("--target-return", type=float,
-                   help="stop once the mean return of the last 100 training episodes reaches this")
+                   help="stop once the mean return of the last 100 training episodes reaches this "
+                        "(and a greedy evaluation of the policy confirms it; otherwise training goes on)")
     p.add_argument("--run-dir", help="run directory (config, metrics, checkpoints, summary.json, W&B run)")
     p.add_argument("--logger", choices=("wandb", "csv", "none"), help="metrics backend; wandb runs offline unless WANDB_MODE says otherwise")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")

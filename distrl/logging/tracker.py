@@ -76,10 +76,11 @@ class RunTracker:
     def lag_mean(self) -> float:
         return self.lag_sum / self.lag_count if self.lag_count else 0.0
 
-    def stop_reason(self) -> Optional[str]:
-        """Why training should stop now, or ``None``."""
+    def stop_reason(self, target: bool = True) -> Optional[str]:
+        """Why training should stop now, or ``None``; ``target=False`` ignores ``run.target_return``."""
         run = self.cfg.run
-        if run.target_return is not None and len(self.returns) == 100 and self.return_mean_100 >= run.target_return:
+        if (target and run.target_return is not None and len(self.returns) == 100
+                and self.return_mean_100 >= run.target_return):
             return "target_return"
         if self.env_frames >= run.total_frames:
             return "total_frames"

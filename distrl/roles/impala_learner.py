@@ -42,6 +42,7 @@ class ImpalaLearner:
         self.wire = WireMeter()  # trajectories in + parameters out, per env frame (as seed counts)
         self._env_errors: dict[int, int] = {}
         self.session.restore(self.model, self.optim)
+        self.session.evaluate = self._evaluate
         self._publish()
         ctx.transport.serve("hello", self._hello)
         ctx.transport.serve("put_trajectory", self._put_trajectory)
@@ -132,13 +133,15 @@ class ImpalaLearner:
             reason = session.stop_reason
         finally:
             self.stopping.set()
-        eval_returns = evaluate(
-            lambda o: self.model.policy(o), self.cfg.run.env, self.cfg.run.eval_episodes,
-            self.cfg.run.seed + 10_000, self.device,
-        )
+        eval_returns = self._evaluate()
         self._await_actors()
         return session.finish(reason, eval_returns, self.model, self.optim,
                               extra={"bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)})
+
+    def _evaluate(self) -> list[float]:
+        """Greedy returns of ``run.eval_episodes`` episodes of the current policy."""
+        return evaluate(lambda o: self.model.policy(o), self.cfg.run.env, self.cfg.run.eval_episodes,
+                        self.cfg.run.seed + 10_000, self.device)
 
     def _await_actors(self) -> None:
         """Let every live actor hear ``stop`` in a reply, bounded by the call timeout."""

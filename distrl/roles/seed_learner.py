@@ -50,6 +50,7 @@ class SeedLearner:
         self._clip_groups = self.model.tower_parameters() if self.recurrent else [list(self.model.parameters())]
         self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
         self.session.restore(self.model, self.optim)
+        self.session.evaluate = self._evaluate
         self.lock = threading.Lock()
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
         self.workers = ctx.ranks_of("env_worker")
@@ -127,12 +128,16 @@ class SeedLearner:
             self.server.close()
             raise
         self.server.stop()  # workers hear stop in their next reply; the thread answers the queued ones
-        eval_returns = evaluate(self._eval_policy(), self.cfg.run.env, self.cfg.run.eval_episodes,
-                                self.cfg.run.seed + 10_000, self.device)
+        eval_returns = self._evaluate()
         self._await_workers()
         self.server.close()
         extra = {"bytes_per_env_step": round(self.server.wire.bytes_per_env_step, 2), **self.server.stats.summary()}
         return session.finish(reason, eval_returns, self.model, self.optim, extra)
+
+    def _evaluate(self) -> list[float]:
+        """Greedy returns of ``run.eval_episodes`` episodes of the current policy."""
+        return evaluate(self._eval_policy(), self.cfg.run.env, self.cfg.run.eval_episodes,
+                        self.cfg.run.seed + 10_000, self.device)
 
     def _eval_policy(self):
         """``obs [B, F] -> logits [B, A]``; a recurrent core carries its state across calls, which is

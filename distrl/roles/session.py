@@ -60,6 +60,10 @@ class LearnerSession:
         #: roles with state beyond model/optimizer/counters (a replay buffer...) set this; its
         #: dict is saved in every checkpoint and returned by :meth:`restore`.
         self.extra_state: Optional[Callable[[], dict]] = None
+        #: greedy evaluation of the current policy (episode returns); when set, a training mean
+        #: that reaches ``run.target_return`` stops the run only if this confirms it
+        self.evaluate: Optional[Callable[[], list[float]]] = None
+        self._confirm_after = 0  # episode count before which no new confirmation is tried
         if threading.current_thread() is threading.main_thread():
             # Preemption: checkpoint at the next tick, then stop (the handler itself only flags).
             signal.signal(signal.SIGTERM, lambda *_: self._sigterm.set())
@@ -70,10 +74,30 @@ class LearnerSession:
             self.stop_reason = "sigterm"
             print("[learner] SIGTERM: stopping after a checkpoint", flush=True)
         if self.stop_reason is None:
-            self.stop_reason = self.tracker.stop_reason()
+            reason = self.tracker.stop_reason()
+            if reason == "target_return" and not self._target_confirmed():
+                reason = self.tracker.stop_reason(target=False)
+            self.stop_reason = reason
         if self.stop_reason is None and self.peers and set(self.peers) <= self.ctx.transport.lost_peers():
             self.stop_reason = "all_peers_lost"
         return self.stop_reason is not None
+
+    def _target_confirmed(self) -> bool:
+        """Does a greedy evaluation agree that the target is reached? (The training mean trails
+        the policy and mixes in exploration, so the two can disagree either way.)"""
+        if self.evaluate is None:
+            return True
+        if self.tracker.episodes < self._confirm_after:
+            return False
+        returns = self.evaluate()
+        score = sum(returns) / len(returns) if returns else float("inf")
+        target = self.cfg.run.target_return
+        if score >= target:
+            return True
+        self._confirm_after = self.tracker.episodes + 100  # try again after 100 more episodes
+        print(f"[learner] training mean reached {target:g} but a greedy evaluation scored {score:.1f}; "
+              "training on", flush=True)
+        return False
 
     def heartbeat(self) -> None:
         """Ping every live peer; a failed or unanswered ping declares it lost, in one log line."""

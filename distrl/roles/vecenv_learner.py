@@ -73,6 +73,7 @@ class VecEnvLearner:
             signal.signal(signal.SIGTERM, lambda *_: self._sigterm.set())
         if self.session is not None:
             self.session.restore(self.model, self.optim)
+            self.session.evaluate = self.evaluate  # confirms --target-return before stopping
         self._sync_replicas()
         self.buf = Rollout.allocate(a.rollout_length, a.num_envs, env.obs_dim, env.num_actions, env.action_dim,
                                     self.device)
