@@ -29,7 +29,7 @@ class RunConfig:
 
     env: str = "CartPole-v1"  #: gymnasium id of the environment
     seed: int = 0  #: base seed; each rank and env derives its own from it
-    total_frames: int = 5_000_000  #: stop after this many env frames
+    total_frames: int = 100_000_000  #: stop after this many env frames (max_time_s usually ends a run first)
     max_time_s: float = 600.0  #: stop after this many seconds of training
     target_return: Optional[float] = None  #: stop once the mean of the last 100 training returns reaches it
     run_dir: str = ""  #: run directory; empty means runs/<recipe>-<env>-<timestamp>
