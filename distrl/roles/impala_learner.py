@@ -68,9 +68,9 @@ class ImpalaLearner:
         if self.stopping.is_set() or rank in self.ctx.transport.lost_peers():
             # A rank declared lost (e.g. it was stopped and came back) is told to stop; its
             # late data is ignored rather than mixed into a run that has moved on.
-            self.said_stop.add(rank)
             reply = self._reply(int(msg["version"]))
             reply["stop"] = torch.tensor(True)
+            self.said_stop.add(rank)
             return reply
         self._env_errors[rank] = int(msg["env_errors"])  # each actor's running count
         if any(self._env_errors.values()):
@@ -84,6 +84,8 @@ class ImpalaLearner:
             except queue.Full:
                 self.session.tracker.counters["dropped_trajectories"] += 1
         reply = self._reply(int(msg["version"]))
+        if bool(reply["stop"]):  # the learner stopped while this message waited for queue space
+            self.said_stop.add(rank)
         self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), msg["traj"].numel())
         return reply
 

@@ -64,6 +64,7 @@ class LearnerSession:
         #: that reaches ``run.target_return`` stops the run only if this confirms it
         self.evaluate: Optional[Callable[[], list[float]]] = None
         self._confirm_after = 0  # episode count before which no new confirmation is tried
+        self._trained = None  # (model, optimizer), known from restore(), for the SIGTERM checkpoint
         if threading.current_thread() is threading.main_thread():
             # Preemption: checkpoint at the next tick, then stop (the handler itself only flags).
             signal.signal(signal.SIGTERM, lambda *_: self._sigterm.set())
@@ -72,6 +73,8 @@ class LearnerSession:
     def should_stop(self) -> bool:
         if self.stop_reason is None and self._sigterm.is_set():
             self.stop_reason = "sigterm"
+            if self._trained is not None:  # checkpoint first: evaluation and goodbyes come after
+                self.checkpoint(*self._trained)
             print("[learner] SIGTERM: stopping after a checkpoint", flush=True)
         if self.stop_reason is None:
             reason = self.tracker.stop_reason()
@@ -178,7 +181,11 @@ class LearnerSession:
         return save_checkpoint(self.run_dir, self.tracker.updates, state)
 
     def restore(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> Optional[dict]:
-        """Load the newest valid checkpoint when ``run.resume`` is set; returns it (for extras)."""
+        """Load the newest valid checkpoint when ``run.resume`` is set; returns it (for extras).
+
+        Every learner calls it once with the objects it trains, so the session also keeps them for
+        the checkpoint a SIGTERM asks for."""
+        self._trained = (model, optim)
         if not self.cfg.run.resume:
             return None
         state = load_latest_checkpoint(self.run_dir)
