@@ -15,10 +15,8 @@ from torch import nn
 from torchrl.modules import MLP
 
 from distrl.config import NetConfig
+from distrl.data.keys import CORE_STATE  # noqa: F401  (re-exported: the key a chunk's state travels under)
 from distrl.models import _ACTIVATIONS
-
-#: Key of the core state ``[B, 4, H]`` a chunk starts from (before its step ``t = 0``).
-CORE_STATE = "core_state"
 
 
 class RunningNorm(nn.Module):

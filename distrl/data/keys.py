@@ -44,3 +44,19 @@ EPISODE_RETURNS = "episode_returns"
 EPISODE_LENGTHS = "episode_lengths"
 ACTOR_RANK = "actor_rank"
 ACTOR_FPS = "actor_fps"
+
+# SEED: an env worker's step message to the inference server (flat, batch ``[]``) and the reply.
+# A message carries one env group's OBSERVATION with the reward and end flags of the step that
+# produced it (flat names: the server, not the worker, assembles the ``("next", ...)`` layout),
+# plus the observation an episode ended on before its auto-reset; the reply carries ACTION and STOP.
+STEP_REWARD = "reward"
+STEP_TERMINATED = "terminated"
+STEP_TRUNCATED = "truncated"
+FINAL_OBSERVATION = "final_observation"
+WORKER_RANK = "rank"
+ENV_GROUP = "group"
+#: a worker's fresh id per process start: the server resets that worker's recurrent states on a new one.
+RUN_ID = "run_id"
+STOP = "stop"
+#: the recurrent core state ``[B, 4, H]`` a SEED trajectory chunk starts from (before its step ``t = 0``).
+CORE_STATE = "core_state"

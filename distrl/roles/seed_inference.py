@@ -32,11 +32,10 @@ from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.models import sample_actions
 from distrl.roles.seed_trajectory import GroupTrajectories
 
-# Keys of a worker's step message (flat, batch ``[]``) and of the reply (ACTION, STOP). Only the
-# seed roles exchange them; observation and action reuse TorchRL's names from distrl.data.keys.
+# Short names for the keys of a worker's step message and its reply (declared in distrl.data.keys).
 OBS, ACTION = keys.OBSERVATION, keys.ACTION
-REWARD, TERMINATED, TRUNCATED = "reward", "terminated", "truncated"
-FINAL_OBS, RANK, GROUP, RUN_ID, STOP = "final_observation", "rank", "group", "run_id", "stop"
+REWARD, TERMINATED, TRUNCATED = keys.STEP_REWARD, keys.STEP_TERMINATED, keys.STEP_TRUNCATED
+FINAL_OBS, RANK, GROUP, RUN_ID, STOP = keys.FINAL_OBSERVATION, keys.WORKER_RANK, keys.ENV_GROUP, keys.RUN_ID, keys.STOP
 
 
 @dataclass(eq=False)
