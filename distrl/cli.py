@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import NoReturn
 
@@ -30,8 +31,9 @@ def make_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("recipe", choices=RECIPE_NAMES, help="architecture to run")
-    p.add_argument("--experiment", default="default",
-                   help="experiment function in experiments/<recipe>.py giving the base config (e.g. debug)")
+    p.add_argument("--experiment",
+                   help="experiment function in experiments/<recipe>.py giving the base config (e.g. debug); "
+                        "default: the one that module's ENV_EXPERIMENTS names for --env, else 'default'")
     p.add_argument("--env", help="gymnasium environment id (default: the experiment's, CartPole-v1)")
     p.add_argument("--seed", type=int, help="base random seed")
     p.add_argument("--total-frames", type=int, help="stop after this many environment frames")
@@ -65,9 +67,27 @@ def experiment_config(recipe: str, experiment: str) -> Config:
     return fn()
 
 
+def default_experiment(recipe: str, env: str | None) -> str:
+    """The experiment to start from when ``--experiment`` is not given.
+
+    An experiments module may map env ids to the experiment tuned for them (``ENV_EXPERIMENTS``),
+    so that ``vecenv --env Pendulum-v1`` gets Pendulum's settings rather than CartPole's with
+    Pendulum swapped in; any other env starts from ``default``.
+    """
+    try:
+        module = importlib.import_module(f"experiments.{recipe}")
+    except ModuleNotFoundError:
+        return "default"
+    return getattr(module, "ENV_EXPERIMENTS", {}).get(env, "default")
+
+
 def build_config(args: argparse.Namespace) -> Config:
     """Experiment, then options, then ``--set`` overrides; raises ``ValueError`` on bad input."""
-    cfg = experiment_config(args.recipe, args.experiment)
+    experiment = args.experiment or default_experiment(args.recipe, args.env)
+    if experiment != "default" and not args.experiment and os.environ.get("RANK", "0") == "0":
+        print(f"[distrl] --env {args.env}: starting from experiment {experiment!r} (pass --experiment to choose)",
+              file=sys.stderr)
+    cfg = experiment_config(args.recipe, experiment)
     common = {"run.env": args.env, "run.seed": args.seed, "run.total_frames": args.total_frames,
               "run.max_time_s": args.max_time_s, "run.target_return": args.target_return,
               "run.run_dir": args.run_dir, "run.logger": args.logger}

@@ -8,6 +8,9 @@ from __future__ import annotations
 from distrl.architectures.vecenv import default_config as _recipe_default
 from distrl.config import Config, override
 
+#: The experiment ``launch/train.py vecenv --env ID`` starts from when ``--experiment`` is not given.
+ENV_EXPERIMENTS = {"Pendulum-v1": "pendulum"}
+
 
 def default() -> Config:
     """Torch CartPole-v1, 1024 envs x 8 steps per update, stops at a training return of 475."""

@@ -38,3 +38,17 @@ def test_bad_input_under_torchrun_fails_before_the_group(no_leaked_processes):
 def test_print_config(tmp_path):
     proc = run_train(["impala", "--print-config", "--set", "net.hidden=32,32"], timeout=60)
     assert proc.returncode == 0 and '"hidden": [\n      32,\n      32\n    ]' in proc.stdout
+
+
+def test_env_picks_the_experiment_tuned_for_it():
+    """``vecenv --env Pendulum-v1`` starts from experiments/vecenv.py's ``pendulum``, not CartPole's
+    settings with Pendulum swapped in; an explicit ``--experiment`` wins."""
+    import json
+
+    proc = run_train(["vecenv", "--env", "Pendulum-v1", "--print-config"], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "starting from experiment 'pendulum'" in proc.stderr
+    cfg = json.loads(proc.stdout)
+    assert cfg["run"]["env"] == "Pendulum-v1" and cfg["algo"]["gamma"] == 0.95
+    proc = run_train(["vecenv", "--env", "Pendulum-v1", "--experiment", "debug", "--print-config"], timeout=60)
+    assert json.loads(proc.stdout)["algo"]["gamma"] != 0.95 and "starting from" not in proc.stderr
