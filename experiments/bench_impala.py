@@ -53,11 +53,11 @@ def collector_fps(frames: int, workers: int = 2, envs_per_worker: int = 8) -> fl
         torch.set_num_threads(1)
 
 
-def impala_fps(frames: int, nproc: int = 3, extra: list[str] | None = None) -> dict:
-    """Run the impala recipe under torchrun for ``frames`` frames; returns its summary."""
+def train_summary(recipe: str, frames: int, nproc: int = 3, extra: list[str] | None = None) -> dict:
+    """Run ``recipe`` under torchrun on CartPole-v1 for ``frames`` frames; returns its summary."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               str(ROOT / "launch" / "train.py"), "impala", "--env", "CartPole-v1", "--total-frames", str(frames),
+               str(ROOT / "launch" / "train.py"), recipe, "--env", "CartPole-v1", "--total-frames", str(frames),
                "--logger", "none", "--run-dir", tmp, "--set", "run.eval_episodes=0", *(extra or [])]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         subprocess.run(cmd, cwd=ROOT, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -71,7 +71,7 @@ def main() -> None:
     args = ap.parse_args()
     ref = collector_fps(args.collector_frames)
     print(f"torchrl MultiSyncCollector 2x8 envs (collect only): {ref:10,.0f} frames/s", flush=True)
-    s = impala_fps(args.frames)
+    s = train_summary("impala", args.frames)
     print(f"distrl impala, torchrun 3 procs (training):       {s['fps']:10,.0f} frames/s "
           f"(lag mean {s['policy_lag_mean']:.2f}, {s['learner_updates']} updates)")
     print(f"ratio impala / collector: {s['fps'] / ref:.1f}x")

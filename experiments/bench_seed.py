@@ -15,28 +15,13 @@ All in one invocation on this machine (compare ratios within one run: the machin
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.bench_impala import collector_fps  # noqa: E402
-
-
-def train_summary(recipe: str, frames: int, nproc: int = 3, extra: list[str] | None = None) -> dict:
-    """Run ``recipe`` under torchrun on CartPole-v1 for ``frames`` frames; returns its summary."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               str(ROOT / "launch" / "train.py"), recipe, "--env", "CartPole-v1", "--total-frames", str(frames),
-               "--logger", "none", "--run-dir", tmp, "--set", "run.eval_episodes=0", *(extra or [])]
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        subprocess.run(cmd, cwd=ROOT, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return json.loads((Path(tmp) / "summary.json").read_text())
+from experiments.bench_impala import collector_fps, train_summary  # noqa: E402
 
 
 def side_by_side(seed: dict, impala: dict) -> str:

@@ -1,6 +1,7 @@
 """Shared fixtures: process-leak checks and a runner for launch/train.py in subprocesses."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -73,3 +74,16 @@ def run_train(args: list[str], nproc: int = 1, timeout: float = 240, env: dict |
     else:
         cmd = [sys.executable, str(TRAIN), *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env or child_env())
+
+
+#: Keys every recipe's summary.json carries (the foundation issue's run directory).
+SUMMARY_KEYS = {"recipe", "env", "world_size", "roles", "env_frames", "wall_s", "fps", "episodes", "return_mean_100",
+                "eval_return_mean", "policy_lag_mean", "policy_lag_max", "learner_updates", "stop_reason"}
+
+
+def read_summary(run_dir: Path, extra_keys: set[str] = frozenset()) -> dict:
+    """``run_dir/summary.json``, checked to hold :data:`SUMMARY_KEYS` and ``extra_keys``."""
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    missing = (SUMMARY_KEYS | set(extra_keys)) - set(summary)
+    assert not missing, f"summary.json lacks {sorted(missing)}"
+    return summary

@@ -5,16 +5,7 @@ import json
 
 import pytest
 
-from conftest import run_train
-
-SUMMARY_KEYS = {"recipe", "env", "world_size", "roles", "env_frames", "wall_s", "fps", "episodes", "return_mean_100",
-                "eval_return_mean", "policy_lag_mean", "policy_lag_max", "learner_updates", "stop_reason"}
-
-
-def read_summary(run_dir) -> dict:
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert SUMMARY_KEYS <= set(summary)
-    return summary
+from conftest import read_summary, run_train
 
 
 def test_world_size_one_learns_the_toy_env(tmp_path, no_leaked_processes):
@@ -39,6 +30,7 @@ def test_torchrun_three_processes_with_wandb_offline(tmp_path, no_leaked_process
     assert s["roles"] == {"0": "learner", "1": "actor", "2": "actor"}
     assert s["eval_return_mean"] >= 19.0
     assert list((run / "wandb").glob("offline-run-*")), "no offline W&B run written"
+    assert (run / "curves.png").exists()  # a run that logs draws its learning curves
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(k.count("/") == 1 for row in rows for k in row if k not in ("step", "time"))
 

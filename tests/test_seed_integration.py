@@ -6,18 +6,15 @@ import json
 
 import pytest
 
-from conftest import run_train
+from conftest import read_summary as read_common_summary, run_train
 
-SEED_KEYS = {"recipe", "env_frames", "fps", "eval_return_mean", "policy_lag_mean", "policy_lag_max", "stop_reason",
-             "bytes_per_env_step", "inference_batch_fill_mean", "inference_latency_ms_mean",
+SEED_KEYS = {"bytes_per_env_step", "inference_batch_fill_mean", "inference_latency_ms_mean",
              "inference_latency_ms_p95", "inference_compute_ms_mean", "inference_batches"}
 ROLES = {"0": "learner", "1": "env_worker", "2": "env_worker"}
 
 
 def read_summary(run_dir) -> dict:
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert SEED_KEYS <= set(summary), SEED_KEYS - set(summary)
-    return summary
+    return read_common_summary(run_dir, SEED_KEYS)
 
 
 def check_measured(s: dict) -> None:

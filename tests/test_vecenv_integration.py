@@ -5,16 +5,7 @@ import json
 
 import pytest
 
-from conftest import child_env, run_train
-
-SUMMARY_KEYS = {"recipe", "env", "world_size", "roles", "env_frames", "wall_s", "fps", "episodes", "return_mean_100",
-                "eval_return_mean", "policy_lag_mean", "policy_lag_max", "learner_updates", "stop_reason"}
-
-
-def read_summary(run_dir) -> dict:
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert SUMMARY_KEYS <= set(summary)
-    return summary
+from conftest import child_env, read_summary, run_train
 
 
 @pytest.mark.timeout(120)
