@@ -208,6 +208,15 @@ class LearnerSession:
         if time.monotonic() - self._last_checkpoint >= self.cfg.run.checkpoint_interval_s:
             self.checkpoint(model, optim)
 
+    def _plot_curves(self) -> None:
+        """``curves.png`` beside the metrics; a plot that fails costs a warning line, never the run."""
+        try:
+            from distrl.plots import plot_runs
+
+            plot_runs([self.run_dir], self.run_dir / "curves.png")
+        except Exception as e:  # noqa: BLE001  (matplotlib missing, no rows yet, a full disk...)
+            print(f"[{self.cfg.recipe}] warning: curves.png not written: {e}", flush=True)
+
     def finish(self, reason: str, eval_returns: list[float], model, optim, extra: Optional[dict] = None) -> dict:
         """Final progress row, checkpoint and ``summary.json``; closes the metric sinks."""
         self.tracker.maybe_report(force=True)
@@ -216,6 +225,8 @@ class LearnerSession:
         summary = self.tracker.summary(reason, eval_returns, extra)
         if self.tracker.writer is not None:
             self.tracker.writer.close()
+        if self.cfg.run.logger != "none":
+            self._plot_curves()
         ev = summary["eval_return_mean"]
         print(f"[{self.cfg.recipe}] done ({reason}): {summary['env_frames']:,} frames in {summary['wall_s']:.1f}s "
               f"= {summary['fps']:,.0f} fps, eval return {ev}, summary in {self.run_dir / 'summary.json'}", flush=True)
