@@ -89,7 +89,10 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, x: str = "frames"
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
+    if len(runs) == 1:
+        fig.suptitle(labels[0], fontsize=11)
+    else:
+        axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
     out = Path(out)
     fig.savefig(out, dpi=90)
