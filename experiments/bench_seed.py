@@ -3,6 +3,7 @@ side, and the crossover in network size where central batched inference wins.
 
     python experiments/bench_seed.py [--frames 600000] [--collector-frames 100000]
                                      [--sizes 64,64 256,256 1024,1024,1024] [--size-time-s 20]
+                                     [--plot crossover.png]
 
 All in one invocation on this machine (compare ratios within one run: the machines are shared):
 1. TorchRL ``MultiSyncCollector``, 2 workers x ``SerialEnv`` of 8, collecting only
@@ -46,6 +47,7 @@ def main() -> None:
     ap.add_argument("--sizes", nargs="*", default=["64,64", "256,256", "1024,1024,1024"],
                     help="net.hidden of each crossover point (none: skip the crossover)")
     ap.add_argument("--size-time-s", type=float, default=20.0, help="seconds of training per crossover run")
+    ap.add_argument("--plot", help="also draw the crossover (fps against network size) to this PNG")
     args = ap.parse_args()
 
     ref = collector_fps(args.collector_frames)
@@ -62,11 +64,37 @@ def main() -> None:
         print(f"\nfps against network size (net.hidden; 3 processes; {args.size_time_s:.0f} s of training each)")
         print(f"{'net.hidden':>18s}{'seed fps':>12s}{'impala fps':>12s}{'seed/impala':>13s}"
               f"{'seed B/step':>13s}{'impala B/step':>15s}", flush=True)
+        points = []
         for hidden in args.sizes:
             extra = ["--max-time-s", str(args.size_time_s), "--set", f"net.hidden={hidden}"]
             s, i = (train_summary(r, 10**9, extra=extra) for r in ("seed", "impala"))
+            points.append((hidden, s["fps"], i["fps"]))
             print(f"{hidden:>18s}{s['fps']:>12,.0f}{i['fps']:>12,.0f}{s['fps'] / i['fps']:>12.2f}x"
                   f"{s['bytes_per_env_step']:>13,.1f}{i['bytes_per_env_step']:>15,.1f}", flush=True)
+        if args.plot:
+            plot_crossover(points, args.plot)
+            print(f"wrote {args.plot}")
+
+
+def plot_crossover(points: list[tuple[str, float, float]], out: str) -> None:
+    """fps of seed and impala against network size, ``points`` = [(net.hidden, seed fps, impala fps)]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    xs = range(len(points))
+    ax.plot(xs, [p[1] for p in points], "o-", label="seed (batched inference on the learner)")
+    ax.plot(xs, [p[2] for p in points], "s-", label="impala (inference on each actor)")
+    ax.set_xticks(list(xs), [p[0] for p in points])
+    ax.set(xlabel="net.hidden", ylabel="training env frames / s (log)", yscale="log",
+           title="SEED against IMPALA by network size, 3 processes")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
