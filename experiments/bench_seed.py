@@ -2,7 +2,7 @@
 side, and the crossover in network size where central batched inference wins.
 
     python experiments/bench_seed.py [--frames 600000] [--collector-frames 100000]
-                                     [--sizes 64,64 256,256 1024,1024,1024] [--size-time-s 20]
+                                     [--sizes 64,64 256,256 512,512,512 1024,1024,1024] [--size-time-s 20]
                                      [--plot crossover.png]
 
 All in one invocation on this machine (compare ratios within one run: the machines are shared):
@@ -44,7 +44,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=600_000, help="training frames of each side-by-side run")
     ap.add_argument("--collector-frames", type=int, default=100_000, help="frames the collector gathers")
-    ap.add_argument("--sizes", nargs="*", default=["64,64", "256,256", "1024,1024,1024"],
+    ap.add_argument("--sizes", nargs="*", default=["64,64", "256,256", "512,512,512", "1024,1024,1024"],
                     help="net.hidden of each crossover point (none: skip the crossover)")
     ap.add_argument("--size-time-s", type=float, default=20.0, help="seconds of training per crossover run")
     ap.add_argument("--plot", help="also draw the crossover (fps against network size) to this PNG")

@@ -32,6 +32,7 @@ class SeedConfig:
     max_batch_envs: int = 512  #: an inference batch closes once it holds this many observations...
     max_wait_ms: float = 0.5  #: ...or this long after its first request arrived, whichever comes first
     request_timeout_s: float = 10.0  #: bound on a request handler's wait for its batch; below the call timeout
+    learner_threads: int = 2  #: torch threads of rank 0, which does all inference and learning (see docs/seed.md)
     core: str = "mlp"  #: policy core: mlp (ActorCritic) or lstm (RecurrentActorCritic, state kept on the server)
     core_size: int = 64  #: LSTM hidden size when core=lstm
     lr: float = 1e-3  #: Adam learning rate
@@ -45,7 +46,7 @@ class SeedConfig:
 
     def __post_init__(self):
         for name in ("envs_per_worker", "groups_per_worker", "local_workers", "unroll_length", "batch_size",
-                     "queue_size", "max_batch_envs", "core_size"):
+                     "queue_size", "max_batch_envs", "core_size", "learner_threads"):
             _check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
         _check(self.envs_per_worker % self.groups_per_worker == 0,
                f"algo.envs_per_worker ({self.envs_per_worker}) must be a multiple of algo.groups_per_worker "
