@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # distrl from this checkout, installed or not
 
 
 def collector_fps(frames: int, workers: int = 2, envs_per_worker: int = 8) -> float:
