@@ -18,10 +18,10 @@ from distrl.data import keys
 from distrl.data.wire import payload_nbytes
 from distrl.models import ActorCritic
 from distrl.models_recurrent import CORE_STATE, RecurrentActorCritic, UnrolledCore
-from distrl.roles.seed_inference import (
-    ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED, DynamicBatcher,
-    InferenceServer, Request,
+from distrl.roles.seed_batching import (
+    ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED, DynamicBatcher, Request,
 )
+from distrl.roles.seed_inference import InferenceServer
 from distrl.roles.seed_trajectory import GroupTrajectories
 
 

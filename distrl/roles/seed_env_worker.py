@@ -24,7 +24,7 @@ from tensordict import TensorDict
 from distrl import faults
 from distrl.architectures.base import RoleContext
 from distrl.envs.gym import env_info, final_observations, make_vector_env
-from distrl.roles.seed_inference import (
+from distrl.roles.seed_batching import (
     ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED,
 )
 from distrl.transport.base import TransportError
