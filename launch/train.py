@@ -8,7 +8,6 @@ line on stderr and exit status 2, before any process group starts.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path

@@ -51,7 +51,6 @@ def test_sigkill_one_of_three_actors_the_run_goes_on(tmp_path, no_leaked_process
     detect = lost["time"] - fault_times(tmp_path)[0]["time"]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     t_lost = lost["wall_s"]
-    start = rows[0]["time"] - (rows[0]["time"] - rows[0]["time"])  # rows carry epoch time
     before = [r["learner/fps"] for r in rows if r["time"] < lost["time"] - 0.5][1:]
     after = [r["learner/fps"] for r in rows if r["time"] > lost["time"] + 1.0][:-1]
     kept = (sum(after) / len(after)) / (sum(before) / len(before)) if before and after else float("nan")

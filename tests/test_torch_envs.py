@@ -16,7 +16,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDict
 from torchrl.collectors import Collector
 from torchrl.envs import StepCounter, TransformedEnv
 from torchrl.envs.utils import check_env_specs

@@ -19,7 +19,7 @@ import time
 import torch
 from tensordict import TensorDict
 
-from distrl.transport import CallTimeoutError, PeerLostError, RemoteError, RpcTransport, Transport
+from distrl.transport import CallTimeoutError, RemoteError, RpcTransport, Transport
 
 ROLES = {0: "driver", 1: "server", 2: "actor"}
 

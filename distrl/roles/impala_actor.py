@@ -8,7 +8,6 @@ send outstanding at a time: the bound on its memory and on the learner's queue p
 """
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import torch
