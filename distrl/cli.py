@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from distrl.architectures import RECIPE_NAMES, get_recipe
-from distrl.config import Config, override
+from distrl.config import Config, from_dict, override
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -43,7 +45,9 @@ def make_parser() -> argparse.ArgumentParser:
                         "(and a greedy evaluation of the policy confirms it; otherwise training goes on)")
     p.add_argument("--run-dir", help="run directory (config, metrics, checkpoints, summary.json, W&B run)")
     p.add_argument("--logger", choices=("wandb", "csv", "none"), help="metrics backend; wandb runs offline unless WANDB_MODE says otherwise")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --run-dir from its newest checkpoint, with its saved config "
+                        "(options and --set given now apply on top, e.g. a larger --total-frames)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config field, e.g. --set algo.lr=3e-4 (repeatable; see --print-config)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
@@ -81,21 +85,42 @@ def default_experiment(recipe: str, env: str | None) -> str:
     return getattr(module, "ENV_EXPERIMENTS", {}).get(env, "default")
 
 
-def build_config(args: argparse.Namespace) -> Config:
-    """Experiment, then options, then ``--set`` overrides; raises ``ValueError`` on bad input."""
+def saved_config(recipe: str, run_dir: str) -> Config:
+    """The config ``run_dir`` was started with (its ``config.json``): what ``--resume`` continues."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"--resume: {run_dir} is not a run directory (no config.json)")
+    data = json.loads(path.read_text())
+    if data.get("recipe") != recipe:
+        raise ValueError(f"--resume: {run_dir} is a {data.get('recipe')!r} run, not {recipe!r}")
+    algo = from_dict(type(get_recipe(recipe).default_config().algo), data["algo"])
+    return from_dict(Config, {**data, "algo": algo})
+
+
+def base_config(args: argparse.Namespace) -> Config:
+    """What the options apply to: the run's saved config with ``--resume``, else an experiment."""
+    if args.resume:
+        if not args.run_dir:
+            raise ValueError("--resume needs --run-dir (the run to continue)")
+        cfg = saved_config(args.recipe, args.run_dir)  # --experiment, if given, is superseded by it
+        if args.env and args.env != cfg.run.env:
+            raise ValueError(f"--resume: {args.run_dir} is a run on {cfg.run.env}, not {args.env}")
+        return override(cfg, **{"run.resume": True})
     experiment = args.experiment or default_experiment(args.recipe, args.env)
     if experiment != "default" and not args.experiment and os.environ.get("RANK", "0") == "0":
         print(f"[distrl] --env {args.env}: starting from experiment {experiment!r} (pass --experiment to choose)",
               file=sys.stderr)
-    cfg = experiment_config(args.recipe, experiment)
+    return experiment_config(args.recipe, experiment)
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    """Experiment (or the resumed run's config), then options, then ``--set`` overrides; raises
+    ``ValueError`` on bad input."""
+    cfg = base_config(args)
     common = {"run.env": args.env, "run.seed": args.seed, "run.total_frames": args.total_frames,
               "run.max_time_s": args.max_time_s, "run.target_return": args.target_return,
               "run.run_dir": args.run_dir, "run.logger": args.logger}
     cfg = override(cfg, **{k: v for k, v in common.items() if v is not None})
-    if args.resume:
-        if not args.run_dir:
-            raise ValueError("--resume needs --run-dir (the run to continue)")
-        cfg = override(cfg, **{"run.resume": True})
     for item in args.overrides:
         key, sep, value = item.partition("=")
         if not sep:

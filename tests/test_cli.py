@@ -52,3 +52,26 @@ def test_env_picks_the_experiment_tuned_for_it():
     assert cfg["run"]["env"] == "Pendulum-v1" and cfg["algo"]["gamma"] == 0.95
     proc = run_train(["vecenv", "--env", "Pendulum-v1", "--experiment", "debug", "--print-config"], timeout=60)
     assert json.loads(proc.stdout)["algo"]["gamma"] != 0.95 and "starting from" not in proc.stderr
+
+
+def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(tmp_path):
+    """``--resume`` starts from the run's config.json (a custom network comes back without
+    repeating ``--set``); a missing run directory or another recipe's run is a one-line error."""
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = run_train(["impala", "--experiment", "debug", "--set", "net.hidden=32", "--print-config"], timeout=60)
+    (run / "config.json").write_text(saved.stdout)
+    proc = run_train(["impala", "--resume", "--run-dir", str(run), "--total-frames", "99999", "--print-config"],
+                     timeout=60)
+    cfg = json.loads(proc.stdout)
+    assert cfg["net"]["hidden"] == [32] and cfg["run"]["env"] == "distrl/MatchSign-v0"
+    assert cfg["run"]["resume"] is True and cfg["run"]["total_frames"] == 99999
+
+    for args, message in [(["impala", "--resume", "--run-dir", str(tmp_path / "typo")], "not a run directory"),
+                          (["seed", "--resume", "--run-dir", str(run)], "is a 'impala' run, not 'seed'"),
+                          (["impala", "--resume", "--run-dir", str(run), "--env", "CartPole-v1"], "not CartPole-v1")]:
+        proc = run_train(args, timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "typo").exists()
