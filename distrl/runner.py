@@ -68,8 +68,23 @@ def plan(cfg: Config, world_size: int) -> Plan:
     return Plan(recipe, cfg, roles, world_size)
 
 
+def check_run_dir(p: Plan) -> None:
+    """Refuse to start a new run in a directory that holds one (its checkpoints would be pruned
+    and its metrics mixed in); ``--resume`` continues it instead.
+
+    Every rank checks, so all of them stop before the group forms. A directory whose ``job_id``
+    is this torchrun job's was just prepared by this job's rank 0, which passed the check."""
+    if p.cfg.run.resume or not (p.run_dir / "config.json").exists():
+        return
+    job, marker = os.environ.get("TORCHELASTIC_RUN_ID"), p.run_dir / "job_id"
+    if job and marker.is_file() and marker.read_text() == job:
+        return
+    raise ValueError(f"{p.run_dir} already holds a run: add --resume to continue it, or choose another --run-dir")
+
+
 def _prepare_run_dir(p: Plan) -> None:
     p.run_dir.mkdir(parents=True, exist_ok=True)
+    (p.run_dir / "job_id").write_text(os.environ.get("TORCHELASTIC_RUN_ID", ""))  # before config.json: see check_run_dir
     (p.run_dir / "config.json").write_text(p.cfg.to_json())
     (p.run_dir / "roles.json").write_text(json.dumps({str(r): n for r, n in p.roles.items()}, indent=2))
 

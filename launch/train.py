@@ -24,10 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    from distrl.runner import plan, run
+    from distrl.runner import check_run_dir, plan, run
 
     try:
         p = plan(build_config(args), world_size)
+        if not args.print_config:
+            check_run_dir(p)
     except ValueError as e:
         if rank == 0:
             print(f"error: {e}", file=sys.stderr)

@@ -75,3 +75,17 @@ def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(t
         proc = run_train(args, timeout=60)
         assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "typo").exists()
+
+
+def test_a_new_run_never_overwrites_an_old_one(tmp_path, no_leaked_processes):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    (run / "checkpoints").mkdir()
+    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=60)
+    assert proc.returncode == 2 and "already holds a run: add --resume" in proc.stderr, proc.stderr
+    assert (run / "config.json").read_text() == "{}" and not list((run / "checkpoints").iterdir())
+    # under torchrun every rank refuses before the group forms (no role starts, so none "dies")
+    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], nproc=3, timeout=60)
+    assert proc.returncode != 0 and "already holds a run" in proc.stderr and "died" not in proc.stdout + proc.stderr
+    assert (run / "config.json").read_text() == "{}"
