@@ -199,6 +199,10 @@ class LearnerSession:
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
         print(f"[learner] resumed from update {self.tracker.updates}, {self.tracker.env_frames:,} frames", flush=True)
+        done = self.tracker.stop_reason(target=False)
+        if done:  # budgets count the whole run, resumed parts included
+            print(f"[learner] the resumed run has already met its {done} budget: raise --total-frames or "
+                  f"--max-time-s to train on", flush=True)
         return state
 
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
