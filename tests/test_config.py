@@ -99,3 +99,18 @@ def test_world_size_the_recipe_cannot_fill():
         recipe.rank_table(2, impala_cfg())
     assert recipe.rank_table(1, impala_cfg()) == {0: "learner", 1: "actor", 2: "actor"}  # local
     assert len(recipe.rank_table(5, impala_cfg())) == 5
+
+
+def test_every_role_builder_names_a_class_that_exists():
+    """Builders import their role lazily; a misspelt path must fail here, not on a rank at launch."""
+    import importlib
+    import inspect
+
+    from distrl.architectures import RECIPE_NAMES
+
+    for name in RECIPE_NAMES:
+        recipe = get_recipe(name)
+        assert set(recipe.roles_for(max(recipe.min_world_size, 2))) <= set(recipe.builders)
+        for builder in recipe.builders.values():
+            module, _, cls = builder.target.partition(":")
+            assert inspect.isclass(getattr(importlib.import_module(module), cls, None)), builder.target

@@ -6,6 +6,7 @@ line naming the layout it needs), and names the role classes the runner builds.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Protocol
@@ -36,6 +37,19 @@ class Role(Protocol):
 
 
 RoleFactory = Callable[[RoleContext], Role]
+
+
+def role(path: str) -> RoleFactory:
+    """The builder of role class ``"module:Class"``, imported only when a rank builds it: the CLI
+    imports every recipe module to validate a command line, and roles pull in heavy modules."""
+    module, _, name = path.partition(":")
+
+    def build(ctx: RoleContext) -> Role:
+        return getattr(importlib.import_module(module), name)(ctx)
+
+    build.__qualname__ = f"role({path!r})"
+    build.target = path  # for tests and error messages: what this builder will import
+    return build
 
 
 @dataclass(frozen=True)

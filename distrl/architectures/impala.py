@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distrl.architectures.base import Recipe
+from distrl.architectures.base import Recipe, role
 from distrl.config import Config, RunConfig, _check
 from distrl.envs.gym import env_info
 
@@ -54,25 +54,14 @@ def _check_config(cfg: Config) -> None:
         raise ValueError(f"impala supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
 
 
-def _learner(ctx):
-    from distrl.roles.impala_learner import ImpalaLearner
-
-    return ImpalaLearner(ctx)
-
-
-def _actor(ctx):
-    from distrl.roles.impala_actor import ImpalaActor
-
-    return ImpalaActor(ctx)
-
-
 RECIPE = Recipe(
     name="impala",
     description="IMPALA: actors ship trajectories, the learner corrects lag with V-trace",
     layout="rank 0 learner, ranks 1..N-1 actors",
     min_world_size=2,
     roles_for=lambda n: ["learner"] + ["actor"] * (n - 1),
-    builders={"learner": _learner, "actor": _actor},
+    builders={"learner": role("distrl.roles.impala_learner:ImpalaLearner"),
+              "actor": role("distrl.roles.impala_actor:ImpalaActor")},
     default_config=default_config,
     local_world_size=lambda cfg: 1 + cfg.algo.local_actors,
     check_config=_check_config,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distrl.architectures.base import Recipe
+from distrl.architectures.base import Recipe, role
 from distrl.config import Config, RunConfig, _check
 from distrl.envs import partial  # noqa: F401  (registers distrl/CartPoleNoVel-v1)
 from distrl.envs.gym import env_info
@@ -80,25 +80,14 @@ def _check_config(cfg: Config) -> None:
                          f"transport.call_timeout_s ({cfg.transport.call_timeout_s}) so the server answers first")
 
 
-def _learner(ctx):
-    from distrl.roles.seed_learner import SeedLearner
-
-    return SeedLearner(ctx)
-
-
-def _env_worker(ctx):
-    from distrl.roles.seed_env_worker import SeedEnvWorker
-
-    return SeedEnvWorker(ctx)
-
-
 RECIPE = Recipe(
     name="seed",
     description="SEED RL: batched inference on the learner, env-only workers, V-trace",
     layout="rank 0 learner + inference server, ranks 1..N-1 env workers",
     min_world_size=2,
     roles_for=lambda n: ["learner"] + ["env_worker"] * (n - 1),
-    builders={"learner": _learner, "env_worker": _env_worker},
+    builders={"learner": role("distrl.roles.seed_learner:SeedLearner"),
+              "env_worker": role("distrl.roles.seed_env_worker:SeedEnvWorker")},
     default_config=default_config,
     local_world_size=lambda cfg: 1 + cfg.algo.local_workers,
     check_config=_check_config,

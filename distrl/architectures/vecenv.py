@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distrl.architectures.base import Recipe
+from distrl.architectures.base import Recipe, role
 from distrl.config import Config, NetConfig, RunConfig, _check
 
 
@@ -85,19 +85,13 @@ def _check_config(cfg: Config) -> None:
                          "(distrl.envs.batched:gym_serial_env wraps any gymnasium id)")
 
 
-def _learner(ctx):
-    from distrl.roles.vecenv_learner import VecEnvLearner
-
-    return VecEnvLearner(ctx)
-
-
 RECIPE = Recipe(
     name="vecenv",
     description="on-device batched envs + synchronous PPO; more ranks = data parallel",
     layout="every rank a learner with its own env batch (data parallel)",
     min_world_size=1,
     roles_for=lambda n: ["learner"] * n,
-    builders={"learner": _learner},
+    builders={"learner": role("distrl.roles.vecenv_learner:VecEnvLearner")},
     default_config=default_config,
     local_world_size=lambda cfg: 1,
     check_config=_check_config,
