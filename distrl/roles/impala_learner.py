@@ -127,12 +127,7 @@ class ImpalaLearner:
     def run(self) -> dict:
         session = self.session
         try:
-            while not session.should_stop():
-                batch = self._next_batch()
-                if batch is not None:
-                    self._update(batch)
-                session.tick(self.model, self.optim)
-            reason = session.stop_reason
+            reason = session.train(self._next_batch, self._update, self.model, self.optim)
         finally:
             self.stopping.set()
         eval_returns = self._evaluate()

@@ -122,12 +122,7 @@ class SeedLearner:
         session = self.session
         self.server.start()
         try:
-            while not session.should_stop():
-                batch = self._next_batch()
-                if batch is not None:
-                    self._update(batch)
-                session.tick(self.model, self.optim)
-            reason = session.stop_reason
+            reason = session.train(self._next_batch, self._update, self.model, self.optim)
         except BaseException:
             self.server.close()
             raise

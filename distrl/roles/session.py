@@ -205,6 +205,17 @@ class LearnerSession:
                   f"--max-time-s to train on", flush=True)
         return state
 
+    def train(self, next_batch: Callable[[], Optional[Any]], update: Callable[[Any], None],
+              model: torch.nn.Module, optim: torch.optim.Optimizer) -> str:
+        """The loop of a learner fed by other ranks: take a batch (``None`` when none came in time),
+        update on it, :meth:`tick`; until the stop rule says why, which it returns."""
+        while not self.should_stop():
+            batch = next_batch()
+            if batch is not None:
+                update(batch)
+            self.tick(model, optim)
+        return self.stop_reason
+
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Once per learner loop iteration: liveness, progress, periodic checkpoint."""
         self.heartbeat()
