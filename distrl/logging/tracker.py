@@ -17,6 +17,7 @@ import torch
 
 from distrl.config import Config
 from distrl.logging.metrics import MetricsWriter
+from distrl.logging.timing import BudgetBook
 
 
 class RunTracker:
@@ -45,6 +46,8 @@ class RunTracker:
         self.min_return_after_target: Optional[float] = None
         self.evals: list[dict[str, float]] = []  # {"wall_s", "env_frames", "updates", "return_mean"}
         self.best_eval: Optional[dict[str, float]] = None
+        #: where each role's time goes (distrl/logging/timing.py); the learner's session fills it
+        self.budget_book = BudgetBook(roles)
 
     # ---- counting -------------------------------------------------------------------------
     def add_frames(self, n: int) -> None:
@@ -133,6 +136,7 @@ class RunTracker:
         if self.returns:
             row["actor/return_mean_100"] = self.return_mean_100
         row.update({f"learner/{k}": v for k, v in self.counters.items()})
+        row.update(self.budget_book.metrics())
         if self.writer is not None:
             self.writer.write(row, step=self.env_frames)
         ret = f"{self.return_mean_100:7.1f}" if self.returns else "    n/a"
@@ -163,7 +167,7 @@ class RunTracker:
             "target_return": self.cfg.run.target_return, "target_reached": self.target_reached,
             "min_return_after_target": num(self.min_return_after_target),
             "best_eval_return_mean": num(self.best_eval["return_mean"]) if self.best_eval else None,
-            "best_eval": self.best_eval, "evals": self.evals,
+            "best_eval": self.best_eval, "evals": self.evals, "time_budget": self.budget_book.per_role(),
         }
         out.update(extra or {})
         (self.run_dir / "summary.json").write_text(json.dumps(out, indent=2))

@@ -23,6 +23,7 @@ from distrl.architectures.base import RoleContext
 from distrl.checkpoint import load_latest_checkpoint, save_best, save_checkpoint
 from distrl.data import keys
 from distrl.logging.metrics import MetricsWriter
+from distrl.logging.timing import TimeBudget
 from distrl.logging.tracker import RunTracker
 from distrl.models import resolve_device
 from distrl.transport.base import PeerLostError, TransportError
@@ -58,6 +59,9 @@ class LearnerSession:
         self._last_eval = time.monotonic()
         self._nonfinite_streak = 0
         self._sigterm = threading.Event()
+        #: the learner loop's time: ``wait`` (for data), ``learn``, ``eval``, ``checkpoint``, ``other``;
+        #: other roles' budgets arrive in their messages (``tracker.budget_book.update``)
+        self.budget = TimeBudget()
         #: roles with state beyond model/optimizer/counters (a replay buffer...) set this; its
         #: dict is saved in every checkpoint and returned by :meth:`restore`.
         self.extra_state: Optional[Callable[[], dict]] = None
@@ -238,19 +242,24 @@ class LearnerSession:
         """The loop of a learner fed by other ranks: take a batch (``None`` when none came in time),
         update on it, :meth:`tick`; until the stop rule says why, which it returns."""
         while not self.should_stop():
-            batch = next_batch()
+            with self.budget("wait"):
+                batch = next_batch()
             if batch is not None:
-                update(batch)
+                with self.budget("learn"):
+                    update(batch)
             self.tick(model, optim)
         return self.stop_reason
 
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Once per learner loop iteration: liveness, progress, periodic checkpoint."""
         self.heartbeat()
-        self.periodic_eval(model, optim)
+        with self.budget("eval"):
+            self.periodic_eval(model, optim)
+        self.tracker.budget_book.update(self.ctx.rank, self.budget.totals())
         self.tracker.maybe_report()
         if time.monotonic() - self._last_checkpoint >= self.cfg.run.checkpoint_interval_s:
-            self.checkpoint(model, optim)
+            with self.budget("checkpoint"):
+                self.checkpoint(model, optim)
 
     def _plot_curves(self) -> None:
         """``curves.png`` beside the metrics; a plot that fails costs a warning line, never the run."""
