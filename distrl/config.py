@@ -36,7 +36,7 @@ class RunConfig:
     run_dir: str = ""  #: run directory; empty means runs/<recipe>-<env>-<timestamp>
     logger: str = "csv"  #: metrics backend besides metrics.jsonl: wandb (offline), csv or none
     eval_episodes: int = 10  #: episodes of each greedy evaluation (periodic and final)
-    eval_interval_s: float = 10.0  #: seconds of training between greedy evaluations; the best is kept; 0: final only
+    eval_interval_s: float = 20.0  #: seconds of training between greedy evaluations; the best is kept; 0: final only
     log_interval_s: float = 2.0  #: seconds between progress lines and metric rows
     checkpoint_interval_s: float = 60.0  #: seconds between periodic checkpoints
     resume: bool = False  #: continue from the latest checkpoint in run_dir

@@ -195,8 +195,9 @@ class LearnerSession:
         """Every ``run.eval_interval_s``: a greedy evaluation, logged as ``eval/return_mean``.
 
         It runs on the learner's thread between updates: on CPU there is no idle core to move it
-        to, and it costs one vector-env rollout (CartPole: 10 episodes of up to 500 steps, about
-        0.1-0.3 s every 10 s, logged as ``learner/eval_s``)."""
+        to, and it costs one vector-env rollout (CartPole: 10 episodes of up to 500 steps, 0.3 s on
+        a quiet machine and up to 1.9 s on a loaded one, hence 20 s between them by default; logged
+        as ``learner/eval_s`` and in the time budget's ``eval``)."""
         interval = self.cfg.run.eval_interval_s
         if self.evaluate is None or interval <= 0 or time.monotonic() - self._last_eval < interval:
             return
