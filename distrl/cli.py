@@ -1,6 +1,6 @@
 """The command line of ``launch/train.py``: options -> a validated :class:`~distrl.config.Config`.
 
-The config comes from an experiment function (``experiments/<recipe>.py``, ``--experiment``),
+The config comes from an experiment function (``distrl/experiments/<recipe>.py``, ``--experiment``),
 then the common options, then ``--set section.field=value`` overrides, in that order.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("recipe", choices=RECIPE_NAMES, help="architecture to run")
     p.add_argument("--experiment",
-                   help="experiment function in experiments/<recipe>.py giving the base config (e.g. debug); "
+                   help="experiment function in distrl/experiments/<recipe>.py giving the base config (e.g. debug); "
                         "default: the one that module's ENV_EXPERIMENTS names for --env, else 'default'")
     p.add_argument("--env", help="gymnasium environment id (default: the experiment's, CartPole-v1)")
     p.add_argument("--seed", type=int, help="base random seed")
@@ -56,13 +56,13 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def experiment_config(recipe: str, experiment: str) -> Config:
-    """The config returned by ``experiments/<recipe>.py::<experiment>()``."""
+    """The config returned by ``distrl/experiments/<recipe>.py::<experiment>()``."""
     try:
-        module = importlib.import_module(f"experiments.{recipe}")
+        module = importlib.import_module(f"distrl.experiments.{recipe}")
     except ModuleNotFoundError:
-        if experiment == "default":  # distrl installed without the repo's experiments/
+        if experiment == "default":  # a recipe without an experiments module
             return get_recipe(recipe).default_config()
-        raise ValueError(f"experiments/{recipe}.py not found (run from the repository)") from None
+        raise ValueError(f"recipe {recipe} has no experiments module (distrl/experiments/{recipe}.py)") from None
     fn = getattr(module, experiment, None)
     if not callable(fn) or experiment.startswith("_"):
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
@@ -79,7 +79,7 @@ def default_experiment(recipe: str, env: str | None) -> str:
     Pendulum swapped in; any other env starts from ``default``.
     """
     try:
-        module = importlib.import_module(f"experiments.{recipe}")
+        module = importlib.import_module(f"distrl.experiments.{recipe}")
     except ModuleNotFoundError:
         return "default"
     return getattr(module, "ENV_EXPERIMENTS", {}).get(env, "default")

@@ -41,7 +41,7 @@ def test_print_config(tmp_path):
 
 
 def test_env_picks_the_experiment_tuned_for_it():
-    """``vecenv --env Pendulum-v1`` starts from experiments/vecenv.py's ``pendulum``, not CartPole's
+    """``vecenv --env Pendulum-v1`` starts from distrl/experiments/vecenv.py's ``pendulum``, not CartPole's
     settings with Pendulum swapped in; an explicit ``--experiment`` wins."""
     import json
 
