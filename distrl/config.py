@@ -34,6 +34,10 @@ class RunConfig:
     target_return: Optional[float] = None  #: stop once the mean of the last 100 training returns reaches it
     run_dir: str = ""  #: run directory; empty means runs/<recipe>-<env>-<timestamp>
     logger: str = "csv"  #: metrics backend besides metrics.jsonl: wandb (offline), csv or none
+    wandb_project: str = "distrl"  #: W&B project of the run (logger wandb)
+    wandb_entity: Optional[str] = None  #: W&B entity (user or team); none: your default entity
+    wandb_group: Optional[str] = None  #: W&B group; none: the recipe name
+    wandb_name: Optional[str] = None  #: W&B run name; none: the run directory's name
     eval_episodes: int = 10  #: episodes of the final greedy policy behind eval_return_mean
     log_interval_s: float = 2.0  #: seconds between progress lines and metric rows
     checkpoint_interval_s: float = 60.0  #: seconds between periodic checkpoints
@@ -138,6 +142,9 @@ def _set(obj: Any, parts: list[str], value: Any, path: str) -> Any:
     if parts[0] not in names:
         raise ValueError(f"unknown config field {path!r} (known here: {', '.join(sorted(names))})")
     current = getattr(obj, parts[0])
+    if len(parts) == 1 and dataclasses.is_dataclass(current):
+        sub = dataclasses.fields(current)[0].name
+        raise ValueError(f"{path!r} is a config section, not a field: set one of its fields, e.g. {path}.{sub}")
     if len(parts) > 1:
         if not dataclasses.is_dataclass(current):
             raise ValueError(f"config field {path!r}: {parts[0]} has no sub-fields")
