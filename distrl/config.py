@@ -32,7 +32,7 @@ class RunConfig:
     total_frames: int = 100_000_000  #: stop after this many env frames (max_time_s usually ends a run first)
     max_time_s: float = 600.0  #: stop after this many seconds of training
     target_return: Optional[float] = None  #: stop once the mean of the last 100 training returns reaches it
-    run_dir: str = ""  #: run directory; empty means runs/<recipe>-<env>-<timestamp>
+    run_dir: str = ""  #: run directory; empty means runs/<recipe>-<env>-<UTC time>-<random>, new per job
     logger: str = "csv"  #: metrics backend besides metrics.jsonl: wandb (offline), csv or none
     wandb_project: str = "distrl"  #: W&B project of the run (logger wandb)
     wandb_entity: Optional[str] = None  #: W&B entity (user or team); none: your default entity
