@@ -59,3 +59,12 @@ def test_license_version_and_pins():
     # AutoresetMode, which distrl.envs.batched imports, is new in gymnasium 1.1
     assert any(d.replace(" ", "").startswith("gymnasium>=1.1") for d in meta["dependencies"])
     from gymnasium.vector import AutoresetMode  # noqa: F401
+
+
+def test_nothing_in_distrl_needs_torchrls_cpp_extension():
+    """``torchrl._torchrl`` (behind ``PrioritizedSampler``) does not load with torch 2.13.0+cpu; no
+    distrl module may depend on it, and the README says so."""
+    for path in (ROOT / "distrl").rglob("*.py"):
+        text = path.read_text()
+        assert "PrioritizedSampler(" not in text and "_torchrl" not in text, path
+    assert "torchrl._torchrl" in (ROOT / "README.md").read_text()
