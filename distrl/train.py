@@ -32,17 +32,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args = parser.parse_args(argv)
     under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ or "RANK" in os.environ
-    if args.nproc > 1:
-        if under_torchrun:
-            print("error: --nproc starts its own processes; under torchrun use --nproc-per-node", file=sys.stderr)
-            return 2
-        from distrl.launcher import standalone
-
-        return standalone(args.nproc, argv)
-    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if args.nproc > 1 and under_torchrun:
+        print("error: --nproc starts its own processes; under torchrun use --nproc-per-node", file=sys.stderr)
+        return 2
+    rank = int(os.environ.get("RANK", 0))
+    world_size = args.nproc if args.nproc > 1 else int(os.environ.get("WORLD_SIZE", 1))
     from distrl.runner import check_run_dir, plan, run
 
-    try:
+    try:  # with --nproc, here in the launcher too: bad input fails before any process starts
         p = plan(build_config(args), world_size)
         if not args.print_config:
             check_run_dir(p)
@@ -50,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.nproc > 1 and not args.print_config:
+        from distrl.launcher import standalone
+
+        return standalone(args.nproc, argv)
     if args.print_config:
         if rank == 0:
             print(p.cfg.to_json())

@@ -20,6 +20,7 @@ def test_help_explains_every_option():
     (["sac"], "invalid choice: 'sac'"),
     (["impala", "--set", "algo.lr=-1"], "algo.lr must be > 0"),
     (["impala", "--env", "Pendulum-v1"], "impala supports discrete action spaces"),
+    (["impala", "--nproc", "3", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),  # before any process
 ])
 def test_bad_input_is_one_line(args, message, tmp_path):
     proc = run_train(args + ["--run-dir", str(tmp_path / "run")], timeout=60)

@@ -43,7 +43,4 @@ def readme_commands() -> list[list[str]]:
 def test_readme_commands_parse(args, capsys):
     from distrl.train import main
 
-    if "--nproc" in args:  # the launcher is tested in test_launch.py; here the options themselves
-        i = args.index("--nproc")
-        args = args[:i] + args[i + 2:]
     assert main([*args, "--print-config"]) == 0, capsys.readouterr().err
