@@ -99,18 +99,24 @@ def _listening(pids: set[int]) -> set[str]:
 LOOPBACK = ("0100007F:", "00000000000000000000000001000000:", "0000000000000000FFFF00000100007F:")
 
 
-def test_a_one_machine_launch_listens_on_loopback_only(tmp_path, no_leaked_processes):
+@pytest.mark.parametrize("launch", ["nproc", "torchrun"])
+def test_a_one_machine_launch_listens_on_loopback_only(launch, tmp_path, no_leaked_processes):
     """``--nproc 3``: torchrun's stores (in the launcher) and every rank's TensorPipe, gloo and store
-    sockets listen on 127.0.0.1; nothing on another interface, for the whole run."""
-    cmd = [sys.executable, str(TRAIN), "impala", "--nproc", "3", "--experiment", "debug", "--run-dir",
-           str(tmp_path / "run")]
+    sockets listen on 127.0.0.1, nothing on another interface, for the whole run. Under plain
+    ``torchrun --standalone`` the ranks do the same (torchrun's own process is torch's code)."""
+    args = ["impala", "--experiment", "debug", "--run-dir", str(tmp_path / "run")]
+    if launch == "nproc":
+        cmd = [sys.executable, str(TRAIN), *args, "--nproc", "3"]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", str(TRAIN), *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: set[str] = set()
     while proc.poll() is None:
-        seen |= _listening(descendants(os.getpid()))
+        watched = descendants(os.getpid()) - ({proc.pid} if launch == "torchrun" else set())
+        seen |= _listening(watched)
         time.sleep(0.1)
     out = proc.communicate()[0]
     assert proc.returncode == 0, out[-3000:]
-    assert len(seen) >= 4, seen  # the stores and each rank's listeners were seen
+    assert len(seen) >= 4, seen  # each rank's listeners (and the launcher's stores) were seen
     assert all(addr.startswith(LOOPBACK) for addr in seen), sorted(seen)
     assert read_summary(tmp_path / "run")["world_size"] == 3
