@@ -8,6 +8,7 @@ process); the ranks themselves listen on loopback in either launch (``prefer_loo
 from __future__ import annotations
 
 import os
+import sys
 
 import torch.distributed as dist
 
@@ -29,6 +30,7 @@ def _strip_nproc(argv: list[str]) -> list[str]:
 
 def standalone(nproc: int, argv: list[str]) -> int:
     """Run ``distrl.train`` with ``argv`` (minus ``--nproc``) on ``nproc`` local ranks; the exit status."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
     from torch.distributed.run import parse_args, run
@@ -47,4 +49,7 @@ def standalone(nproc: int, argv: list[str]) -> int:
         run(args)
     except ChildFailedError as e:  # torchrun already printed which rank failed and why
         return max((f.exitcode for f in e.failures.values()), key=abs, default=1) or 1
+    except SignalException as e:  # SIGTERM/SIGINT to the launcher: torchrun has stopped the ranks
+        print(f"[distrl] launcher got signal {e.sigval.name}; the ranks were stopped", file=sys.stderr)
+        return 128 + int(e.sigval)
     return 0
