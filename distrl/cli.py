@@ -1,6 +1,7 @@
-"""The command line of ``launch/train.py``: options -> a validated :class:`~distrl.config.Config`.
+"""The command line of ``distrl train`` (and ``launch/train.py``): options -> a validated
+:class:`~distrl.config.Config`.
 
-The config comes from an experiment function (``experiments/<recipe>.py``, ``--experiment``),
+The config comes from an experiment function (``distrl/experiments/<recipe>.py``, ``--experiment``),
 then the common options, then ``--set section.field=value`` overrides, in that order.
 """
 from __future__ import annotations
@@ -27,15 +28,17 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def make_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(
-        prog="launch/train.py",
-        description="Train a distributed-RL recipe. Launch with python for one process, or with "
-        "torchrun --standalone --nproc-per-node=N for one process per rank.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog="distrl train",
+        description="Train a distributed-RL recipe: one process, --nproc N processes on this machine, or "
+        "one process per rank under torchrun (-m distrl.train). RECIPE --help lists the recipe's config "
+        "fields and experiments.",
     )
     p.add_argument("recipe", choices=RECIPE_NAMES, help="architecture to run")
     p.add_argument("--experiment",
-                   help="experiment function in experiments/<recipe>.py giving the base config (e.g. debug); "
+                   help="experiment function in distrl/experiments/<recipe>.py giving the base config (e.g. debug); "
                         "default: the one that module's ENV_EXPERIMENTS names for --env, else 'default'")
+    p.add_argument("--nproc", type=int, default=1,
+                   help="processes on this machine, one per rank, listening on 127.0.0.1 only (torchrun --standalone)")
     p.add_argument("--env", help="gymnasium environment id (default: the experiment's, CartPole-v1)")
     p.add_argument("--seed", type=int, help="base random seed")
     p.add_argument("--total-frames", type=int, help="stop after this many environment frames")
@@ -56,19 +59,48 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def experiment_config(recipe: str, experiment: str) -> Config:
-    """The config returned by ``experiments/<recipe>.py::<experiment>()``."""
+    """The config returned by ``distrl/experiments/<recipe>.py::<experiment>()``."""
     try:
-        module = importlib.import_module(f"experiments.{recipe}")
+        module = importlib.import_module(f"distrl.experiments.{recipe}")
     except ModuleNotFoundError:
-        if experiment == "default":  # distrl installed without the repo's experiments/
+        if experiment == "default":  # a recipe without an experiments module
             return get_recipe(recipe).default_config()
-        raise ValueError(f"experiments/{recipe}.py not found (run from the repository)") from None
+        raise ValueError(f"recipe {recipe} has no experiments module (distrl/experiments/{recipe}.py)") from None
     fn = getattr(module, experiment, None)
     if not callable(fn) or experiment.startswith("_"):
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
                  and getattr(v, "__module__", "") == module.__name__ and n[0].islower()]
         raise ValueError(f"unknown experiment {experiment!r} for {recipe}; known: {', '.join(sorted(names))}")
     return fn()
+
+
+def experiment_names(recipe: str) -> dict[str, str]:
+    """``{name: first line of its docstring}`` of the recipe's experiment functions."""
+    try:
+        module = importlib.import_module(f"distrl.experiments.{recipe}")
+    except ModuleNotFoundError:
+        return {"default": "the recipe's default config"}
+    return {n: (v.__doc__ or "").strip().splitlines()[0] if v.__doc__ else ""
+            for n, v in sorted(vars(module).items())
+            if callable(v) and n[0].islower() and getattr(v, "__module__", "") == module.__name__}
+
+
+def recipe_help(argv: list[str]) -> str:
+    """What ``RECIPE --help`` adds to the generic help: the recipe's experiments and every config
+    field (name, type, default, doc); empty when no recipe is named (the generic help stays short)."""
+    recipe = next((a for a in argv if a in RECIPE_NAMES), None)
+    if recipe is None:
+        return ""
+    from distrl.config_docs import format_fields
+
+    r = get_recipe(recipe)
+    lines = [f"\n{recipe}: {r.description}", f"ranks: {r.layout}", "\nexperiments (--experiment NAME):"]
+    names = experiment_names(recipe)
+    width = max(map(len, names))
+    lines += [f"  {n:<{width}}  {doc}" for n, doc in names.items()]
+    lines += [f"\nconfig fields (--set NAME=VALUE; defaults of the 'default' experiment):",
+              format_fields(experiment_config(recipe, "default"))]
+    return "\n".join(lines)
 
 
 def default_experiment(recipe: str, env: str | None) -> str:
@@ -79,7 +111,7 @@ def default_experiment(recipe: str, env: str | None) -> str:
     Pendulum swapped in; any other env starts from ``default``.
     """
     try:
-        module = importlib.import_module(f"experiments.{recipe}")
+        module = importlib.import_module(f"distrl.experiments.{recipe}")
     except ModuleNotFoundError:
         return "default"
     return getattr(module, "ENV_EXPERIMENTS", {}).get(env, "default")
@@ -123,7 +155,15 @@ def build_config(args: argparse.Namespace) -> Config:
     cfg = override(cfg, **{k: v for k, v in common.items() if v is not None})
     for item in args.overrides:
         key, sep, value = item.partition("=")
+        key = key.strip()
         if not sep:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        cfg = override(cfg, **{key.strip(): value.strip()})
+        if key == "recipe":
+            raise ValueError(f"--set {item}: the recipe is the command's first argument, not a field")
+        try:
+            cfg = override(cfg, **{key: value.strip()})
+        except ValueError as e:
+            raise ValueError(f"--set {item}: {e}") from None
+        except (TypeError, AttributeError) as e:  # a value the field's checks could not even compare
+            raise ValueError(f"--set {item}: bad value for {key} ({e})") from None
     return cfg

@@ -33,8 +33,12 @@ class RunConfig:
     max_time_s: float = 600.0  #: stop after this many seconds of training
     target_return: Optional[float] = None  #: the score to reach: the mean of the last 100 training returns
     early_stop: bool = True  #: stop once target_return is reached (and a greedy eval agrees); false: only measure when
-    run_dir: str = ""  #: run directory; empty means runs/<recipe>-<env>-<timestamp>
+    run_dir: str = ""  #: run directory; empty means runs/<recipe>-<env>-<UTC time>-<random>, new per job
     logger: str = "csv"  #: metrics backend besides metrics.jsonl: wandb (offline), csv or none
+    wandb_project: str = "distrl"  #: W&B project of the run (logger wandb)
+    wandb_entity: Optional[str] = None  #: W&B entity (user or team); none: your default entity
+    wandb_group: Optional[str] = None  #: W&B group; none: the recipe name
+    wandb_name: Optional[str] = None  #: W&B run name; none: the run directory's name
     eval_episodes: int = 10  #: episodes of each greedy evaluation (periodic and final)
     eval_interval_s: float = 20.0  #: seconds of training between greedy evaluations; the best is kept; 0: final only
     log_interval_s: float = 2.0  #: seconds between progress lines and metric rows
@@ -141,6 +145,9 @@ def _set(obj: Any, parts: list[str], value: Any, path: str) -> Any:
     if parts[0] not in names:
         raise ValueError(f"unknown config field {path!r} (known here: {', '.join(sorted(names))})")
     current = getattr(obj, parts[0])
+    if len(parts) == 1 and dataclasses.is_dataclass(current):
+        sub = dataclasses.fields(current)[0].name
+        raise ValueError(f"{path!r} is a config section, not a field: set one of its fields, e.g. {path}.{sub}")
     if len(parts) > 1:
         if not dataclasses.is_dataclass(current):
             raise ValueError(f"config field {path!r}: {parts[0]} has no sub-fields")

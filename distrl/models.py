@@ -2,7 +2,7 @@
 
 The MLPs are TorchRL's ``MLP``. Sampling uses the Gumbel-max trick on raw logits instead of a
 ``torch.distributions.Categorical`` object: on CPU the object alone costs about 70 of the 95 us of
-a batch-1 policy call (facts.md), and actors call the policy once per vector step.
+a batch-1 policy call (``python -m timeit`` of the forward and sample: 95 us, 33 us with Gumbel-max), and actors call the policy once per vector step.
 """
 from __future__ import annotations
 

@@ -22,6 +22,8 @@ from distrl.architectures import get_recipe
 from distrl.architectures.base import Recipe, RoleContext
 from distrl.config import Config, override
 from distrl.envs.gym import check_env_id
+from distrl.job import job_id
+from distrl.network import prefer_loopback
 from distrl import faults
 from distrl.supervisor import supervise
 from distrl.transport.local import LocalHub
@@ -35,17 +37,17 @@ class Plan:
     cfg: Config
     roles: dict[int, str]
     world_size: int  #: processes (1 = everything in this one)
+    job: str = ""  #: this launch's id (distrl.job), written to the run directory's job_id
 
     @property
     def run_dir(self) -> Path:
         return Path(self.cfg.run.run_dir)
 
 
-def default_run_dir(cfg: Config) -> str:
+def default_run_dir(cfg: Config, job: str) -> str:
+    """``runs/<recipe>-<env>-<job id>``: new for every job, the same on every rank of one."""
     env = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.run.env)
-    # torchrun gives every rank the same run id; a plain launch uses the time.
-    tag = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%Y%m%d-%H%M%S")
-    return str(Path("runs") / f"{cfg.recipe}-{env}-{tag}")
+    return str(Path("runs") / f"{cfg.recipe}-{env}-{job}")
 
 
 def plan(cfg: Config, world_size: int) -> Plan:
@@ -60,12 +62,13 @@ def plan(cfg: Config, world_size: int) -> Plan:
     if backend == "rpc" and world_size == 1:
         raise ValueError("transport.backend=rpc needs torchrun with --nproc-per-node >= 2")
     roles = recipe.rank_table(world_size, cfg)
+    job = job_id(cfg.transport.init_timeout_s)
     if not cfg.run.run_dir:
-        cfg = override(cfg, **{"run.run_dir": default_run_dir(cfg)})
+        cfg = override(cfg, **{"run.run_dir": default_run_dir(cfg, job)})
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0 and not cfg.run.resume:
         # torchrun restarted the group after a failure: continue from the last checkpoint.
         cfg = override(cfg, **{"run.resume": True})
-    return Plan(recipe, cfg, roles, world_size)
+    return Plan(recipe, cfg, roles, world_size, job)
 
 
 def check_run_dir(p: Plan) -> None:
@@ -73,18 +76,19 @@ def check_run_dir(p: Plan) -> None:
     and its metrics mixed in); ``--resume`` continues it instead.
 
     Every rank checks, so all of them stop before the group forms. A directory whose ``job_id``
-    is this torchrun job's was just prepared by this job's rank 0, which passed the check."""
+    is this job's (:func:`distrl.job.job_id`) was just prepared by this job's rank 0, which
+    passed the check; any other job's run, whatever torchrun was given, is refused."""
     if p.cfg.run.resume or not (p.run_dir / "config.json").exists():
         return
-    job, marker = os.environ.get("TORCHELASTIC_RUN_ID"), p.run_dir / "job_id"
-    if job and marker.is_file() and marker.read_text() == job:
+    marker = p.run_dir / "job_id"
+    if p.job and marker.is_file() and marker.read_text() == p.job:
         return
     raise ValueError(f"{p.run_dir} already holds a run: add --resume to continue it, or choose another --run-dir")
 
 
 def _prepare_run_dir(p: Plan) -> None:
     p.run_dir.mkdir(parents=True, exist_ok=True)
-    (p.run_dir / "job_id").write_text(os.environ.get("TORCHELASTIC_RUN_ID", ""))  # before config.json: see check_run_dir
+    (p.run_dir / "job_id").write_text(p.job)  # before config.json: see check_run_dir
     (p.run_dir / "config.json").write_text(p.cfg.to_json())
     (p.run_dir / "roles.json").write_text(json.dumps({str(r): n for r, n in p.roles.items()}, indent=2))
 
@@ -108,6 +112,7 @@ def run(p: Plan, rank: int = 0) -> int:
         _prepare_run_dir(p)
     if p.world_size == 1:
         return exit_code(_run_local(p))
+    prefer_loopback()  # one machine: TensorPipe and gloo listen on 127.0.0.1 only (distrl/network.py)
     role = p.roles[rank]
     body = _run_collective if p.recipe.group == "collective" else _run_rpc
     return supervise(lambda: exit_code(body(p, rank)), rank, role, critical=role in p.recipe.critical_roles,

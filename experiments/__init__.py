@@ -1,1 +1,1 @@
-"""Experiments: functions returning a complete config; variants call their parent and edit it."""
+"""Benchmarks (bench_*.py) run from a checkout; the experiment functions are in distrl/experiments/."""

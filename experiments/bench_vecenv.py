@@ -41,7 +41,7 @@ import torch  # noqa: E402
 
 from distrl.architectures.base import RoleContext  # noqa: E402
 from distrl.config import Config, override  # noqa: E402
-from experiments.vecenv import default  # noqa: E402
+from distrl.experiments.vecenv import default  # noqa: E402
 
 
 class Meter:

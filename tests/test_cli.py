@@ -20,6 +20,7 @@ def test_help_explains_every_option():
     (["sac"], "invalid choice: 'sac'"),
     (["impala", "--set", "algo.lr=-1"], "algo.lr must be > 0"),
     (["impala", "--env", "Pendulum-v1"], "impala supports discrete action spaces"),
+    (["impala", "--nproc", "3", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),  # before any process
 ])
 def test_bad_input_is_one_line(args, message, tmp_path):
     proc = run_train(args + ["--run-dir", str(tmp_path / "run")], timeout=60)
@@ -41,7 +42,7 @@ def test_print_config(tmp_path):
 
 
 def test_env_picks_the_experiment_tuned_for_it():
-    """``vecenv --env Pendulum-v1`` starts from experiments/vecenv.py's ``pendulum``, not CartPole's
+    """``vecenv --env Pendulum-v1`` starts from distrl/experiments/vecenv.py's ``pendulum``, not CartPole's
     settings with Pendulum swapped in; an explicit ``--experiment`` wins."""
     import json
 
@@ -89,3 +90,63 @@ def test_a_new_run_never_overwrites_an_old_one(tmp_path, no_leaked_processes):
     proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], nproc=3, timeout=60)
     assert proc.returncode != 0 and "already holds a run" in proc.stderr and "died" not in proc.stdout + proc.stderr
     assert (run / "config.json").read_text() == "{}"
+
+
+def test_recipe_help_lists_its_config_fields_and_experiments(capsys):
+    """``RECIPE --help``: every config field with its type, default and ``#:`` doc, and the
+    experiment functions; the generic ``--help`` stays short (no field table)."""
+    from distrl.config_docs import config_fields
+    from distrl.experiments.seed import default
+    from distrl.train import main
+
+    assert main(["seed", "--help"]) == 0
+    out = capsys.readouterr().out
+    for name, typ, value, doc in config_fields(default()):
+        line = next((ln for ln in out.splitlines() if ln.split()[:1] == [name]), None)
+        assert line is not None and typ in line and doc in line, name
+    assert "float | None" in out
+    assert "algo.batch_size" in out and "trajectories" in out  # a seed field with its doc
+    for experiment in ("default", "debug", "debug_lstm", "lstm_cartpole"):
+        assert f"  {experiment} " in out
+    assert main(["--help"]) == 0
+    generic = capsys.readouterr().out
+    assert "config fields (--set" not in generic and "algo.gamma" not in generic and len(generic.splitlines()) < 60
+
+
+@pytest.mark.parametrize("item,message", [
+    ("algo=3", "--set algo=3: 'algo' is a config section, not a field: set one of its fields, e.g. algo."),
+    ("recipe=seed", "--set recipe=seed: the recipe is the command's first argument"),
+    ("run=x", "'run' is a config section"),
+    ("algo.nope=1", "unknown config field 'algo.nope'"),
+    ("algo.lr=fast", "algo.lr expects float, got 'fast'"),
+    ("net.hidden=a,b", "net.hidden expects int"),
+    ("run.resume=maybe", "run.resume expects a boolean"),
+    ("=3", "unknown config field ''"),
+    ("algo.lr", "--set expects KEY=VALUE"),
+])
+def test_every_bad_set_is_one_line_naming_the_field(item, message, capsys):
+    from distrl.train import main
+
+    assert main(["impala", "--set", item, "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+@pytest.mark.parametrize("recipe", ["impala", "seed", "vecenv"])
+def test_no_value_of_any_field_ends_in_a_traceback(recipe):
+    """Every field, set to values of every wrong kind, builds a config or raises ValueError."""
+    import argparse
+
+    from distrl.cli import build_config
+    from distrl.cli import experiment_config
+    from distrl.config_docs import config_fields
+
+    for name, *_ in config_fields(experiment_config(recipe, "default")):
+        for value in ("x", "", "none", "-1", "0", "1e30", "nan", "1,2"):
+            args = argparse.Namespace(recipe=recipe, experiment="default", resume=False, run_dir=None, env=None,
+                                      seed=None, total_frames=None, max_time_s=None, target_return=None,
+                                      logger=None, overrides=[f"{name}={value}"])
+            try:
+                build_config(args)
+            except ValueError as e:
+                assert name in str(e) or "--set" in str(e)

@@ -56,7 +56,8 @@ def test_sigkill_one_of_three_actors_the_run_goes_on(tmp_path, no_leaked_process
     kept = (sum(after) / len(after)) / (sum(before) / len(before)) if before and after else float("nan")
     print(f"\nSIGKILL actor: detected in {detect * 1000:.0f} ms (at {t_lost:.1f}s), throughput kept {kept:.0%} "
           f"with 2 of 3 actors; {s['fps']:.0f} fps overall")
-    assert detect < 1.0
+    # a lost connection noticed (10 ms when idle), not the 30 s call timeout; room for a loaded machine
+    assert detect < 5.0
     if before and after:  # 2 cores shared by 4 processes: losing 1 of 3 actors costs at most ~1/3
         assert kept > 0.5
 
@@ -234,4 +235,5 @@ def test_seed_sigkill_one_env_worker_the_run_goes_on(tmp_path, no_leaked_process
     assert s["lost_ranks"]["2"]["role"] == "env_worker" and s["stop_reason"] == "total_frames"
     detect = s["lost_ranks"]["2"]["time"] - fault_times(tmp_path)[0]["time"]
     print(f"\nSIGKILL seed env worker: detected in {detect * 1000:.0f} ms")
-    assert detect < 1.0
+    # a lost connection noticed (10 ms when idle), not the 30 s call timeout; room for a loaded machine
+    assert detect < 5.0

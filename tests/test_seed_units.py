@@ -50,9 +50,11 @@ def test_batch_closes_at_the_wait_bound_measured_from_arrival():
     b = DynamicBatcher(max_envs=100, max_wait_s=0.15, capacity=4)
     b.put(FakeRequest(4))
     start = time.monotonic()
-    batch = b.next_batch(1.0)
+    batch = b.next_batch(5.0)
     waited = time.monotonic() - start
-    assert len(batch) == 1 and 0.13 <= waited < 0.6
+    # closed at the 0.15 s deadline, not the 5 s idle timeout; the upper bound leaves room for a
+    # loaded machine's thread wake-ups
+    assert len(batch) == 1 and 0.13 <= waited < 2.5
     # a request that arrives within the wait joins the batch
     b.put(FakeRequest(4))
     threading.Timer(0.03, lambda: b.put(FakeRequest(4))).start()

@@ -98,7 +98,9 @@ def _gym_step(gym_env, env_id: str, state: np.ndarray, action: torch.Tensor):
     if env_id == "CartPole-v1":
         # Otherwise a second termination in a row pays 0, gymnasium's "stepped past the end".
         unwrapped.steps_beyond_terminated = None
-    gym_action = int(action) if action.ndim == 0 else action.numpy().astype(np.float32)
+    # continuous actions clipped to the action space, as distrl's gymnasium backends do
+    space = unwrapped.action_space
+    gym_action = int(action) if action.ndim == 0 else action.numpy().astype(np.float32).clip(space.low, space.high)
     obs, reward, terminated, truncated, _ = unwrapped.step(gym_action)
     assert not truncated  # the unwrapped env leaves time limits to TimeLimit
     next_state = np.asarray(unwrapped.state, dtype=np.float64)
@@ -409,3 +411,21 @@ def test_cuda_matches_cpu(env_id: str):
     check_env_specs(moved)
     moved.reset_all()
     assert all(t.device.type == "cuda" for t in moved.step_autoreset(_actions(case, 8, gen).cuda()))
+
+
+def test_mountain_car_continuous_charges_the_clipped_action_on_every_backend():
+    """An action of 3.0 costs 0.1 * 1.0**2 (the clipped action) on the native env, through the
+    TorchRL path and through gymnasium: one config trains on one reward whatever the backend."""
+    from distrl.envs.batched import gym_vector_env, make_batched_env, torchrl_native_env
+
+    env_id, cpu = "MountainCarContinuous-v0", torch.device("cpu")
+    backends = {"native": make_batched_env(env_id, 4, cpu, 0),
+                "torchrl": make_batched_env(env_id, 4, cpu, 0, "distrl.envs.batched:torchrl_native_env"),
+                "gymnasium": gym_vector_env(env_id, 4, cpu, 0)}
+    assert torchrl_native_env  # the factory the torchrl row names
+    action = torch.tensor([[3.0], [-3.0], [0.5], [1.0]])
+    for name, env in backends.items():
+        env.reset()
+        reward = env.step(action)[1]
+        torch.testing.assert_close(reward, torch.tensor([-0.1, -0.1, -0.025, -0.1]), rtol=0, atol=1e-6, msg=name)
+        env.close()

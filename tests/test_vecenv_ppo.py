@@ -192,3 +192,15 @@ def test_obs_norm_merges_batches_like_one_big_batch():
     torch.testing.assert_close(norm.mean, every.mean(0), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(norm.var, every.var(0, unbiased=False), atol=1e-4, rtol=1e-4)
     assert norm(every.float()).abs().max() <= 10.0
+
+
+def test_policy_lag_counts_the_optimizer_steps_since_the_rollout():
+    """One definition across recipes: a use of a sample after k optimizer steps since the policy
+    that collected it has lag k (impala and seed: an update per batch; here epochs x minibatches)."""
+    from distrl.roles.vecenv_learner import reuse_lag
+
+    lag = reuse_lag(8, epochs=3, num_minibatches=2)
+    assert lag.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5]
+    assert reuse_lag(10, epochs=1, num_minibatches=1).tolist() == [0] * 10  # one pass, one step: on-policy
+    big = reuse_lag(4096, epochs=4, num_minibatches=4)
+    assert big.numel() == 4 * 4096 and big.float().mean() == 7.5 and int(big.max()) == 15

@@ -2,7 +2,7 @@
 
 Actors step ``gymnasium.vector.SyncVectorEnv`` directly rather than TorchRL's ``GymEnv``: on
 these CPUs TorchRL's per-step path costs about 300 us a frame against 7 us for the vector env
-(facts.md), and an IMPALA actor is nothing but that loop. ``SAME_STEP`` autoreset returns the
+(a ``Collector`` over one ``GymEnv`` with a random policy gathers 1.7-1.9k frames/s here), and an IMPALA actor is nothing but that loop. ``SAME_STEP`` autoreset returns the
 true final observation of a finished episode, which V-trace needs to bootstrap a truncation.
 """
 from __future__ import annotations

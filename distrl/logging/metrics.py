@@ -1,7 +1,9 @@
 """Metrics sinks owned by the learner rank: ``metrics.jsonl`` always, plus W&B or CSV.
 
 W&B and CSV go through TorchRL's loggers (``WandbLogger`` in offline mode: no account, no
-network; ``CSVLogger``). Metric names are ``role/name``.
+network; ``CSVLogger``). Metric names are ``role/name``. W&B gets one history row per
+:meth:`MetricsWriter.write` (one progress report), the resolved config, tags for the recipe and
+the env, and its project, entity, group and run name from ``run.wandb_*``.
 """
 from __future__ import annotations
 
@@ -25,9 +27,13 @@ class MetricsWriter:
             os.environ.setdefault("WANDB_SILENT", "true")
             from torchrl.record.loggers import WandbLogger
 
+            run = config.get("run", {})
             self._logger = WandbLogger(
-                exp_name=exp_name, offline=os.environ["WANDB_MODE"] == "offline", save_dir=str(run_dir),
-                project="distrl", id=wandb_id, config=config, log_env_packages=False,
+                exp_name=run.get("wandb_name") or exp_name, offline=os.environ["WANDB_MODE"] == "offline",
+                save_dir=str(run_dir), project=run.get("wandb_project") or "distrl", id=wandb_id, config=config,
+                log_env_packages=False, entity=run.get("wandb_entity"),
+                group=run.get("wandb_group") or config.get("recipe"),
+                tags=[t for t in (config.get("recipe"), run.get("env")) if t],
             )
         elif backend == "csv":
             from torchrl.record.loggers import CSVLogger
@@ -38,7 +44,10 @@ class MetricsWriter:
         row = {"step": int(step), "time": round(time.time(), 3)}
         row.update({k: float(v) for k, v in metrics.items()})
         self._file.write(json.dumps(row) + "\n")
-        if self._logger is not None:
+        if self.backend == "wandb" and self._logger is not None:
+            # one call, one history row: a call per metric fragments W&B's charts
+            self._logger.log_metrics({k: float(v) for k, v in metrics.items()}, step=int(step))
+        elif self._logger is not None:
             for name, value in metrics.items():
                 self._logger.log_scalar(name, float(value), step=int(step))
 

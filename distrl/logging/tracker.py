@@ -20,6 +20,16 @@ from distrl.logging.metrics import MetricsWriter
 from distrl.logging.timing import BudgetBook
 
 
+def _duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``2h10m``: an estimate, so no more digits than it deserves."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 class RunTracker:
     """Counts frames, episodes, updates and policy lag; decides when to stop; reports."""
 
@@ -39,6 +49,7 @@ class RunTracker:
         self.start = time.monotonic()
         self._last_report = self.start
         self._frames_at_report = 0
+        self._frames_at_start = 0  # frames of earlier runs of a resumed job (the rate is this run's)
         self._window: dict[str, list[float]] = collections.defaultdict(list)
         # Learning that holds (docs/concepts.md): when the training mean first reached the target,
         # the lowest it fell to afterwards, and every greedy evaluation with the best of them.
@@ -118,6 +129,17 @@ class RunTracker:
             return "max_time"
         return None
 
+    def progress(self) -> tuple[float, float]:
+        """``(fraction of the budget done, seconds left)``: frames or time, whichever is further
+        along; the time left is the sooner of the two budgets at this session's frame rate."""
+        run = self.cfg.run
+        done = max(self.env_frames / run.total_frames, self.wall_s / run.max_time_s)
+        time_left = max(run.max_time_s - self.wall_s, 0.0)
+        session_s, session_frames = time.monotonic() - self.start, self.env_frames - self._frames_at_start
+        if session_frames > 0 and session_s > 0:
+            time_left = min(time_left, max(run.total_frames - self.env_frames, 0) * session_s / session_frames)
+        return min(done, 1.0), time_left
+
     # ---- reporting ------------------------------------------------------------------------
     def maybe_report(self, force: bool = False) -> None:
         """Every ``run.log_interval_s``: one console progress line and one metrics row."""
@@ -140,10 +162,11 @@ class RunTracker:
         if self.writer is not None:
             self.writer.write(row, step=self.env_frames)
         ret = f"{self.return_mean_100:7.1f}" if self.returns else "    n/a"
+        done, left = self.progress()
         print(
             f"[{self.cfg.recipe}] frames {self.env_frames:>10,} | fps {fps:>8,.0f} | return {ret} "
             f"({len(self.returns)} ep) | lag {self.lag_mean:.2f}/{self.lag_max} | updates {self.updates:,} "
-            f"| {self.wall_s:6.1f}s",
+            f"| {self.wall_s:6.1f}s | {done:4.0%} eta {_duration(left)}",
             flush=True,
         )
 
@@ -193,4 +216,4 @@ class RunTracker:
         self.target_reached = state.get("target_reached")
         self.min_return_after_target = state.get("min_return_after_target")
         self.evals, self.best_eval = list(state.get("evals", [])), state.get("best_eval")
-        self._frames_at_report = self.env_frames
+        self._frames_at_report = self._frames_at_start = self.env_frames

@@ -3,7 +3,7 @@
 No model lives here. The worker's ``algo.envs_per_worker`` envs are split into
 ``algo.groups_per_worker`` groups (each a ``SyncVectorEnv``), stepped in turn: while one group
 steps, the other groups' requests are in flight, so stepping hides the round trip (0.3-2.6 ms on
-these machines, facts.md) as long as a group's step takes about as long. Each request carries a
+these machines, idle to loaded, for a tiny ``rpc_sync`` on loopback) as long as a group's step takes about as long. Each request carries a
 whole group: its observations, and the reward, termination and truncation of its previous step
 (plus the true final observations of envs whose episode just ended, for V-trace's bootstrap).
 Trajectories are assembled on the server from this stream and never cross the wire again.

@@ -49,6 +49,16 @@ def seeds(base: int, rank: int) -> tuple[int, int]:
     return base * 10_000 + 2 * rank, base * 10_000 + 2 * rank + 1
 
 
+
+def reuse_lag(frames: int, epochs: int, num_minibatches: int) -> torch.Tensor:
+    """The policy lag of every use of a rollout's ``frames`` samples (docs/concepts.md): a sample in
+    minibatch ``m`` of epoch ``e`` is used after ``e * num_minibatches + m`` optimizer steps since
+    the policy that collected it, as impala and seed count the steps since an actor's version.
+    ``[epochs * frames]`` int64; the first minibatch of the first epoch is on-policy (0)."""
+    minibatch = torch.arange(frames) * num_minibatches // frames  # balanced: which minibatch a sample is in
+    return torch.cat([e * num_minibatches + minibatch for e in range(epochs)])
+
+
 class VecEnvLearner:
     """One rank of ``vecenv`` (all ranks are learners; rank 0 also keeps the books)."""
 
@@ -102,7 +112,7 @@ class VecEnvLearner:
     def _compile(self) -> None:
         """``torch.compile`` the sampling policy and the native env's dynamics. Without
         ``fallback_random`` inductor's own RNG lowering made the compiled CartPole step about 5x
-        slower than eager on these CPUs (facts.md)."""
+        slower than eager on these CPUs (``python experiments/bench_vecenv.py --compile`` measures both)."""
         import torch._inductor.config as inductor_config
 
         inductor_config.fallback_random = True
@@ -162,12 +172,12 @@ class VecEnvLearner:
         return stop
 
     def _book(self, rows: torch.Tensor, stats: torch.Tensor) -> None:
-        """Rank 0: frames, episodes, updates, lag (0) and the losses into the tracker; one tick."""
+        """Rank 0: frames, episodes, updates, lag and the losses into the tracker; one tick."""
         a, session = self.algo, self.session
         tracker = session.tracker
         frames = self.world * a.frames_per_rank
         tracker.add_frames(frames)
-        tracker.add_lag(torch.zeros(frames, dtype=torch.int64))  # synchronous: every sample is on-policy
+        tracker.add_lag(reuse_lag(frames, a.epochs, a.num_minibatches))
         tracker.updates += a.epochs * a.num_minibatches
         episodes, lengths = 0, 0.0
         for row in rows:

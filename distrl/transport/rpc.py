@@ -35,6 +35,7 @@ import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 from torch.distributed import rpc as torch_rpc
 
+from distrl.network import LoopbackTCPStore, single_machine
 from distrl.transport.base import (CallTimeoutError, Handler, PeerLostError, RemoteError, Transport,
                                    TransportError)
 
@@ -164,7 +165,9 @@ class RpcTransport(Transport):
             agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
             if (self.rank != 0 or agent_store) and not _listening(addr, port, deadline - 0.3):
                 return  # a TCPStore client would retry past its timeout
-            store = dist.TCPStore(addr, port, None, self.rank == 0 and not agent_store, left(),
+            # on one machine every store distrl hosts listens on loopback only (distrl/network.py)
+            TCPStore = LoopbackTCPStore if single_machine() else dist.TCPStore  # noqa: N806
+            store = TCPStore(addr, port, None, self.rank == 0 and not agent_store, left(),
                                   wait_for_workers=False, multi_tenant=True)  # rank 0 hosts it
             self._stores.append(store)
             status["stage"] = "barrier"
@@ -181,7 +184,7 @@ class RpcTransport(Transport):
                 time.sleep(0.05)
             status["stage"] = "rpc"
             if self.rank == 0:  # a fresh store for init_rpc: see the module docstring
-                rpc_store = dist.TCPStore(addr, 0, None, True, left(), wait_for_workers=False, multi_tenant=True)
+                rpc_store = TCPStore(addr, 0, None, True, left(), wait_for_workers=False, multi_tenant=True)
                 self._stores.append(rpc_store)
                 store.set(prefix + "rpc_port", str(rpc_store.port))
             store.set_timeout(left())

@@ -3,8 +3,10 @@
 
 Sources of truth: ``gymnasium/envs/classic_control/mountain_car.py`` and
 ``continuous_mountain_car.py`` (gymnasium 1.x). The two differ in more than the action: the
-goal is at 0.5 for the discrete car and 0.45 for the continuous one, and the continuous
-reward charges ``0.1 * action**2`` on the action as given, before it is clipped to [-1, 1].
+goal is at 0.5 for the discrete car and 0.45 for the continuous one. The continuous car clips
+the action to [-1, 1] first and charges ``0.1 * action**2`` on the clipped action: gymnasium's
+code charges the action as given, but distrl's gymnasium and TorchRL backends clip to the action
+space before stepping, so the same config trains on the same reward whatever the backend.
 """
 
 from __future__ import annotations
@@ -80,16 +82,14 @@ def mountain_car_continuous_step(
 
     Args:
         state: ``[B, 2]`` (position, velocity), float32 or float64.
-        action: ``[B, 1]`` force; clipped to [-1, 1] for the physics only.
+        action: ``[B, 1]`` force; clipped to [-1, 1] (the action space) before anything else.
 
     Returns:
         ``(next_state [B, 2], reward [B], terminated [B] bool)``: reward
-        ``100 * terminated - 0.1 * action**2`` with the unclipped action.
+        ``100 * terminated - 0.1 * action**2`` with the clipped action.
     """
-    action = action[..., 0].to(state.dtype)
-    next_state, terminated = _move(
-        state, action.clamp(-1.0, 1.0) * POWER, GOAL_POSITION_CONTINUOUS
-    )
+    action = action[..., 0].to(state.dtype).clamp(-1.0, 1.0)
+    next_state, terminated = _move(state, action * POWER, GOAL_POSITION_CONTINUOUS)
     reward = 100.0 * terminated.to(state.dtype) - 0.1 * action.square()
     return next_state, reward, terminated
 

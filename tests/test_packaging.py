@@ -1,0 +1,70 @@
+"""distrl installed from a wheel, without a checkout: the ``distrl`` command, ``-m distrl.train``,
+the experiments inside the package, ``__version__``, the license and the version pins."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, child_env
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A wheel of this checkout installed (without its dependencies) into a bare directory."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp / "dist")], check=True, timeout=240, capture_output=True)
+    wheel = next((tmp / "dist").glob("distrl-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp / "site"),
+                    str(wheel)], check=True, timeout=240, capture_output=True)
+    return tmp / "site"
+
+
+def run_installed(site: Path, args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = child_env(PYTHONPATH=str(site))  # only the wheel's distrl: no checkout on the path
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_wheel_runs_without_a_checkout(installed, tmp_path):
+    import distrl
+
+    proc = run_installed(installed, [sys.executable, "-c", "import distrl; print(distrl.__file__, distrl.__version__)"],
+                         tmp_path)
+    where, version = proc.stdout.split()
+    assert where.startswith(str(installed)) and version == distrl.__version__
+    proc = run_installed(installed, [str(installed / "bin" / "distrl"), "--version"], tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"distrl {distrl.__version__}", proc.stderr
+    # the console command, with an experiment from inside the package, trains and writes its run
+    proc = run_installed(installed, [str(installed / "bin" / "distrl"), "train", "impala", "--experiment", "debug",
+                                     "--total-frames", "3000", "--run-dir", "run"], tmp_path, timeout=180)
+    assert proc.returncode == 0 and (tmp_path / "run" / "summary.json").is_file(), proc.stdout + proc.stderr
+    # the module torchrun runs (-m distrl.train), here without torchrun
+    proc = run_installed(installed, [sys.executable, "-m", "distrl.train", "seed", "--experiment", "debug_lstm",
+                                     "--print-config"], tmp_path)
+    assert proc.returncode == 0 and '"core": "lstm"' in proc.stdout, proc.stderr
+
+
+def test_license_version_and_pins():
+    import distrl
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == "BSD-3-Clause" and "BSD 3-Clause License" in (ROOT / "LICENSE").read_text()
+    assert "version" in meta["dynamic"] and distrl.__version__.count(".") == 2
+    assert meta["scripts"]["distrl"] == "distrl.train:console"
+    # AutoresetMode, which distrl.envs.batched imports, is new in gymnasium 1.1
+    assert any(d.replace(" ", "").startswith("gymnasium>=1.1") for d in meta["dependencies"])
+    from gymnasium.vector import AutoresetMode  # noqa: F401
+
+
+def test_nothing_in_distrl_needs_torchrls_cpp_extension():
+    """``torchrl._torchrl`` (behind ``PrioritizedSampler``) does not load with torch 2.13.0+cpu; no
+    distrl module may depend on it, and the README says so."""
+    for path in (ROOT / "distrl").rglob("*.py"):
+        text = path.read_text()
+        assert "PrioritizedSampler(" not in text and "_torchrl" not in text, path
+    assert "torchrl._torchrl" in (ROOT / "README.md").read_text()
