@@ -55,6 +55,18 @@ class TimeBudget:
         """The totals as a TensorDict of float64 scalars, to ride in a message."""
         return TensorDict({k: torch.tensor(v, dtype=torch.float64) for k, v in self.totals().items()})
 
+    def maybe_send(self, transport, learner: int, rank: int, interval_s: float = 2.0) -> None:
+        """Every ``interval_s``: send the totals to the learner's ``time_budget`` handler, without
+        waiting for the reply (a control-plane message of a few dozen bytes; a failure is the
+        liveness check's business, not this one's)."""
+        now = time.perf_counter()
+        if now - getattr(self, "_last_sent", self.start) < interval_s:
+            return
+        self._last_sent = now
+        td = self.as_tensordict()
+        td["rank"] = torch.tensor(rank)
+        transport.call(learner, "time_budget", td, interval_s * 5)
+
 
 def fractions(totals: Mapping[str, float]) -> dict[str, float]:
     """Each phase's share of the role's wall time (they add up to 1)."""

@@ -24,6 +24,7 @@ from tensordict import TensorDict
 from distrl import faults
 from distrl.architectures.base import RoleContext
 from distrl.envs.gym import env_info, final_observations, make_vector_env
+from distrl.logging.timing import TimeBudget
 from distrl.roles.seed_batching import (
     ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED,
 )
@@ -44,6 +45,8 @@ class SeedEnvWorker:
         self.envs = [make_vector_env(self.cfg.run.env, self.B, seed + g * self.B) for g in range(self.K)]
         self.first_obs = [torch.as_tensor(e.reset(seed=seed + g * self.B)[0], dtype=torch.float32)
                           for g, e in enumerate(self.envs)]
+        #: env (stepping + building the message), wait (for the server's actions), send (the call)
+        self.budget = TimeBudget()
 
     def _message(self, group: int, obs: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
                  truncated: torch.Tensor, final_obs: torch.Tensor) -> TensorDict:
@@ -80,11 +83,17 @@ class SeedEnvWorker:
             while True:
                 faults.maybe_signal(self.ctx.rank, steps)  # fault injection (distrl/faults.py)
                 steps += 1
+                budget = self.budget
                 for g in range(self.K):
-                    reply = inflight[g].result()  # bounded: the call's timeout resolves it
+                    with budget("wait"):
+                        reply = inflight[g].result()  # bounded: the call's timeout resolves it
                     if bool(reply[STOP]):
                         return
-                    inflight[g] = t.call(self.learner, "infer", self._step(g, reply[ACTION]), timeout)
+                    with budget("env"):
+                        msg = self._step(g, reply[ACTION])
+                    with budget("send"):
+                        inflight[g] = t.call(self.learner, "infer", msg, timeout)
+                budget.maybe_send(t, self.learner, self.ctx.rank)
         except TransportError as e:
             # The learner is gone or answered nothing in time: it owns the run, so we end.
             print(f"[env_worker {self.ctx.rank}] learner unreachable, exiting: {e}", flush=True)

@@ -62,6 +62,8 @@ class LearnerSession:
         #: the learner loop's time: ``wait`` (for data), ``learn``, ``eval``, ``checkpoint``, ``other``;
         #: other roles' budgets arrive in their messages (``tracker.budget_book.update``)
         self.budget = TimeBudget()
+        if ctx.transport is not None:
+            ctx.transport.serve("time_budget", self._time_budget)
         #: roles with state beyond model/optimizer/counters (a replay buffer...) set this; its
         #: dict is saved in every checkpoint and returned by :meth:`restore`.
         self.extra_state: Optional[Callable[[], dict]] = None
@@ -142,6 +144,12 @@ class LearnerSession:
         self.tracker.counters["lost_peers"] += 1
         print(f"[learner] lost rank {rank} ({role}) at {self.tracker.wall_s:.1f}s: {reason}; going on without it",
               flush=True)
+
+    def _time_budget(self, td: TensorDict) -> TensorDict:
+        """Handler: another rank's running time totals (``TimeBudget.maybe_send``)."""
+        rank = int(td["rank"])
+        self.tracker.budget_book.update(rank, {k: float(v) for k, v in td.items() if k != "rank"})
+        return TensorDict()
 
     # ---- bad input --------------------------------------------------------------------------------
     def check_trajectory(self, traj: TensorDict, obs_dim: int) -> Optional[str]:
