@@ -32,6 +32,9 @@ IMPALA_IN_KEYS = (
     TERMINATED,
 )
 
+#: Keys an A3C worker's loss reads from its own ``[B, T]`` segment (on-policy: no behaviour log-prob).
+A3C_IN_KEYS = (OBSERVATION, ACTION, NEXT_OBSERVATION, REWARD, DONE, TERMINATED)
+
 #: GAE advantage and value target of each sample (TorchRL's ``ClipPPOLoss`` names).
 ADVANTAGE = "advantage"
 VALUE_TARGET = "value_target"
@@ -60,3 +63,16 @@ RUN_ID = "run_id"
 STOP = "stop"
 #: the recurrent core state ``[B, 4, H]`` a SEED trajectory chunk starts from (before its step ``t = 0``).
 CORE_STATE = "core_state"
+
+# A3C: a worker's gradient message to the parameter server (flat, batch ``[]``) and the reply.
+# The message carries GRADIENT, the POLICY_VERSION it was computed at, FRAMES, the worker's
+# EPISODE_RETURNS / EPISODE_LENGTHS, its WORKER_RANK and WORKER_STATS; a reply (to ``push`` or
+# ``pull``) carries STOP, the server's POLICY_VERSION and, when newer than the caller's, PARAMS.
+#: the loss gradient flattened over the model's parameters, ``[P]`` float32
+GRADIENT = "gradient"
+#: the model's parameters flattened in the same order, ``[P]`` float32
+PARAMS = "params"
+#: env steps behind one message
+FRAMES = "frames"
+#: a TensorDict of the worker's scalar loss statistics (``loss_policy``, ``entropy``...)
+WORKER_STATS = "stats"

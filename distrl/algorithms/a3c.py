@@ -1,0 +1,96 @@
+"""A3C's n-step advantage actor-critic loss (Mnih et al., 2016, Algorithm S3).
+
+A worker acts ``t_max`` steps with the parameters it pulled, then for every step ``i`` of the
+segment forms the longest n-step return available inside it,
+
+    R_i = r_i + gamma r_{i+1} + ... + gamma^{t-1-i} r_{t-1} + gamma^{t-i} V(s_t),
+
+and ascends ``log pi(a_i|s_i) (R_i - V(s_i)) + beta H(pi(s_i))`` while regressing ``V(s_i)`` on
+``R_i``. With a vector of envs that run on across episodes, an episode end inside the segment
+restarts the sum there: a termination adds nothing after ``r_i``, a truncation adds
+``gamma V(s'_i)`` of the true final observation (the episode did not end, the clock did).
+
+That is TD(lambda) with ``lambda = 1``: ``R_i = r_i + gamma R_{i+1}``, bootstrapped from
+``V(s'_i)`` at the segment's end and at truncations. So the estimator is TorchRL's
+``td_lambda_return_estimate`` (not GAE with lambda 1, which equals it only when ``V(s'_i)`` and
+``V(s_{i+1})`` agree bit for bit); ``tests/test_a3c_math.py`` checks it and the loss against a
+slow loop in the paper's notation. The loss is written as a pure function for the same reason as IMPALA's
+(:mod:`distrl.algorithms.impala`): TorchRL's ``A2CLoss`` wants ``TensorDictModule`` actors.
+
+The paper sums the per-step terms; here they are averaged over the ``B * T`` steps, so the
+learning rate does not scale with ``envs_per_worker * t_max``.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict
+from torchrl.objectives.value.functional import td_lambda_return_estimate
+
+from distrl.data import keys
+
+
+def n_step_advantage(
+    gamma: float,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A3C's advantages ``R_i - V(s_i)`` and n-step returns ``R_i`` of a batch of segments.
+
+    Args:
+        value: ``V(s_i)`` ``[B, T, 1]``.
+        next_value: ``V(s'_i)`` ``[B, T, 1]``, the value of the observation after step ``i`` (the
+            true final one where an episode ended); read only at the segment's last step (the
+            bootstrap) and at truncations.
+        reward: ``r_i`` ``[B, T, 1]``.
+        done: ``[B, T, 1]`` bool, any episode end (restarts the return).
+        terminated: ``[B, T, 1]`` bool, a true terminal state (nothing is bootstrapped after it).
+
+    Returns:
+        ``(advantage [B, T, 1], returns [B, T, 1])`` with ``returns = advantage + value``.
+    """
+    returns = td_lambda_return_estimate(gamma, 1.0, next_value, reward, done, terminated, time_dim=-2)
+    return returns - value, returns
+
+
+def a3c_loss(
+    model: torch.nn.Module,
+    batch: TensorDict,
+    gamma: float,
+    value_coef: float,
+    entropy_coef: float,
+    normalize_advantage: bool = False,
+) -> TensorDict:
+    """The n-step advantage actor-critic loss of a ``[B, T]`` segment batch under ``model``.
+
+    ``batch`` holds :data:`distrl.data.keys.A3C_IN_KEYS`: ``observation [B, T, F]``,
+    ``action [B, T]``, and the ``("next", ...)`` entries ``observation [B, T, F]``,
+    ``reward``/``done``/``terminated`` ``[B, T, 1]``. ``model(obs) -> (logits [*, A], value [*, 1])``
+    and ``model.value(obs) -> [*, 1]``; it must be the policy that acted (A3C is on-policy).
+
+    ``L = -mean(A_i log pi(a_i|s_i)) + value_coef * mean((R_i - V(s_i))^2) / 2 - entropy_coef * mean(H_i)``
+    with ``A_i = R_i - V(s_i)`` held constant (:func:`n_step_advantage`). ``normalize_advantage``
+    rescales the batch's ``A_i`` to zero mean and unit variance first.
+
+    Returns a TensorDict of scalars: ``loss`` (to minimise, with its graph), ``loss_policy``,
+    ``loss_value``, ``entropy``, ``advantage_mean`` (detached).
+    """
+    logits, value = model(batch[keys.OBSERVATION])  # [B, T, A], [B, T, 1]
+    with torch.no_grad():
+        next_value = model.value(batch[keys.NEXT_OBSERVATION])
+        advantage, returns = n_step_advantage(gamma, value.detach(), next_value, batch[keys.REWARD],
+                                              batch[keys.DONE], batch[keys.TERMINATED])
+        raw_mean = advantage.mean()
+        if normalize_advantage:
+            advantage = (advantage - raw_mean) / (advantage.std() + 1e-8)
+    log_probs = F.log_softmax(logits, dim=-1)
+    log_pi = log_probs.gather(-1, batch[keys.ACTION].unsqueeze(-1))  # [B, T, 1]
+    loss_policy = -(advantage * log_pi).mean()
+    loss_value = 0.5 * (returns - value).pow(2).mean()
+    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+    loss = loss_policy + value_coef * loss_value - entropy_coef * entropy
+    return TensorDict(loss=loss, loss_policy=loss_policy.detach(), loss_value=loss_value.detach(),
+                      entropy=entropy.detach(), advantage_mean=raw_mean)
