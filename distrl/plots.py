@@ -21,6 +21,8 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("learner/policy_lag_mean", "policy lag (learner updates)"),
     ("learner/loss", "loss"),
     ("learner/entropy", "policy entropy"),
+    ("worker/loss", "loss (on the workers: a3c)"),
+    ("worker/entropy", "policy entropy (on the workers: a3c)"),
     ("inference/batch_fill", "inference batch fill (requests)"),
 )
 
