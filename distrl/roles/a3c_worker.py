@@ -74,11 +74,16 @@ class A3CWorker:
         return self._load(self.ctx.transport.call_sync(self.server, "pull", msg, self.cfg.transport.call_timeout_s))
 
     def _await_round(self, version: int) -> bool:
-        """A2C: pull until the server has moved past ``version``; ``True`` on stop."""
-        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
+        """A2C: pull until the server has moved past ``version``; ``True`` on stop.
+
+        A round may wait for a stopped worker until the server declares it lost, one call timeout
+        after its last answered ping; so give up only well after that (the server answers, but
+        its loop is stuck)."""
+        limit = 3 * self.cfg.transport.call_timeout_s
+        deadline = time.monotonic() + limit
         while self.version <= version:
-            if time.monotonic() > deadline:  # the server is alive (it answers) but stuck: give up
-                raise CallTimeoutError(f"no update past version {version} in {self.cfg.transport.call_timeout_s:g}s")
+            if time.monotonic() > deadline:
+                raise CallTimeoutError(f"no update past version {version} in {limit:g}s")
             time.sleep(self.algo.sync_poll_s)
             if self._pull():
                 return True
