@@ -7,7 +7,7 @@ from distrl.config import Config, override
 
 
 def default() -> Config:
-    """CartPole-v1: 16 envs per worker, t_max 32 (512 frames per gradient push)."""
+    """CartPole-v1: 32 envs per worker, t_max 32 (1024 frames per gradient push)."""
     return _recipe_default()
 
 

@@ -1,6 +1,7 @@
 """Benchmark: A3C against A2C on CartPole-v1, the same launch with ``algo.sync`` off and on.
 
     python experiments/bench_a3c.py [--seeds 0 1 2 3 4] [--time-s 120] [--nproc 3] [--target 475]
+                                    [--modes a3c a2c] [--set algo.lr=3e-4 ...]
 
 For each mode and seed, one ``torchrun --nproc-per-node=3 launch/train.py a3c`` run of
 ``--time-s`` seconds *without* early stop (learning is judged over seeds, and a run stopped at
@@ -24,13 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one_run(sync: bool, seed: int, time_s: float, nproc: int, target: float) -> dict:
+def one_run(sync: bool, seed: int, time_s: float, nproc: int, target: float, overrides: list[str] = ()) -> dict:
     """One run's figures (see the module docstring)."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                str(ROOT / "launch" / "train.py"), "a3c", "--experiment", "a2c" if sync else "default",
                "--env", "CartPole-v1", "--seed", str(seed), "--max-time-s", str(time_s), "--logger", "none",
-               "--run-dir", tmp, "--set", "run.log_interval_s=2"]
+               "--run-dir", tmp, "--set", "run.log_interval_s=2", *(x for o in overrides for x in ("--set", o))]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         subprocess.run(cmd, cwd=ROOT, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         s = json.loads((Path(tmp) / "summary.json").read_text())
@@ -50,7 +51,8 @@ def spread(values: list) -> str:
     vals = [v for v in values if v is not None]
     if not vals:
         return "n/a"
-    return f"{statistics.median(vals):g} ({min(vals):g}-{max(vals):g})"
+    fmt = lambda v: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"  # noqa: E731
+    return f"{fmt(statistics.median(vals))} ({fmt(min(vals))}-{fmt(max(vals))})"
 
 
 def main() -> None:
@@ -60,22 +62,24 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=3, help="torchrun processes: 1 server + workers")
     ap.add_argument("--target", type=float, default=475.0, help="training-mean return that counts as reached")
     ap.add_argument("--modes", nargs="+", default=["a3c", "a2c"], choices=["a3c", "a2c"])
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every run (repeatable), as launch/train.py's --set")
     args = ap.parse_args()
     results = []
     for mode in args.modes:
         for seed in args.seeds:
-            r = one_run(mode == "a2c", seed, args.time_s, args.nproc, args.target)
+            r = one_run(mode == "a2c", seed, args.time_s, args.nproc, args.target, args.overrides)
             results.append(r)
             print(json.dumps(r), flush=True)
-    print(f"\n{'':8s}{'reached':>9s}{'held':>6s}  {'t_target s':>22s}{'final eval':>24s}{'staleness mean':>22s}"
-          f"{'max':>6s}{'updates/s':>20s}{'fps':>24s}")
+    print(f"\n{'':5s}{'reached':>8s}{'held':>6s}{'t_target s':>22s}{'final eval':>22s}{'staleness mean':>22s}"
+          f"{'max':>5s}{'updates/s':>22s}{'fps':>24s}")
     for mode in args.modes:
         rs = [r for r in results if r["mode"] == mode]
         reached = sum(r["t_target_s"] is not None for r in rs)
         held = sum(r["t_target_s"] is not None and r["eval"] >= args.target for r in rs)
-        print(f"{mode:8s}{reached:>6d}/{len(rs)}{held:>4d}/{len(rs)}  {spread([r['t_target_s'] for r in rs]):>22s}"
-              f"{spread([r['eval'] for r in rs]):>24s}{spread([r['staleness_mean'] for r in rs]):>22s}"
-              f"{max(r['staleness_max'] for r in rs):>6d}{spread([r['updates_per_s'] for r in rs]):>20s}"
+        print(f"{mode:5s}{reached:>6d}/{len(rs)}{held:>4d}/{len(rs)}{spread([r['t_target_s'] for r in rs]):>22s}"
+              f"{spread([r['eval'] for r in rs]):>22s}{spread([r['staleness_mean'] for r in rs]):>22s}"
+              f"{max(r['staleness_max'] for r in rs):>5d}{spread([r['updates_per_s'] for r in rs]):>22s}"
               f"{spread([round(r['fps']) for r in rs]):>24s}")
     print(f"(held: reached {args.target:g} and the final greedy evaluation, after {args.time_s:g} s, is still >= it)")
 

@@ -21,7 +21,7 @@ OPTIMIZERS = ("rmsprop", "adam")
 class A3CConfig:
     """A3C's algorithm, worker and parameter-server settings."""
 
-    envs_per_worker: int = 16  #: gymnasium envs each worker steps as one vector (B per gradient)
+    envs_per_worker: int = 32  #: gymnasium envs each worker steps as one vector (B per gradient)
     t_max: int = 32  #: steps per env between gradients (the paper's t_max; frames per push = B * t_max)
     local_workers: int = 2  #: workers in the one process at world size 1
     sync: bool = False  #: A2C: apply the mean of one gradient per live worker, all from the same version
