@@ -13,6 +13,7 @@ from distrl.architectures import get_recipe
 from distrl.architectures.base import RoleContext
 from distrl.config import override
 from distrl.data import keys
+from distrl.models import clip_towers
 from distrl.roles.a3c_worker import A3CWorker
 from distrl.roles.parameter_server import ParameterServer, make_optimizer
 from distrl.transport.local import LocalHub
@@ -104,7 +105,7 @@ def test_a2c_applies_the_mean_of_one_gradient_per_live_worker(make_server):
     for p in model0.parameters():
         p.grad = mean[offset:offset + p.numel()].view_as(p).clone()
         offset += p.numel()
-    torch.nn.utils.clip_grad_norm_(model0.parameters(), server.algo.max_grad_norm)
+    clip_towers(model0.tower_parameters(), server.algo.max_grad_norm)
     optim0.step()
     torch.testing.assert_close(parameters_to_vector(server.params), parameters_to_vector(model0.parameters()))
     assert server.version == 1 and server.staleness_summary()["staleness_hist"] == {"0": 2}

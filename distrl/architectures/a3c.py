@@ -36,7 +36,7 @@ class A3CConfig:
     gamma: float = 0.99  #: discount
     value_coef: float = 0.5  #: weight of the value loss
     entropy_coef: float = 0.01  #: weight of the entropy bonus (the paper's beta)
-    max_grad_norm: float = 0.5  #: global norm clip of each applied gradient (after A2C's mean)
+    max_grad_norm: float = 0.5  #: norm clip of each applied gradient, per tower (policy, value), after A2C's mean
     normalize_advantage: bool = False  #: rescale each segment batch's advantages to unit variance
 
     def __post_init__(self):

@@ -28,7 +28,7 @@ from distrl.architectures.base import RoleContext
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info, evaluate
-from distrl.models import ActorCritic
+from distrl.models import ActorCritic, clip_towers
 from distrl.roles.session import LearnerSession
 
 WAIT_S = 0.1  #: longest the loop waits for a gradient before it lets the session tick (liveness)
@@ -146,7 +146,10 @@ class ParameterServer:
                 return None
 
     def apply(self, msgs: list[TensorDict]) -> None:
-        """Apply the mean of the gradients in ``msgs`` that are not too stale; count the others."""
+        """Apply the mean of the gradients in ``msgs`` that are not too stale; count the others.
+
+        The policy and value towers are clipped apart (:func:`distrl.models.clip_towers`), as the
+        impala learner does: under one global clip the value gradient sets the norm."""
         tracker = self.session.tracker
         cap = self.algo.max_staleness
         kept, staleness = [], []
@@ -164,7 +167,7 @@ class ParameterServer:
         for p in self.params:
             p.grad = grad[offset:offset + p.numel()].view_as(p)
             offset += p.numel()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.algo.max_grad_norm)
+        grad_norm = clip_towers(self.model.tower_parameters(), self.algo.max_grad_norm)
         if not self.session.loss_is_finite(grad_norm):
             return
         self.optim.step()
