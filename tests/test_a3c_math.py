@@ -78,14 +78,16 @@ def random_batch(B=3, T=7, F=4, A=3, seed=0) -> TensorDict:
     }, batch_size=[B, T])
 
 
-def test_loss_gradient_is_algorithm_s3():
+@pytest.mark.parametrize("reward_scale", [1.0, 0.1])
+def test_loss_gradient_is_algorithm_s3(reward_scale):
     """d loss / d theta = -(d theta + value_coef / 2 * d theta_v) / (B T), d theta and d theta_v
-    accumulated step by step as in Algorithm S3 (with the entropy weight beta)."""
+    accumulated step by step as in Algorithm S3 (with the entropy weight beta), on rewards
+    multiplied by ``reward_scale``."""
     torch.manual_seed(0)
     model = ActorCritic(4, 3)
     batch = random_batch()
     gamma, vc, beta = 0.95, 0.5, 0.01
-    out = a3c_loss(model, batch, gamma, vc, beta)
+    out = a3c_loss(model, batch, gamma, vc, beta, reward_scale=reward_scale)
     grads = torch.autograd.grad(out["loss"], list(model.parameters()))
 
     B, T = batch.batch_size
@@ -94,8 +96,8 @@ def test_loss_gradient_is_algorithm_s3():
         logits, V = model(batch[keys.OBSERVATION][b])  # [T, A], [T, 1]
         with torch.no_grad():
             V_next = model.value(batch[keys.NEXT_OBSERVATION][b])[:, 0].tolist()
-        R = slow_returns(gamma, V_next, batch[keys.REWARD][b, :, 0].tolist(), batch[keys.DONE][b, :, 0].tolist(),
-                         batch[keys.TERMINATED][b, :, 0].tolist())
+        r = (reward_scale * batch[keys.REWARD][b, :, 0]).tolist()
+        R = slow_returns(gamma, V_next, r, batch[keys.DONE][b, :, 0].tolist(), batch[keys.TERMINATED][b, :, 0].tolist())
         for i in range(T):
             log_pi = torch.log_softmax(logits[i], -1)
             H = -(log_pi.exp() * log_pi).sum()

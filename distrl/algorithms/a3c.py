@@ -63,6 +63,7 @@ def a3c_loss(
     value_coef: float,
     entropy_coef: float,
     normalize_advantage: bool = False,
+    reward_scale: float = 1.0,
 ) -> TensorDict:
     """The n-step advantage actor-critic loss of a ``[B, T]`` segment batch under ``model``.
 
@@ -73,7 +74,8 @@ def a3c_loss(
 
     ``L = -mean(A_i log pi(a_i|s_i)) + value_coef * mean((R_i - V(s_i))^2) / 2 - entropy_coef * mean(H_i)``
     with ``A_i = R_i - V(s_i)`` held constant (:func:`n_step_advantage`). ``normalize_advantage``
-    rescales the batch's ``A_i`` to zero mean and unit variance first.
+    rescales the batch's ``A_i`` to zero mean and unit variance first. Rewards are multiplied by
+    ``reward_scale`` (the critic then learns values in scaled units, as the impala loss does).
 
     Returns a TensorDict of scalars: ``loss`` (to minimise, with its graph), ``loss_policy``,
     ``loss_value``, ``entropy``, ``advantage_mean`` (detached).
@@ -81,7 +83,7 @@ def a3c_loss(
     logits, value = model(batch[keys.OBSERVATION])  # [B, T, A], [B, T, 1]
     with torch.no_grad():
         next_value = model.value(batch[keys.NEXT_OBSERVATION])
-        advantage, returns = n_step_advantage(gamma, value.detach(), next_value, batch[keys.REWARD],
+        advantage, returns = n_step_advantage(gamma, value.detach(), next_value, batch[keys.REWARD] * reward_scale,
                                               batch[keys.DONE], batch[keys.TERMINATED])
         raw_mean = advantage.mean()
         if normalize_advantage:

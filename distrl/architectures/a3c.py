@@ -34,6 +34,7 @@ class A3CConfig:
     rmsprop_alpha: float = 0.99  #: RMSProp's decay of the squared-gradient average (the paper's alpha)
     optim_eps: float = 1e-5  #: epsilon of the optimizer's denominator
     gamma: float = 0.99  #: discount
+    reward_scale: float = 0.1  #: rewards are multiplied by this in the loss (values in scaled units, as impala)
     value_coef: float = 0.5  #: weight of the value loss
     entropy_coef: float = 0.01  #: weight of the entropy bonus (the paper's beta)
     max_grad_norm: float = 0.5  #: norm clip of each applied gradient, per tower (policy, value), after A2C's mean
@@ -49,6 +50,7 @@ class A3CConfig:
         _check(0 < self.rmsprop_alpha < 1, "algo.rmsprop_alpha must be in (0, 1)")
         _check(self.optim_eps > 0, "algo.optim_eps must be > 0")
         _check(0 < self.gamma <= 1, "algo.gamma must be in (0, 1]")
+        _check(self.reward_scale > 0, "algo.reward_scale must be > 0")
         _check(self.value_coef >= 0 and self.entropy_coef >= 0, "algo.value_coef and algo.entropy_coef must be >= 0")
         _check(self.max_grad_norm > 0, "algo.max_grad_norm must be > 0")
         _check(self.put_timeout_s > 0 and self.sync_poll_s > 0, "algo.put_timeout_s and algo.sync_poll_s must be > 0")

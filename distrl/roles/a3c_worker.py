@@ -57,7 +57,7 @@ class A3CWorker:
     def gradient(self, traj: TensorDict, returns: list[float], lengths: list[int]) -> TensorDict:
         """The push message of segment ``traj``: the flat gradient ``[P]``, its version, the episodes."""
         a = self.algo
-        out = a3c_loss(self.model, traj, a.gamma, a.value_coef, a.entropy_coef, a.normalize_advantage)
+        out = a3c_loss(self.model, traj, a.gamma, a.value_coef, a.entropy_coef, a.normalize_advantage, a.reward_scale)
         self.model.zero_grad(set_to_none=True)
         out["loss"].backward()
         grad = torch.cat([p.grad.reshape(-1) for p in self.params])
