@@ -69,13 +69,13 @@ def nstep_returns(reward: torch.Tensor, terminated: torch.Tensor, truncated: tor
         raise ValueError(f"n={n} must be in [1, T={T}]")
     Tp = T - n + 1
     ret = torch.zeros(B, Tp, dtype=reward.dtype, device=reward.device)
-    scale = torch.ones_like(ret)  # gamma^k while the episode runs, 0 after its end
+    scale = torch.ones_like(ret)  # gamma^k, frozen at gamma^m once the episode has ended
     last = torch.arange(Tp, device=reward.device).expand(B, Tp).clone()
     ended = torch.zeros(B, Tp, dtype=torch.bool, device=reward.device)
     term_at_end = torch.zeros_like(ended)
     for k in range(n):
         running = ~ended
-        ret += scale * reward[:, k:k + Tp]
+        ret += torch.where(running, scale * reward[:, k:k + Tp], 0.0)
         last = torch.where(running, torch.arange(k, k + Tp, device=reward.device).expand(B, Tp), last)
         term_at_end = torch.where(running, terminated[:, k:k + Tp], term_at_end)
         ended = ended | terminated[:, k:k + Tp] | truncated[:, k:k + Tp]
