@@ -42,6 +42,10 @@ class ApexConfig:
     hold_sleep_s: float = 0.01  #: how long a held actor or learner waits before it tries again
     params_interval_s: float = 0.2  #: how often an actor asks the learner for newer parameters (never waiting)
     prefetch: bool = True  #: request the next sample before training on the current one
+    #: episodes of actors exploring more than this go to their rung's metric only, not to the training
+    #: mean behind the stop rule (an eps=0.4 actor's short episodes would hide the policy); the least
+    #: exploring actor always counts
+    report_max_eps: float = 0.05
 
     def __post_init__(self):
         for name in ("shards", "local_actors", "envs_per_actor", "unroll_length", "n_step", "capacity",
@@ -62,6 +66,7 @@ class ApexConfig:
                f"algo.spi_tolerance ({self.spi_tolerance:g}) must be at least half of batch_size + samples_per_insert "
                f"* envs_per_actor * unroll_length ({need:g}), or a shard can hold both sides at once")
         _check(self.hold_sleep_s > 0 and self.params_interval_s > 0, "algo.hold_sleep_s and algo.params_interval_s must be > 0")
+        _check(0 <= self.report_max_eps <= 1, "algo.report_max_eps must be in [0, 1]")
 
     @property
     def transitions_per_insert(self) -> int:

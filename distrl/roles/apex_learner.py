@@ -21,7 +21,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl import faults
-from distrl.algorithms.apex import annealed_beta, double_q_targets, weighted_huber_loss
+from distrl.algorithms.apex import annealed_beta, double_q_targets, epsilon_ladder, weighted_huber_loss
 from distrl.architectures.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info, evaluate
@@ -46,9 +46,12 @@ class ApexLearner:
         self._restored_replay = (state or {}).get("extra", {}).get("replay")
         self.session.evaluate = self._evaluate
         self.replay = ShardedReplayClient(ctx.transport, ctx.ranks_of("replay"), self.cfg.transport.call_timeout_s,
-                                          self.cfg.run.seed, self.session.lose)
+                                          self.cfg.run.seed, self.session.lose, self.cfg.run.log_interval_s / 2)
         self.session.extra_state = lambda: {"replay": self.replay.states()}
         self.actors = set(ctx.ranks_of("actor"))
+        ladder = epsilon_ladder(len(self.actors), self.algo.eps_base, self.algo.eps_alpha)
+        #: rungs whose episodes make the training mean (the stop rule's trigger; every rung is logged)
+        self._counted_eps = max(self.algo.report_max_eps, min(ladder)) + 1e-9
         self.stopping = threading.Event()
         self.said_stop: set[int] = set()
         self._lock = threading.Lock()
@@ -57,6 +60,7 @@ class ApexLearner:
         self._env_errors: dict[int, int] = {}
         self._request: Optional[list] = None
         self.held_s = 0.0  # the learner's own wait on held samples
+        self.times = collections.Counter()  # where the loop's time goes (design rule 9)
         self._publish()
         ctx.transport.serve("hello", self._hello)
         ctx.transport.serve("params", self._params)
@@ -84,7 +88,8 @@ class ApexLearner:
         with self._lock:
             p = self._pending
             p["frames"] += frames
-            p["returns"].extend(msg[keys.EPISODE_RETURNS].tolist())
+            if float(msg["epsilon"]) <= self._counted_eps:
+                p["returns"].extend(msg[keys.EPISODE_RETURNS].tolist())
             p["held_s"] += float(msg["held_s"])
             if frames:  # policy lag at the actor: updates since the parameters it acted with
                 p["lag"].append((self.session.tracker.updates - version, frames))
@@ -120,7 +125,9 @@ class ApexLearner:
         beta = annealed_beta(self.algo.beta0, self.session.tracker.updates, self.algo.beta_anneal_updates)
         pending = self._request or self.replay.request(self.algo.batch_size)
         self._request = None
+        start = time.perf_counter()
         batch = self.replay.collect(pending, beta)
+        self.times["wait_sample_s"] += time.perf_counter() - start
         if self.algo.prefetch:
             self._request = self.replay.request(self.algo.batch_size)
         if batch is None:  # not enough data yet, or the rate limiter holds the learner back
@@ -130,6 +137,11 @@ class ApexLearner:
         return batch.to(self.device, non_blocking=True)
 
     def _update(self, batch: TensorDict) -> None:
+        start = time.perf_counter()
+        self._learn(batch)
+        self.times["update_s"] += time.perf_counter() - start
+
+    def _learn(self, batch: TensorDict) -> None:
         tracker, a = self.session.tracker, self.algo
         faults.maybe_signal(self.ctx.rank, tracker.updates)
         q_taken = self.model(batch[keys.OBSERVATION]).gather(-1, batch[keys.ACTION][:, None]).squeeze(-1)
@@ -155,7 +167,8 @@ class ApexLearner:
                          "learner/q_mean": float(q_taken.detach().mean()), "learner/td_abs": float(td.abs().mean()),
                          "learner/sample_age": float((tracker.updates - batch[keys.POLICY_VERSION]).float().mean()),
                          "learner/weight_mean": float(batch[keys.PRIORITY_WEIGHT].mean()),
-                         "learner/batch": batch.shape[0], "learner/held_s": self.held_s})
+                         "learner/batch": batch.shape[0], "learner/held_s": self.held_s,
+                         "learner/wait_sample_s": self.times["wait_sample_s"], "learner/update_s": self.times["update_s"]})
 
     def run(self) -> dict:
         session = self.session
@@ -169,7 +182,8 @@ class ApexLearner:
         eval_returns = self._evaluate()
         self._await_actors()
         extra = {"replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
-                 "replay_size": sum(self.replay.sizes.values())}
+                 "replay_size": sum(self.replay.sizes.values()),
+                 **{f"learner_{k}": round(v, 3) for k, v in self.times.items()}}
         summary = session.finish(reason, eval_returns, self.model, self.optim, extra)
         self.replay.stop(exit_=True)  # after the final checkpoint, which read the shards' contents
         return summary

@@ -30,8 +30,9 @@ class ShardedReplayClient:
     """
 
     def __init__(self, transport: Transport, shards: list[int], timeout: float, seed: int,
-                 on_lost: Callable[[int, str], None]):
+                 on_lost: Callable[[int, str], None], stats_interval_s: float = 1.0):
         self.t, self.shards, self.timeout, self.on_lost = transport, list(shards), timeout, on_lost
+        self.stats_interval_s = stats_interval_s
         self.generator = torch.Generator().manual_seed(seed)
         self.totals = {r: 0.0 for r in shards}  # last known sum of p^alpha per shard
         self.min_leaf = {r: float("inf") for r in shards}
@@ -113,7 +114,8 @@ class ShardedReplayClient:
 
     # ---- statistics ----------------------------------------------------------------------------------
     def poll_stats(self) -> dict[str, float]:
-        """``replay/*`` metrics from the last poll's replies (if all came), and a new poll sent."""
+        """``replay/*`` metrics from the last poll's replies (if all came), and a new poll sent once
+        ``stats_interval_s`` has passed since the last."""
         out: dict[str, float] = {}
         if self._stats is not None and all(f.done() for f in self._stats.values()):
             replies = {r: self._result(r, f) for r, f in self._stats.items()}
@@ -135,7 +137,7 @@ class ShardedReplayClient:
                        "replay/insert_held": sum(int(s["insert_held"]) for s in replies.values()),
                        "replay/sample_held": sum(int(s["sample_held"]) for s in replies.values()),
                        "replay/stale_priorities": sum(int(s["stale_priorities"]) for s in replies.values())}
-        if self._stats is None:
+        if self._stats is None and time.monotonic() - self._last_stats[0] >= self.stats_interval_s:
             self._stats = {r: self.t.call(r, "replay_stats", None, self.timeout) for r in self.live}
         return out
 
