@@ -41,14 +41,14 @@ class ReplayStore:
 
     Args:
         capacity: items kept; the oldest are overwritten beyond it.
-        batch_size: items returned by :meth:`sample`.
+        batch_size: items returned by :meth:`sample`; ``None``: each call says how many.
         device: where the storage lives (the learner's device: samples need no copy).
         sampler: how items are drawn; uniform by default, or a prioritized ``SumTreeSampler``.
     """
 
-    def __init__(self, capacity: int, batch_size: int, device: torch.device | str = "cpu",
+    def __init__(self, capacity: int, batch_size: Optional[int], device: torch.device | str = "cpu",
                  sampler: Optional[Sampler] = None):
-        if capacity < 1 or batch_size < 1:
+        if capacity < 1 or (batch_size is not None and batch_size < 1):
             raise ValueError(f"capacity and batch_size must be >= 1, got {capacity} and {batch_size}")
         self.capacity = capacity
         self.sampler = sampler

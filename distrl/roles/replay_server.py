@@ -56,7 +56,7 @@ class ReplayServer:
         a = self.algo
         self.sampler = SumTreeSampler(a.capacity, alpha=a.alpha, beta=1.0, eps=a.priority_eps)
         self.sampler._rng = torch.Generator().manual_seed(self.cfg.run.seed + 7919 * ctx.rank)
-        self.store = ReplayStore(a.capacity, a.batch_size, sampler=self.sampler)
+        self.store = ReplayStore(a.capacity, None, sampler=self.sampler)  # the learner's split sets each size
         self.limiter = SamplesPerInsertLimiter(a.samples_per_insert, a.spi_tolerance, a.min_replay_size)
         self.lock = threading.Lock()
         self.inbox: queue.Queue = queue.Queue(maxsize=a.insert_queue_size)
