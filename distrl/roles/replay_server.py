@@ -29,6 +29,7 @@ import time
 import torch
 from tensordict import TensorDict
 
+from distrl import faults
 from distrl.architectures.base import RoleContext
 from distrl.data import keys
 from distrl.replay import ReplayStore, SamplesPerInsertLimiter
@@ -62,6 +63,7 @@ class ReplayServer:
         self.inbox: queue.Queue = queue.Queue(maxsize=a.insert_queue_size)
         self.stopped = threading.Event()  # inserts refused: the run is over
         self.exit = threading.Event()  # the loop ends
+        self.loops = 0  # insert messages taken by the loop
         self.last_contact = time.monotonic()  # of the learner: a shard outlives it by a bounded time only
         self.counts = {"insert_held": 0, "sample_held": 0, "rejected": 0, "stale_priorities": 0}
         for name in ("insert", "sample", "update_priorities", "replay_stats", "replay_state", "load_replay_state",
@@ -171,6 +173,8 @@ class ReplayServer:
                     print(f"[replay {self.ctx.rank}] no word from the learner in {idle_limit:.0f}s, exiting", flush=True)
                     return
                 continue
+            self.loops += 1
+            faults.maybe_signal(self.ctx.rank, self.loops)  # a "step" of a shard: one insert message taken
             with self.lock:
                 if not self.store.extend(msg["transitions"], msg[keys.PRIORITY]):
                     self.counts["rejected"] += 1
