@@ -31,15 +31,18 @@ class ApexConfig:
     beta0: float = 0.4  #: importance-weight exponent at the start, annealed linearly to 1
     beta_anneal_updates: int = 20_000  #: learner updates over which beta reaches 1
     priority_eps: float = 1e-3  #: p_i = |delta_i| + priority_eps
-    batch_size: int = 256  #: transitions per learner update (split over the shards)
+    #: importance weights divided by their max over the batch (keeps the step size as beta grows) or
+    #: over every stored item (Schaul et al.'s (N min P)^-beta: steps shrink by the priority spread)
+    weight_norm: str = "batch"
+    batch_size: int = 128  #: transitions per learner update (split over the shards)
     lr: float = 5e-4  #: Adam learning rate
-    target_update_interval: int = 500  #: learner updates between target-network copies (K)
+    target_update_interval: int = 100  #: learner updates between target-network copies (K)
     huber_delta: float = 1.0  #: Huber loss threshold
     max_grad_norm: float = 10.0  #: global gradient-norm clip
     samples_per_insert: float = 8.0  #: target sampled/inserted ratio of each shard (0: no rate limit)
     spi_tolerance: float = 20_000.0  #: how far (in sampled items) a shard may drift from that ratio before it holds one side
     insert_queue_size: int = 8  #: insert messages a shard queues before it tells actors to hold
-    hold_sleep_s: float = 0.01  #: how long a held actor or learner waits before it tries again
+    hold_sleep_s: float = 0.05  #: how long a held actor or learner waits before it tries again
     params_interval_s: float = 0.2  #: how often an actor asks the learner for newer parameters (never waiting)
     prefetch: bool = True  #: request the next sample before training on the current one
     #: episodes of actors exploring more than this go to their rung's metric only, not to the training
@@ -58,6 +61,7 @@ class ApexConfig:
         _check(0 <= self.min_replay_size <= self.capacity, "algo.min_replay_size must be in [0, algo.capacity]")
         _check(self.alpha >= 0 and 0 <= self.beta0 <= 1, "algo.alpha must be >= 0 and algo.beta0 in [0, 1]")
         _check(self.priority_eps > 0, "algo.priority_eps must be > 0")
+        _check(self.weight_norm in ("batch", "buffer"), f"algo.weight_norm must be batch or buffer, got {self.weight_norm!r}")
         _check(self.lr > 0 and self.huber_delta > 0 and self.max_grad_norm > 0,
                "algo.lr, algo.huber_delta and algo.max_grad_norm must be > 0")
         _check(self.samples_per_insert >= 0, "algo.samples_per_insert must be >= 0")

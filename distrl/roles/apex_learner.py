@@ -126,7 +126,7 @@ class ApexLearner:
         pending = self._request or self.replay.request(self.algo.batch_size)
         self._request = None
         start = time.perf_counter()
-        batch = self.replay.collect(pending, beta)
+        batch = self.replay.collect(pending, beta, self.algo.weight_norm)
         self.times["wait_sample_s"] += time.perf_counter() - start
         if self.algo.prefetch:
             self._request = self.replay.request(self.algo.batch_size)

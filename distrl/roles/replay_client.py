@@ -74,9 +74,11 @@ class ShardedReplayClient:
         self.min_leaf[rank] = float(reply["min_leaf"])
         self.sizes[rank] = int(reply["size"])
 
-    def collect(self, pending: list[tuple[int, Future]], beta: float) -> Optional[TensorDict]:
+    def collect(self, pending: list[tuple[int, Future]], beta: float, norm: str = "buffer") -> Optional[TensorDict]:
         """The items the shards served for ``pending`` as one ``[B]`` batch with importance weights
-        (``keys.PRIORITY_WEIGHT``) and each item's shard (``keys.REPLAY_SHARD``); ``None`` if every shard held."""
+        (``keys.PRIORITY_WEIGHT``) and each item's shard (``keys.REPLAY_SHARD``); ``None`` if every
+        shard held. ``norm="buffer"`` divides the weights by the largest any stored item could get
+        (the smallest ``p^alpha`` of every shard), ``"batch"`` by the largest in this batch."""
         parts = []
         for rank, fut in pending:
             reply = self._result(rank, fut)
@@ -90,7 +92,10 @@ class ShardedReplayClient:
         if not parts:
             return None
         batch = torch.cat(parts, 0)
-        min_leaf = min(self.min_leaf[r] for r in self.live) if self.live else float(batch[keys.SAMPLE_LEAF].min())
+        if norm == "batch" or not self.live:
+            min_leaf = float(batch[keys.SAMPLE_LEAF].min())
+        else:
+            min_leaf = min(self.min_leaf[r] for r in self.live)
         batch[keys.PRIORITY_WEIGHT] = shard_weights(batch[keys.SAMPLE_LEAF], min_leaf, beta)
         self.sampled += batch.shape[0]
         return batch
