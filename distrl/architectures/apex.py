@@ -35,7 +35,7 @@ class ApexConfig:
     #: over every stored item (Schaul et al.'s (N min P)^-beta: steps shrink by the priority spread)
     weight_norm: str = "batch"
     batch_size: int = 128  #: transitions per learner update (split over the shards)
-    lr: float = 5e-4  #: Adam learning rate
+    lr: float = 1e-3  #: Adam learning rate
     target_update_interval: int = 100  #: learner updates between target-network copies (K)
     huber_delta: float = 1.0  #: Huber loss threshold
     max_grad_norm: float = 10.0  #: global gradient-norm clip
