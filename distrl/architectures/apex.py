@@ -39,7 +39,7 @@ class ApexConfig:
     target_update_interval: int = 100  #: learner updates between target-network copies (K)
     huber_delta: float = 1.0  #: Huber loss threshold
     max_grad_norm: float = 10.0  #: global gradient-norm clip
-    samples_per_insert: float = 8.0  #: target sampled/inserted ratio of each shard (0: no rate limit)
+    samples_per_insert: float = 4.0  #: target sampled/inserted ratio of each shard (0: no rate limit)
     spi_tolerance: float = 20_000.0  #: how far (in sampled items) a shard may drift from that ratio before it holds one side
     insert_queue_size: int = 8  #: insert messages a shard queues before it tells actors to hold
     hold_sleep_s: float = 0.05  #: how long a held actor or learner waits before it tries again
