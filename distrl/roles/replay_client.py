@@ -58,7 +58,12 @@ class ShardedReplayClient:
     # ---- sampling ----------------------------------------------------------------------------------
     def request(self, n: int) -> list[tuple[int, Future]]:
         """Ask the live shards for ``n`` items in all, split by a multinomial draw over their totals
-        (equal shares while none is known yet)."""
+        (equal shares while none is known yet).
+
+        Every live shard is asked, even for 0 items, and each is charged ``n / R`` samples by its
+        rate limiter whatever its share: the limiter then holds each shard's actors to the global
+        ratio. (Charged by its own share, a shard whose items are rarely drawn would hold its
+        actors for good: seen with 2 shards, where one actor stopped for minutes.)"""
         live = self.live
         if not live:
             return []
@@ -66,8 +71,9 @@ class ShardedReplayClient:
         mass = mass if mass.sum() > 0 else torch.ones(len(live), dtype=torch.float64)
         pick = torch.multinomial(mass, n, replacement=True, generator=self.generator)
         counts = torch.bincount(pick, minlength=len(live)).tolist()
-        return [(r, self.t.call(r, "sample", TensorDict(n=torch.tensor(c)), self.timeout))
-                for r, c in zip(live, counts) if c]
+        charge = torch.tensor(n / len(live))
+        return [(r, self.t.call(r, "sample", TensorDict(n=torch.tensor(c), charge=charge), self.timeout))
+                for r, c in zip(live, counts)]
 
     def _note(self, rank: int, reply: TensorDict) -> None:
         self.totals[rank] = float(reply["total"])
@@ -85,7 +91,7 @@ class ShardedReplayClient:
             if reply is None:
                 continue
             self._note(rank, reply)
-            if not bool(reply["held"]):
+            if not bool(reply["held"]) and "transitions" in reply.keys():
                 tr = reply["transitions"]
                 tr[keys.SAMPLE_LEAF], tr[keys.REPLAY_SHARD] = reply["leaf"], torch.full(tr.shape, rank)
                 parts.append(tr)

@@ -10,7 +10,8 @@ It serves, over the transport:
 * ``sample``: ``n`` transitions drawn by priority, with each item's ``p^alpha``, its index and
   slot generation, and the shard's total, minimum and size (the learner turns those into
   importance weights over every shard: see :func:`shard_weights`). ``held`` when the shard holds
-  fewer than ``algo.min_replay_size`` items or the limiter says the learner is ahead.
+  fewer than ``algo.min_replay_size`` items or the limiter says the learner is ahead; the limiter
+  counts the ``charge`` the learner gives (its batch over R), not ``n``.
 * ``update_priorities``: new ``|delta|`` for sampled items (stale ones dropped by generation).
 * ``replay_stats``, ``replay_state`` / ``load_replay_state`` (the learner checkpoints every
   shard's contents with its own), ``replay_stop``.
@@ -87,13 +88,16 @@ class ReplayServer:
 
     def _sample(self, msg: TensorDict) -> TensorDict:
         n = int(msg["n"])
+        charge = float(msg["charge"]) if "charge" in msg.keys() else n  # what the limiter counts
         self.last_contact = time.monotonic()
         with self.lock:
-            if len(self.store) == 0 or not self.limiter.can_sample(n):
+            if len(self.store) == 0 or not self.limiter.can_sample(charge):
                 self.counts["sample_held"] += 1
                 return TensorDict(held=torch.tensor(True), **self._totals())
+            self.limiter.samples += charge
+            if n == 0:
+                return TensorDict(held=torch.tensor(False), **self._totals())
             batch = self.store.sample(n)
-            self.limiter.samples += n
             leaf = self.sampler.tree[batch[keys.REPLAY_INDEX]]
             reply = TensorDict(held=torch.tensor(False), transitions=batch.exclude(keys.PRIORITY_WEIGHT),
                                leaf=leaf, **self._totals())
