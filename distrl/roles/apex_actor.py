@@ -23,7 +23,7 @@ from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.models import QNetwork
 from distrl.roles.env_runner import EnvRunner
-from distrl.transport.base import PeerLostError, TransportError
+from distrl.transport.base import RemoteError, TransportError
 
 
 class ApexActor:
@@ -97,7 +97,9 @@ class ApexActor:
         while True:
             try:
                 reply = fut.result()
-            except PeerLostError:  # the shard died: go on with another one, if any is left
+            except RemoteError:
+                raise
+            except TransportError:  # the shard died: go on with another one, if any is left
                 live = [r for r in self.shards if r not in self.ctx.transport.lost_peers() and r != self.shard]
                 if not live:
                     print(f"[actor {self.ctx.rank}] no replay shard left, exiting", flush=True)

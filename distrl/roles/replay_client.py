@@ -17,7 +17,7 @@ from tensordict import TensorDict
 
 from distrl.data import keys
 from distrl.roles.replay_server import shard_weights
-from distrl.transport.base import CallTimeoutError, PeerLostError, Transport, TransportError
+from distrl.transport.base import RemoteError, Transport, TransportError
 
 
 class ShardedReplayClient:
@@ -51,7 +51,9 @@ class ShardedReplayClient:
         and is raised."""
         try:
             return fut.result()
-        except (PeerLostError, CallTimeoutError) as e:
+        except RemoteError:
+            raise
+        except TransportError as e:  # lost, timed out, or a transport failure naming a dead peer
             self.on_lost(rank, str(e))
             return None
 
