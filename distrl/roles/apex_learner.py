@@ -60,6 +60,7 @@ class ApexLearner:
         self._env_errors: dict[int, int] = {}
         self._request: Optional[list] = None
         self.held_s = 0.0  # the learner's own wait on held samples
+        self.actor_held_s = 0.0  # every actor's wait on held inserts, as they reported it
         self.times = collections.Counter()  # where the loop's time goes (design rule 9)
         self._publish()
         ctx.transport.serve("hello", self._hello)
@@ -111,7 +112,8 @@ class ApexLearner:
             tracker.add_lag(torch.full((frames,), max(lag, 0), dtype=torch.int64))
         if errors:
             tracker.counters["env_errors"] = errors
-        metrics = {"actor/held_s": p["held_s"]} | self.replay.poll_stats()
+        self.actor_held_s += p["held_s"]
+        metrics = {"actor/held_s": self.actor_held_s} | self.replay.poll_stats()  # run totals, as learner/held_s
         for i, eps in enumerate(sorted(rungs, reverse=True)):  # rung 0 explores most
             metrics[f"actor/return_rung{i}"] = rungs[eps]
         tracker.observe(metrics)
@@ -182,6 +184,7 @@ class ApexLearner:
         eval_returns = self._evaluate()
         self._await_actors()
         extra = {"replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
+                 "actor_held_s": round(self.actor_held_s, 3),
                  "replay_size": sum(self.replay.sizes.values()),
                  **{f"learner_{k}": round(v, 3) for k, v in self.times.items()}}
         summary = session.finish(reason, eval_returns, self.model, self.optim, extra)
