@@ -140,12 +140,18 @@ class ApexActor:
                     continue
                 self.stats["frames"] += traj.numel()
                 self.stats["returns"].extend(returns)
-                batch, priority = self.transitions(traj)
-                if inserting is not None and not self._settle(*inserting, timeout):
+                budget = self.runner.budget
+                with budget("priorities"):
+                    batch, priority = self.transitions(traj)
+                with budget("wait"):  # the previous insert, held back by the rate limiter when it must
+                    settled = inserting is None or self._settle(*inserting, timeout)
+                if not settled:
                     self._goodbye(timeout)
                     return
                 msg = TensorDict(transitions=batch, **{keys.PRIORITY: priority})
-                inserting = (t.call(self.shard, "insert", msg, timeout), msg)
+                with budget("send"):
+                    inserting = (t.call(self.shard, "insert", msg, timeout), msg)
+                budget.maybe_send(t, self.learner, self.ctx.rank)
                 if pending is not None and pending.done():
                     reply, pending = pending.result(), None
                     self._load(reply)

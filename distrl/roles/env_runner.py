@@ -17,6 +17,7 @@ from tensordict import TensorDict
 from distrl import faults
 from distrl.data import keys
 from distrl.envs.gym import final_observations, make_vector_env
+from distrl.logging.timing import TimeBudget
 
 #: ``act(obs [B, F]) -> {keys.ACTION: [B] int64, other per-step outputs: [B, ...]}``
 ActFn = Callable[[torch.Tensor], dict]
@@ -29,6 +30,8 @@ class EnvRunner:
         self.env_id, self.num_envs, self.seed, self.rank = env_id, num_envs, seed, rank
         self.unrolls = 0  # unrolls started, for fault injection
         self.env_errors = 0  # environment failures over the run
+        #: the actor's time: ``policy`` and ``env`` here, the actor adds ``wait``/``send`` (timing.py)
+        self.budget = TimeBudget()
         self.env = None
         self._new_env()
 
@@ -69,10 +72,12 @@ class EnvRunner:
         truncated = torch.empty(T, B, dtype=torch.bool)
         outputs: dict = {}
         returns, lengths = [], []
+        budget = self.budget
         for t in range(T):
-            with torch.no_grad():
+            with torch.no_grad(), budget("policy"):
                 out = act(self.obs)
-            o, r, term, trunc, info = self._env_step(out[keys.ACTION].numpy())
+            with budget("env"):
+                o, r, term, trunc, info = self._env_step(out[keys.ACTION].numpy())
             done = term | trunc
             obs[t] = self.obs
             for k, v in out.items():

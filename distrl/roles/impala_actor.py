@@ -76,12 +76,16 @@ class ImpalaActor:
                 except Exception as e:  # the env failed: drop the partial trajectory, start over
                     self.runner.recover(e, f"actor {self.ctx.rank}")
                     continue
+                budget = self.runner.budget
                 if pending is not None:  # at most one send in flight
-                    reply = pending.result()
+                    with budget("wait"):
+                        reply = pending.result()
                     if bool(reply["stop"]):
                         return
                     self._load(reply)
-                pending = t.call(self.learner, "put_trajectory", msg, timeout)
+                with budget("send"):
+                    pending = t.call(self.learner, "put_trajectory", msg, timeout)
+                budget.maybe_send(t, self.learner, self.ctx.rank)
         except TransportError as e:
             # The learner is gone or told us nothing in time: it owns the run, so we end.
             print(f"[actor {self.ctx.rank}] learner unreachable, exiting: {e}", flush=True)
