@@ -3,7 +3,8 @@
 A checkpoint is written to a temporary file, flushed and fsynced, then renamed into place
 (``os.replace`` is atomic on POSIX), so a crash at any moment leaves either the previous valid
 checkpoint or the new one, never half a file. The two newest are kept; loading falls back to
-the older one if the newest cannot be read.
+the older one if the newest cannot be read. ``best.pt`` beside them holds the policy that scored
+best in a greedy evaluation; ``--resume`` always continues from the newest, never from the best.
 """
 from __future__ import annotations
 
@@ -23,10 +24,24 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
 
 def save_checkpoint(run_dir: str | Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
     """Write ``state`` as checkpoint ``step`` atomically; prune all but the ``keep`` newest."""
-    folder = checkpoint_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"ckpt_{step:010d}.pt"
-    tmp = folder / f".{final.name}.tmp"
+    final = _write_atomic(checkpoint_dir(run_dir) / f"ckpt_{step:010d}.pt", state)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def save_best(run_dir: str | Path, state: dict[str, Any]) -> Path:
+    """Write ``state`` as ``checkpoints/best.pt`` atomically (the best-evaluated policy so far)."""
+    return _write_atomic(best_checkpoint_path(run_dir), state)
+
+
+def best_checkpoint_path(run_dir: str | Path) -> Path:
+    return checkpoint_dir(run_dir) / "best.pt"
+
+
+def _write_atomic(final: Path, state: dict[str, Any]) -> Path:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.tmp"
     with open(tmp, "wb") as f:
         torch.save(state, f)
         f.flush()
@@ -34,8 +49,6 @@ def save_checkpoint(run_dir: str | Path, step: int, state: dict[str, Any], keep:
     if "crash_before_rename" in os.environ.get("DISTRL_FAULT", ""):  # fault injection: distrl/faults.py
         os._exit(17)
     os.replace(tmp, final)
-    for old in list_checkpoints(run_dir)[:-keep]:
-        old.unlink(missing_ok=True)
     return final
 
 

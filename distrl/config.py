@@ -31,14 +31,16 @@ class RunConfig:
     seed: int = 0  #: base seed; each rank and env derives its own from it
     total_frames: int = 100_000_000  #: stop after this many env frames (max_time_s usually ends a run first)
     max_time_s: float = 600.0  #: stop after this many seconds of training
-    target_return: Optional[float] = None  #: stop once the mean of the last 100 training returns reaches it
+    target_return: Optional[float] = None  #: the score to reach: the mean of the last 100 training returns
+    early_stop: bool = True  #: stop once target_return is reached (and a greedy eval agrees); false: only measure when
     run_dir: str = ""  #: run directory; empty means runs/<recipe>-<env>-<UTC time>-<random>, new per job
     logger: str = "csv"  #: metrics backend besides metrics.jsonl: wandb (offline), csv or none
     wandb_project: str = "distrl"  #: W&B project of the run (logger wandb)
     wandb_entity: Optional[str] = None  #: W&B entity (user or team); none: your default entity
     wandb_group: Optional[str] = None  #: W&B group; none: the recipe name
     wandb_name: Optional[str] = None  #: W&B run name; none: the run directory's name
-    eval_episodes: int = 10  #: episodes of the final greedy policy behind eval_return_mean
+    eval_episodes: int = 10  #: episodes of each greedy evaluation (periodic and final)
+    eval_interval_s: float = 20.0  #: seconds of training between greedy evaluations; the best is kept; 0: final only
     log_interval_s: float = 2.0  #: seconds between progress lines and metric rows
     checkpoint_interval_s: float = 60.0  #: seconds between periodic checkpoints
     resume: bool = False  #: continue from the latest checkpoint in run_dir
@@ -51,6 +53,7 @@ class RunConfig:
         _check(self.logger in LOGGERS, f"run.logger must be one of {LOGGERS}, got {self.logger!r}")
         _check(self.eval_episodes >= 0, "run.eval_episodes must be >= 0")
         _check(self.log_interval_s > 0, "run.log_interval_s must be > 0")
+        _check(self.eval_interval_s >= 0, "run.eval_interval_s must be >= 0")
         _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
                f"run.device must be auto, cpu or cuda[:N], got {self.device!r}")
         _check(self.torch_threads >= 1, "run.torch_threads must be >= 1")

@@ -6,8 +6,8 @@ side, and the crossover in network size where central batched inference wins.
                                      [--plot crossover.png]
 
 All in one invocation on this machine (compare ratios within one run: the machines are shared):
-1. TorchRL ``MultiSyncCollector``, 2 workers x ``SerialEnv`` of 8, collecting only
-   (``bench_impala.collector_fps``), frames/s;
+1. TorchRL's collectors in every layout of ``experiments/baselines.py`` (collecting only) and
+   the env-only limit; the best layout found is the one the ratios use;
 2. ``seed`` and ``impala`` under ``torchrun --nproc-per-node=3`` on CartPole-v1 with their
    default configs, ``--frames`` frames each: fps, policy lag, bytes per env step;
 3. for each ``--sizes`` entry (``net.hidden``), ``seed`` and ``impala`` with that network, the
@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.bench_impala import collector_fps, train_summary  # noqa: E402
+from experiments.baselines import report  # noqa: E402
+from experiments.bench_impala import train_summary  # noqa: E402
 
 
 def side_by_side(seed: dict, impala: dict) -> str:
@@ -50,14 +51,14 @@ def main() -> None:
     ap.add_argument("--plot", help="also draw the crossover (fps against network size) to this PNG")
     args = ap.parse_args()
 
-    ref = collector_fps(args.collector_frames)
-    print(f"torchrl MultiSyncCollector 2x8 envs (collect only): {ref:10,.0f} frames/s", flush=True)
+    best, ref, limit = report(args.collector_frames)
+    print(f"(ratios below: against {best})")
     seed = train_summary("seed", args.frames)
-    print(f"distrl seed, torchrun 3 procs (training):          {seed['fps']:10,.0f} frames/s "
-          f"= {seed['fps'] / ref:.1f}x the collector", flush=True)
+    print(f"distrl seed, torchrun 3 procs (training):   {seed['fps']:10,.0f} frames/s "
+          f"= {seed['fps'] / ref:.2f}x the best layout, {seed['fps'] / limit:5.1%} of the limit", flush=True)
     impala = train_summary("impala", args.frames)
-    print(f"distrl impala, torchrun 3 procs (training):        {impala['fps']:10,.0f} frames/s "
-          f"= {impala['fps'] / ref:.1f}x the collector\n", flush=True)
+    print(f"distrl impala, torchrun 3 procs (training): {impala['fps']:10,.0f} frames/s "
+          f"= {impala['fps'] / ref:.2f}x the best layout, {impala['fps'] / limit:5.1%} of the limit\n", flush=True)
     print(side_by_side(seed, impala), flush=True)
 
     if args.sizes:

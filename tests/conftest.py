@@ -78,7 +78,8 @@ def run_train(args: list[str], nproc: int = 1, timeout: float = 240, env: dict |
 
 #: Keys every recipe's summary.json carries (the foundation issue's run directory).
 SUMMARY_KEYS = {"recipe", "env", "world_size", "roles", "env_frames", "wall_s", "fps", "episodes", "return_mean_100",
-                "eval_return_mean", "policy_lag_mean", "policy_lag_max", "learner_updates", "stop_reason"}
+                "eval_return_mean", "policy_lag_mean", "policy_lag_max", "learner_updates", "stop_reason",
+                "target_reached", "min_return_after_target", "best_eval_return_mean", "evals"}
 
 
 def read_summary(run_dir: Path, extra_keys: set[str] = frozenset()) -> dict:
@@ -87,3 +88,17 @@ def read_summary(run_dir: Path, extra_keys: set[str] = frozenset()) -> dict:
     missing = (SUMMARY_KEYS | set(extra_keys)) - set(summary)
     assert not missing, f"summary.json lacks {sorted(missing)}"
     return summary
+
+
+def hold_args(target: float = 475.0) -> list[str]:
+    """Train options of a run judged on holding ``target``: it is measured, never obeyed."""
+    return ["--target-return", str(target), "--set", "run.early_stop=false"]
+
+
+def assert_held(summary: dict, target: float = 475.0, floor: float = 250.0) -> None:
+    """Learning that holds: the training mean reached ``target``, never fell below ``floor``
+    afterwards, and the last policy (the one a user keeps) evaluates greedily at ``target`` or more."""
+    assert summary["stop_reason"] in ("max_time", "total_frames"), summary["stop_reason"]
+    assert summary["target_reached"] is not None, f"never reached {target}: {summary['return_mean_100']}"
+    assert summary["min_return_after_target"] >= floor, summary["min_return_after_target"]
+    assert summary["eval_return_mean"] >= target, summary["eval_return_mean"]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import read_summary, run_train
+from conftest import assert_held, hold_args, read_summary, run_train
 
 
 def test_world_size_one_learns_the_toy_env(tmp_path, no_leaked_processes):
@@ -36,12 +36,11 @@ def test_torchrun_three_processes_with_wandb_offline(tmp_path, no_leaked_process
 
 
 @pytest.mark.slow
-def test_torchrun_cartpole_reaches_475(tmp_path, no_leaked_processes):
-    """The README's run: CartPole-v1 to the target, evaluated greedily over 10 episodes."""
+def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, no_leaked_processes):
+    """The README's run without early stop: CartPole-v1 reaches 475 (10-seed sweep: docs/impala.md)
+    and keeps it to the end of the budget, judged by the last policy's greedy evaluation."""
     run = tmp_path / "run"
-    proc = run_train(["impala", "--env", "CartPole-v1", "--target-return", "475", "--max-time-s", "170",
+    proc = run_train(["impala", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "IMPALA_HOLD_S",
                       "--run-dir", str(run), "--logger", "none"], nproc=3, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    s = read_summary(run)
-    assert s["stop_reason"] == "target_return", s
-    assert s["eval_return_mean"] >= 475 and s["return_mean_100"] >= 475
+    assert_held(read_summary(run))

@@ -116,7 +116,8 @@ def test_on_policy_ratio_is_one():
         batch[keys.ACTION_LOG_PROB] = torch.log_softmax(logits, -1).gather(-1, batch[keys.ACTION].unsqueeze(-1))[..., 0]
     out = impala_loss(model, batch, 0.99, 1.0, 1.0, 0.5, 0.01)
     assert out["rho_mean"].item() == pytest.approx(1.0, abs=1e-5)
-    assert set(out.keys()) == {"loss", "loss_policy", "loss_value", "entropy", "rho_mean"}
+    assert set(out.keys()) == {"loss", "loss_policy", "loss_value", "entropy", "rho_mean", "advantage_std",
+                               "value_mean", "logit_range"}
 
 
 def test_normalized_advantage_loss():

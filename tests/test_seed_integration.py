@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import read_summary as read_common_summary, run_train
+from conftest import assert_held, hold_args, read_summary as read_common_summary, run_train
 
 SEED_KEYS = {"bytes_per_env_step", "inference_batch_fill_mean", "inference_latency_ms_mean",
              "inference_latency_ms_p95", "inference_compute_ms_mean", "inference_batches"}
@@ -65,12 +65,11 @@ def test_impala_reports_bytes_on_the_wire(tmp_path, no_leaked_processes):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_torchrun_cartpole_reaches_475(tmp_path, no_leaked_processes):
-    """The issue's acceptance run: CartPole-v1 to the target, evaluated greedily over 10 episodes."""
+def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, no_leaked_processes):
+    """CartPole-v1 without early stop: reaches 475 (10-seed sweep: docs/seed.md) and keeps it to
+    the end of the budget, judged by the last policy's greedy evaluation."""
     run = tmp_path / "run"
-    proc = run_train(["seed", "--env", "CartPole-v1", "--target-return", "475", "--max-time-s", "170",
+    proc = run_train(["seed", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "SEED_HOLD_S",
                       "--run-dir", str(run), "--logger", "none"], nproc=3, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    s = read_summary(run)
-    assert s["stop_reason"] == "target_return", s
-    assert s["eval_return_mean"] >= 475 and s["return_mean_100"] >= 475
+    assert_held(read_summary(run))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import child_env, read_summary, run_train
+from conftest import assert_held, child_env, hold_args, read_summary, run_train
 
 
 @pytest.mark.timeout(120)
@@ -78,13 +78,12 @@ def test_cli_error_is_one_line(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-def test_cartpole_reaches_475(tmp_path, no_leaked_processes):
-    """The acceptance run: the default experiment stops at a training return of 475; greedy eval."""
+def test_cartpole_reaches_475_and_holds_it(tmp_path, no_leaked_processes):
+    """The default experiment without early stop: reaches 475 (10-seed sweep: docs/vecenv.md) and
+    keeps it to the end of the budget, judged by the last policy's greedy evaluation."""
     run = tmp_path / "run"
-    proc = run_train(["vecenv", "--env", "CartPole-v1", "--run-dir", str(run), "--logger", "none",
-                      "--max-time-s", "150"], timeout=190)
+    proc = run_train(["vecenv", "--env", "CartPole-v1", *hold_args(), "--run-dir", str(run), "--logger", "none",
+                      "--max-time-s", "45"], timeout=190)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    s = read_summary(run)
-    assert s["stop_reason"] == "target_return", s
-    assert s["eval_return_mean"] >= 475 and s["return_mean_100"] >= 475
+    assert_held(read_summary(run))
 

@@ -53,6 +53,7 @@ def impala_loss(
     value_coef: float,
     entropy_coef: float,
     normalize_advantage: bool = False,
+    reward_scale: float = 1.0,
 ) -> TensorDict:
     """Actor-critic loss of a ``[B, T]`` trajectory batch under the current ``model``.
 
@@ -60,12 +61,18 @@ def impala_loss(
     ``action [B, T]``, ``action_log_prob [B, T]`` (behaviour policy), ``("next", ...)`` entries
     ``observation [B, T, F]`` and ``reward``/``done``/``terminated`` ``[B, T, 1]``.
 
+    ``reward_scale`` multiplies the rewards before V-trace, so values and advantages are in scaled
+    units: the critic's output has to travel ``scale / (1 - gamma)`` instead of ``1 / (1 - gamma)``
+    (CartPole: 100), which Adam's bounded steps cover that much sooner.
+
     ``normalize_advantage`` rescales the V-trace advantages of the batch to zero mean and unit
     variance: the policy step then no longer grows with the return scale (CartPole's values
     reach ~100), which keeps long runs from collapsing onto one action.
 
     Returns a TensorDict of scalars: ``loss`` (to minimise), ``loss_policy``, ``loss_value``,
-    ``entropy``, ``rho_mean`` (mean importance ratio pi/mu, a lag diagnostic).
+    ``entropy``, ``rho_mean`` (mean importance ratio pi/mu, a lag diagnostic), and the stability
+    diagnostics ``advantage_std`` (before any normalisation), ``value_mean``, ``logit_range``
+    (mean gap between the largest and smallest logit: a policy going deterministic shows it growing).
     """
     logits, value = model(batch[keys.OBSERVATION])  # [B, T, A], [B, T, 1]
     with torch.no_grad():
@@ -76,10 +83,11 @@ def impala_loss(
     with torch.no_grad():
         advantage, vs = vtrace_targets(
             gamma, log_pi.detach(), log_mu, value.detach(), next_value,
-            batch[keys.REWARD], batch[keys.DONE], batch[keys.TERMINATED], rho_bar, c_bar,
+            batch[keys.REWARD] * reward_scale, batch[keys.DONE], batch[keys.TERMINATED], rho_bar, c_bar,
         )
+    advantage_std = advantage.std()
     if normalize_advantage:
-        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        advantage = (advantage - advantage.mean()) / (advantage_std + 1e-8)
     loss_policy = -(advantage * log_pi).mean()
     loss_value = 0.5 * (vs - value).pow(2).mean()
     entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
@@ -87,4 +95,6 @@ def impala_loss(
     return TensorDict(
         loss=loss, loss_policy=loss_policy.detach(), loss_value=loss_value.detach(),
         entropy=entropy.detach(), rho_mean=(log_pi.detach() - log_mu).exp().mean(),
+        advantage_std=advantage_std, value_mean=value.detach().mean(),
+        logit_range=(logits.detach().max(-1).values - logits.detach().min(-1).values).mean(),
     )

@@ -17,6 +17,7 @@ import torch
 
 from distrl.config import Config
 from distrl.logging.metrics import MetricsWriter
+from distrl.logging.timing import BudgetBook
 
 
 def _duration(seconds: float) -> str:
@@ -50,15 +51,44 @@ class RunTracker:
         self._frames_at_report = 0
         self._frames_at_start = 0  # frames of earlier runs of a resumed job (the rate is this run's)
         self._window: dict[str, list[float]] = collections.defaultdict(list)
+        # Learning that holds (docs/concepts.md): when the training mean first reached the target,
+        # the lowest it fell to afterwards, and every greedy evaluation with the best of them.
+        self.target_reached: Optional[dict[str, float]] = None  # {"wall_s", "env_frames"}
+        self.min_return_after_target: Optional[float] = None
+        self.evals: list[dict[str, float]] = []  # {"wall_s", "env_frames", "updates", "return_mean"}
+        self.best_eval: Optional[dict[str, float]] = None
+        #: where each role's time goes (distrl/logging/timing.py); the learner's session fills it
+        self.budget_book = BudgetBook(roles)
 
     # ---- counting -------------------------------------------------------------------------
     def add_frames(self, n: int) -> None:
         self.env_frames += int(n)
 
     def add_episodes(self, returns: Iterable[float]) -> None:
+        target = self.cfg.run.target_return
         for r in returns:
             self.returns.append(float(r))
             self.episodes += 1
+            if target is None or len(self.returns) < 100:
+                continue
+            mean = self.return_mean_100
+            if self.target_reached is None and mean >= target:
+                self.target_reached = {"wall_s": round(self.wall_s, 3), "env_frames": self.env_frames}
+            if self.target_reached is not None:
+                low = self.min_return_after_target
+                self.min_return_after_target = mean if low is None else min(low, mean)
+
+    def add_eval(self, returns: list[float]) -> bool:
+        """Record a greedy evaluation of the current policy; True when it is the best so far (ties
+        go to the later policy, which has trained longer)."""
+        row = {"wall_s": round(self.wall_s, 3), "env_frames": self.env_frames, "updates": self.updates,
+               "return_mean": sum(returns) / len(returns)}
+        self.evals.append(row)
+        self.observe({"eval/return_mean": row["return_mean"]})
+        if self.best_eval is None or row["return_mean"] >= self.best_eval["return_mean"]:
+            self.best_eval = row
+            return True
+        return False
 
     def add_lag(self, lag: torch.Tensor) -> None:
         """Record the policy lag (in learner updates) of every sample of a batch."""
@@ -90,7 +120,7 @@ class RunTracker:
     def stop_reason(self, target: bool = True) -> Optional[str]:
         """Why training should stop now, or ``None``; ``target=False`` ignores ``run.target_return``."""
         run = self.cfg.run
-        if (target and run.target_return is not None and len(self.returns) == 100
+        if (target and run.early_stop and run.target_return is not None and len(self.returns) == 100
                 and self.return_mean_100 >= run.target_return):
             return "target_return"
         if self.env_frames >= run.total_frames:
@@ -128,6 +158,7 @@ class RunTracker:
         if self.returns:
             row["actor/return_mean_100"] = self.return_mean_100
         row.update({f"learner/{k}": v for k, v in self.counters.items()})
+        row.update(self.budget_book.metrics())
         if self.writer is not None:
             self.writer.write(row, step=self.env_frames)
         ret = f"{self.return_mean_100:7.1f}" if self.returns else "    n/a"
@@ -156,6 +187,10 @@ class RunTracker:
             "policy_lag_max": self.lag_max, "policy_lag_hist": {str(k): v for k, v in sorted(self.lag_hist.items())},
             "learner_updates": self.updates, "stop_reason": stop_reason, "counters": dict(self.counters),
             "lost_ranks": {str(r): v for r, v in sorted(self.lost.items())},
+            "target_return": self.cfg.run.target_return, "target_reached": self.target_reached,
+            "min_return_after_target": num(self.min_return_after_target),
+            "best_eval_return_mean": num(self.best_eval["return_mean"]) if self.best_eval else None,
+            "best_eval": self.best_eval, "evals": self.evals, "time_budget": self.budget_book.per_role(),
         }
         out.update(extra or {})
         (self.run_dir / "summary.json").write_text(json.dumps(out, indent=2))
@@ -167,7 +202,8 @@ class RunTracker:
             "env_frames": self.env_frames, "episodes": self.episodes, "updates": self.updates,
             "returns": list(self.returns), "lag_sum": self.lag_sum, "lag_count": self.lag_count,
             "lag_max": self.lag_max, "lag_hist": dict(self.lag_hist), "counters": dict(self.counters),
-            "wall_s": self.wall_s,
+            "wall_s": self.wall_s, "target_reached": self.target_reached,
+            "min_return_after_target": self.min_return_after_target, "evals": self.evals, "best_eval": self.best_eval,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -177,4 +213,7 @@ class RunTracker:
         self.lag_hist.update(state["lag_hist"])
         self.counters.update(state["counters"])
         self.elapsed_before = state["wall_s"]
+        self.target_reached = state.get("target_reached")
+        self.min_return_after_target = state.get("min_return_after_target")
+        self.evals, self.best_eval = list(state.get("evals", [])), state.get("best_eval")
         self._frames_at_report = self._frames_at_start = self.env_frames

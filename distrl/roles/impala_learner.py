@@ -20,7 +20,7 @@ from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info, evaluate
 from distrl.roles.session import LearnerSession
-from distrl.models import ActorCritic
+from distrl.models import ActorCritic, clip_towers
 
 
 class ImpalaLearner:
@@ -110,14 +110,14 @@ class ImpalaLearner:
         a = self.algo
         faults.maybe_signal(self.ctx.rank, tracker.updates)
         out = impala_loss(self.model, batch, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef,
-                          a.normalize_advantage)
+                          a.normalize_advantage, a.reward_scale)
         if faults.due("nan_loss", self.ctx.rank, tracker.updates):
             out["loss"] = out["loss"] * float("nan")
         if not self.session.loss_is_finite(out["loss"]):
             return
         self.optim.zero_grad(set_to_none=True)
         out["loss"].backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.max_grad_norm)
+        grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
         self.optim.step()
         tracker.updates += 1
         self._publish()

@@ -23,7 +23,7 @@ from distrl.algorithms.impala import impala_loss
 from distrl.architectures.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info, evaluate
-from distrl.models import ActorCritic
+from distrl.models import ActorCritic, clip_towers
 from distrl.models_recurrent import CORE_STATE, RecurrentActorCritic, UnrolledCore
 from distrl.roles.seed_inference import InferenceServer
 from distrl.roles.session import LearnerSession
@@ -47,11 +47,6 @@ class SeedLearner:
         else:
             self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net)
         self.model.to(self.device)
-        # The LSTM towers are clipped apart: under one global clip the value gradient (returns up to
-        # 1/(1-gamma)) sets the norm and the policy's share of each step swings with the value
-        # loss (docs/seed.md, "LSTM core"). The feed-forward model keeps impala's single global
-        # clip, so the two recipes stay comparable.
-        self._clip_groups = self.model.tower_parameters() if self.recurrent else [list(self.model.parameters())]
         self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
         self.session.restore(self.model, self.optim)
         self.session.evaluate = self._evaluate
@@ -98,13 +93,12 @@ class SeedLearner:
         tracker.add_lag(tracker.updates - traj[keys.POLICY_VERSION])
         model = UnrolledCore(self.model, batch[CORE_STATE], traj[keys.DONE][..., 0]) if self.recurrent else self.model
         out = impala_loss(model, traj, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef,
-                          a.normalize_advantage)
+                          a.normalize_advantage, a.reward_scale)
         if not self.session.loss_is_finite(out["loss"]):
             return
         self.optim.zero_grad(set_to_none=True)
         out["loss"].backward()
-        norms = [torch.nn.utils.clip_grad_norm_(group, a.max_grad_norm) for group in self._clip_groups]
-        grad_norm = torch.linalg.vector_norm(torch.stack(norms))  # the global norm, before clipping
+        grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
         with self.lock:  # the only write to the shared parameters
             self.optim.step()
             if self.recurrent:

@@ -24,6 +24,7 @@ from distrl import faults
 from distrl.algorithms.ppo import UPDATE_STATS, gae, normalize_advantage, ppo_update, world_size
 from distrl.architectures.base import RoleContext
 from distrl.envs.batched import NativeEnv, evaluate_greedy, make_batched_env
+from distrl.logging.timing import TimeBudget
 from distrl.models import resolve_device
 from distrl.policies import make_actor_critic
 from distrl.roles.session import LearnerSession
@@ -91,6 +92,8 @@ class VecEnvLearner:
         self._act, self._step = self.model.act, self.env.step
         self._obs: torch.Tensor | None = None  # where the envs are: the next policy input [B, F]
         self.iterations = 0  # updates done by this process (faults count in them)
+        # where the time goes: rank 0 reports its own (collect = env + policy on device, learn = PPO)
+        self.budget = self.session.budget if self.session is not None else TimeBudget()
         if a.compile:
             self._compile()
 
@@ -195,14 +198,16 @@ class VecEnvLearner:
         self.iterations += 1
         if self._obs is None:
             self._obs = self.env.reset()
-        self._obs = self._rollout(self._obs)
+        with self.budget("collect"):
+            self._obs = self._rollout(self._obs)
         if self.algo.anneal_lr:
             done = min(self.frames / self.cfg.run.total_frames, 1.0)
             for group in self.optim.param_groups:
                 group["lr"] = self.algo.lr * (1.0 - done)
         self.frames += self.world * self.algo.frames_per_rank
         is_finite = self.session.loss_is_finite if self.session is not None else None
-        stats = ppo_update(self.model, self.optim, self._targets(), self.algo, is_finite)
+        with self.budget("learn"):
+            stats = ppo_update(self.model, self.optim, self._targets(), self.algo, is_finite)
         if self.algo.normalize_obs:
             self._update_obs_norm()
         return self._agree_to_stop(stats)
