@@ -53,6 +53,19 @@ def clip_towers(towers: list[list[nn.Parameter]], max_norm: float) -> torch.Tens
     return torch.linalg.vector_norm(torch.stack(norms))
 
 
+class QNetwork(nn.Module):
+    """An MLP of action values: ``forward(obs [*B, F]) -> Q [*B, A]`` (Ape-X's actors and learner)."""
+
+    def __init__(self, obs_dim: int, num_actions: int, net: NetConfig = NetConfig()):
+        super().__init__()
+        self.obs_dim, self.num_actions = obs_dim, num_actions
+        self.q = MLP(in_features=obs_dim, out_features=num_actions, num_cells=list(net.hidden),
+                     activation_class=_ACTIVATIONS[net.activation])
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q(obs)
+
+
 def sample_actions(logits: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample from ``softmax(logits)`` by Gumbel-max.
 

@@ -134,9 +134,8 @@ def test_worker_gradient_is_the_loss_gradient_at_the_pulled_version(make_server,
     msg = worker.gradient(*worker.act())
     assert msg[keys.GRADIENT].shape == (server.num_params,) and int(msg[keys.POLICY_VERSION]) == 0
     assert int(msg[keys.FRAMES]) == server.algo.envs_per_worker * server.algo.t_max
-    assert set(keys.A3C_IN_KEYS) <= set(worker.rollout.unroll(worker.model.policy, 2, 0, worker.generator)[0]
-                                        .keys(include_nested=True, leaves_only=True))
+    assert set(keys.A3C_IN_KEYS) <= set(worker.runner.unroll(worker._act, 2)[0].keys(include_nested=True, leaves_only=True))
     server._push(msg)
     step(server)
     assert server.version == 1
-    worker.rollout.close()
+    worker.runner.close()

@@ -29,4 +29,4 @@ def test_impala_actor_message_carries_the_learner_keys(tmp_path: Path):
     # consecutive steps chain: next observation of t is the observation of t+1 unless the episode ended
     not_done = ~traj[keys.DONE][:, :-1, 0]
     torch.testing.assert_close(traj[keys.NEXT_OBSERVATION][:, :-1][not_done], traj[keys.OBSERVATION][:, 1:][not_done])
-    actor.rollout.close()
+    actor.env.close()

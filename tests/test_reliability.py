@@ -40,7 +40,8 @@ def torchrun_cmd(nproc: int, args: list[str], *extra: str) -> list[str]:
 @pytest.mark.timeout(240)
 def test_sigkill_one_of_three_actors_the_run_goes_on(tmp_path, no_leaked_processes):
     run = tmp_path / "run"
-    proc = run_train(DEBUG + ["--run-dir", str(run), "--total-frames", "300000"], nproc=4,
+    # --max-time-s 170: the frame budget ends the run even on a loaded machine (debug's 60 s did not)
+    proc = run_train(DEBUG + ["--run-dir", str(run), "--total-frames", "300000", "--max-time-s", "170"], nproc=4,
                      env=faulty_env(tmp_path, "kill@2:60"), timeout=200)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
@@ -227,7 +228,8 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, no_leaked_pr
 def test_seed_sigkill_one_env_worker_the_run_goes_on(tmp_path, no_leaked_processes):
     """The same guarantee for SEED's env workers: the inference server drops the lost rank."""
     run = tmp_path / "run"
-    args = ["seed", "--experiment", "debug", "--logger", "none", "--run-dir", str(run), "--total-frames", "150000"]
+    args = ["seed", "--experiment", "debug", "--logger", "none", "--run-dir", str(run), "--total-frames", "150000",
+            "--max-time-s", "170"]  # the frame budget ends the run even on a loaded machine
     proc = run_train(args, nproc=3, env=faulty_env(tmp_path, "kill@2:200"), timeout=200)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

@@ -71,19 +71,24 @@ class Recipe:
     #: roles the job cannot go on without: if one dies the job stops (or torchrun restarts it);
     #: any other role that dies is logged and the job goes on without it
     critical_roles: frozenset = frozenset({"learner"})
+    #: for a rank table that depends on the config (apex's replay shard count): replaces
+    #: ``roles_for`` and ``min_world_size`` when set
+    roles_for_config: Optional[Callable[[int, Config], list[str]]] = None
+    min_world_size_for: Optional[Callable[[Config], int]] = None
 
     def rank_table(self, world_size: int, cfg: Config) -> dict[int, str]:
         """Rank -> role for a launch of ``world_size`` processes (1 means one process, local)."""
         if world_size < 1:
             raise ValueError(f"world size must be >= 1, got {world_size}")
+        need = self.min_world_size_for(cfg) if self.min_world_size_for else self.min_world_size
         if world_size == 1:
             world_size = self.local_world_size(cfg)
-        elif world_size < self.min_world_size:
+        elif world_size < need:
             raise ValueError(
                 f"recipe {self.name!r} cannot run on {world_size} processes: it needs {self.layout} "
-                f"(world size 1, or at least {self.min_world_size})"
+                f"(world size 1, or at least {need})"
             )
-        roles = self.roles_for(world_size)
+        roles = self.roles_for_config(world_size, cfg) if self.roles_for_config else self.roles_for(world_size)
         unknown = sorted(set(roles) - set(self.builders))
         if unknown:
             raise ValueError(f"recipe {self.name!r} names roles it cannot build: {unknown}")

@@ -64,6 +64,29 @@ STOP = "stop"
 #: the recurrent core state ``[B, 4, H]`` a SEED trajectory chunk starts from (before its step ``t = 0``).
 CORE_STATE = "core_state"
 
+# Ape-X: one n-step transition per stored item (flat ``[N]``). ("next", "observation") holds the
+# state the target bootstraps from, s_{t+m}; the return and the bootstrap factor are explicit.
+#: ``G_t = sum_{k<m} gamma^k r_{t+k}``, ``m = min(n, steps to the episode's end)``
+NSTEP_RETURN = "nstep_return"
+#: ``gamma^m`` when the window ended without a termination, else 0
+BOOTSTRAP_DISCOUNT = "bootstrap_discount"
+#: ``Q(s, a)`` of the action taken, under the parameters that chose it (TorchRL's QValueModule name)
+CHOSEN_ACTION_VALUE = "chosen_action_value"
+#: raw priority ``|delta|`` of an item (the replay raises it to ``alpha``)
+PRIORITY = "priority"
+#: where a sampled item lives in its replay shard, and the slot's write generation then (TorchRL's names)
+REPLAY_INDEX = "index"
+REPLAY_GENERATION = "index_generation"
+#: normalised importance weight ``(N P(i))^-beta / max_j (N P(j))^-beta`` of a sampled item
+PRIORITY_WEIGHT = "priority_weight"
+
+#: Keys an Ape-X learner reads from every sampled ``[N]`` transition batch.
+APEX_IN_KEYS = (OBSERVATION, ACTION, NEXT_OBSERVATION, NSTEP_RETURN, BOOTSTRAP_DISCOUNT, POLICY_VERSION)
+#: ``p_i^alpha`` of a sampled item in its shard, and the shard's rank (the learner routes the new
+#: priority back there and computes importance weights over every shard from the first)
+SAMPLE_LEAF = "sample_leaf"
+REPLAY_SHARD = "replay_shard"
+
 # A3C: a worker's gradient message to the parameter server (flat, batch ``[]``) and the reply.
 # The message carries GRADIENT, the POLICY_VERSION it was computed at, FRAMES, the worker's
 # EPISODE_RETURNS / EPISODE_LENGTHS, its WORKER_RANK and WORKER_STATS; a reply (to ``push`` or

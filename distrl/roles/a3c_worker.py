@@ -22,13 +22,13 @@ from distrl.algorithms.a3c import a3c_loss
 from distrl.architectures.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic
-from distrl.roles.vector_rollout import VectorRollout
+from distrl.models import ActorCritic, sample_actions
+from distrl.roles.env_runner import EnvRunner
 from distrl.transport.base import CallTimeoutError, TransportError
 
 
 class A3CWorker:
-    """One worker's envs (:class:`VectorRollout`), model copy and gradient; see the module docstring."""
+    """One worker's envs (:class:`EnvRunner`), model copy and gradient; see the module docstring."""
 
     def __init__(self, ctx: RoleContext):
         self.ctx, self.cfg = ctx, ctx.cfg
@@ -40,8 +40,7 @@ class A3CWorker:
         self.version = -1  # no parameters yet: the first pull brings them
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
-        self.segments = 0  # this worker's step count, for fault injection
-        self.rollout = VectorRollout(self.cfg.run.env, self.algo.envs_per_worker, seed, ctx.rank)
+        self.runner = EnvRunner(self.cfg.run.env, self.algo.envs_per_worker, seed, ctx.rank)
 
     def _load(self, reply: TensorDict) -> bool:
         """Take the reply's parameters if it has any; ``True`` when the server says stop."""
@@ -52,7 +51,11 @@ class A3CWorker:
 
     def act(self) -> tuple[TensorDict, list[float], list[int]]:
         """One segment: the ``[B, t_max]`` trajectory and the episodes that ended in it."""
-        return self.rollout.unroll(self.model.policy, self.algo.t_max, self.version, self.generator, self.segments)
+        return self.runner.unroll(self._act, self.algo.t_max)
+
+    def _act(self, obs: torch.Tensor) -> dict:
+        """Actions ``[B]`` sampled from the current policy for observations ``[B, F]``."""
+        return {keys.ACTION: sample_actions(self.model.policy(obs), self.generator)[0]}
 
     def gradient(self, traj: TensorDict, returns: list[float], lengths: list[int]) -> TensorDict:
         """The push message of segment ``traj``: the flat gradient ``[P]``, its version, the episodes."""
@@ -95,22 +98,25 @@ class A3CWorker:
             if self._pull():
                 return
             while True:
-                faults.maybe_signal(self.ctx.rank, self.segments)
-                self.segments += 1
+                faults.maybe_signal(self.ctx.rank, self.runner.unrolls)
                 try:
                     segment = self.act()
                 except Exception as e:  # the env failed: drop the partial segment, start over
-                    print(f"[worker {self.ctx.rank}] environment failed ({type(e).__name__}: {e}); "
-                          "recreating it and dropping the partial segment", flush=True)
-                    self.rollout.recover()
+                    self.runner.recover(e, f"worker {self.ctx.rank}")
                     continue
-                msg = self.gradient(*segment)
-                if self._load(t.call_sync(self.server, "push", msg, self.cfg.transport.call_timeout_s)):
+                budget = self.runner.budget
+                with budget("learn"):
+                    msg = self.gradient(*segment)
+                with budget("send"):
+                    reply = t.call_sync(self.server, "push", msg, self.cfg.transport.call_timeout_s)
+                if self._load(reply):
                     return
-                if self.algo.sync and self._await_round(int(msg[keys.POLICY_VERSION])):
-                    return
+                with budget("wait"):
+                    if self.algo.sync and self._await_round(int(msg[keys.POLICY_VERSION])):
+                        return
+                budget.maybe_send(t, self.server, self.ctx.rank)
         except TransportError as e:
             # The server is gone or told us nothing in time: it owns the run, so we end.
             print(f"[worker {self.ctx.rank}] parameter server unreachable, exiting: {e}", flush=True)
         finally:
-            self.rollout.close()
+            self.runner.close()

@@ -8,7 +8,6 @@ send outstanding at a time: the bound on its memory and on the learner's queue p
 """
 from __future__ import annotations
 
-
 import torch
 from tensordict import TensorDict
 
@@ -16,13 +15,13 @@ from distrl import faults
 from distrl.architectures.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic
-from distrl.roles.vector_rollout import VectorRollout
+from distrl.models import ActorCritic, sample_actions
+from distrl.roles.env_runner import EnvRunner
 from distrl.transport.base import TransportError
 
 
 class ImpalaActor:
-    """Behaviour policy + vector env (:class:`VectorRollout`); see the module docstring for the protocol."""
+    """Behaviour policy + vector env; see the module docstring for the protocol."""
 
     def __init__(self, ctx: RoleContext):
         self.ctx, self.cfg = ctx, ctx.cfg
@@ -35,22 +34,30 @@ class ImpalaActor:
         self.version = -1  # no parameters yet: the first reply carries them
         self.seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(self.seed)
-        self.unrolls = 0  # this actor's step count, for fault injection
-        self.rollout = VectorRollout(self.cfg.run.env, self.num_envs, self.seed, ctx.rank)
+        self.runner = EnvRunner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank)
+
+    @property
+    def env(self):
+        return self.runner.env
 
     def _load(self, reply: TensorDict) -> None:
         if "params" in reply.keys():
             self.model.load_state_dict(reply["params"].to_dict())
             self.version = int(reply["version"])
 
+    def _act(self, obs: torch.Tensor) -> dict:
+        a, lp = sample_actions(self.policy(obs), self.generator)
+        return {keys.ACTION: a, keys.ACTION_LOG_PROB: lp}
+
     def _unroll(self) -> TensorDict:
-        """Step every env ``T`` times; returns the message: the ``[B, T]`` trajectory with episode stats."""
-        traj, returns, lengths = self.rollout.unroll(self.policy, self.T, self.version, self.generator, self.unrolls)
-        if faults.due("bad_obs", self.ctx.rank, self.unrolls):
-            B, T, obs_dim = traj[keys.OBSERVATION].shape
-            traj[keys.OBSERVATION] = torch.zeros(B, T, obs_dim + 1, dtype=torch.float64)
+        """Step every env ``T`` times; returns the ``[B, T]`` trajectory with episode stats."""
+        B, T = self.num_envs, self.T
+        traj, returns, lengths = self.runner.unroll(self._act, T)
+        traj[keys.POLICY_VERSION] = torch.full((B, T), self.version, dtype=torch.int64)
+        if faults.due("bad_obs", self.ctx.rank, self.runner.unrolls):
+            traj[keys.OBSERVATION] = torch.zeros(B, T, traj[keys.OBSERVATION].shape[-1] + 1, dtype=torch.float64)
         return TensorDict(
-            traj=traj, version=torch.tensor(self.version), env_errors=torch.tensor(self.rollout.env_errors),
+            traj=traj, version=torch.tensor(self.version), env_errors=torch.tensor(self.runner.env_errors),
             **{keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
                keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
                keys.ACTOR_RANK: torch.tensor(self.ctx.rank)},
@@ -63,23 +70,24 @@ class ImpalaActor:
             self._load(t.call_sync(self.learner, "hello", TensorDict(rank=torch.tensor(self.ctx.rank)), timeout))
             pending = None
             while True:
-                faults.maybe_signal(self.ctx.rank, self.unrolls)
-                self.unrolls += 1
+                faults.maybe_signal(self.ctx.rank, self.runner.unrolls)
                 try:
                     msg = self._unroll()
                 except Exception as e:  # the env failed: drop the partial trajectory, start over
-                    print(f"[actor {self.ctx.rank}] environment failed ({type(e).__name__}: {e}); "
-                          "recreating it and dropping the partial trajectory", flush=True)
-                    self.rollout.recover()
+                    self.runner.recover(e, f"actor {self.ctx.rank}")
                     continue
+                budget = self.runner.budget
                 if pending is not None:  # at most one send in flight
-                    reply = pending.result()
+                    with budget("wait"):
+                        reply = pending.result()
                     if bool(reply["stop"]):
                         return
                     self._load(reply)
-                pending = t.call(self.learner, "put_trajectory", msg, timeout)
+                with budget("send"):
+                    pending = t.call(self.learner, "put_trajectory", msg, timeout)
+                budget.maybe_send(t, self.learner, self.ctx.rank)
         except TransportError as e:
             # The learner is gone or told us nothing in time: it owns the run, so we end.
             print(f"[actor {self.ctx.rank}] learner unreachable, exiting: {e}", flush=True)
         finally:
-            self.rollout.close()
+            self.runner.close()

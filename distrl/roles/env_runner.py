@@ -1,0 +1,117 @@
+"""What every env-stepping actor shares: a vector env stepped ``T`` times with a local policy into a
+batch-major ``[B, T]`` trajectory, episode statistics, and recovery from an env that fails.
+
+The IMPALA actor ships the trajectory as it is; the Ape-X actor cuts it into n-step transitions.
+Both hand :meth:`EnvRunner.unroll` their own ``act`` function, so the stepping loop, the true final
+observation of a finished episode (``SAME_STEP`` autoreset), fault injection and re-creation after
+a failure are one piece of code.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from distrl import faults
+from distrl.data import keys
+from distrl.envs.gym import final_observations, make_vector_env
+from distrl.logging.timing import TimeBudget
+
+#: ``act(obs [B, F]) -> {keys.ACTION: [B] int64, other per-step outputs: [B, ...]}``
+ActFn = Callable[[torch.Tensor], dict]
+
+
+class EnvRunner:
+    """``num_envs`` copies of ``env_id`` stepped by one actor (rank ``rank``, seeds from ``seed``)."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, rank: int):
+        self.env_id, self.num_envs, self.seed, self.rank = env_id, num_envs, seed, rank
+        self.unrolls = 0  # unrolls started, for fault injection
+        self.env_errors = 0  # environment failures over the run
+        #: the actor's time: ``policy`` and ``env`` here, the actor adds ``wait``/``send`` (timing.py)
+        self.budget = TimeBudget()
+        self.env = None
+        self._new_env()
+
+    def _new_env(self) -> None:
+        """(Re)create the vector env; after a failure the seed moves on so it is not replayed."""
+        if self.env is not None:
+            try:
+                self.env.close()
+            except Exception:  # a broken env may not close cleanly; it is dropped either way
+                pass
+        seed = self.seed + 100_000 * self.env_errors
+        self.env = make_vector_env(self.env_id, self.num_envs, seed)
+        self.obs = torch.as_tensor(self.env.reset(seed=seed)[0], dtype=torch.float32)
+        self.ep_return = np.zeros(self.num_envs)
+        self.ep_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    def _env_step(self, action: np.ndarray):
+        if faults.due("env_error", self.rank, self.unrolls) and not self.env_errors:
+            faults.record("env_error", self.rank, self.unrolls)
+            raise RuntimeError("injected environment failure")
+        return self.env.step(action)
+
+    def unroll(self, act: ActFn, T: int) -> tuple[TensorDict, list[float], list[int]]:
+        """Step every env ``T`` times with ``act``.
+
+        Returns:
+            ``(traj [B, T], returns, lengths)``: the trajectory holds ``observation [B, T, F]``,
+            what ``act`` returned, and ``("next", observation/reward/done/terminated/truncated)``
+            (``reward`` and the flags ``[B, T, 1]``); the lists hold the episodes that finished.
+            Raises what the env raised; :meth:`recover` then starts a fresh env.
+        """
+        self.unrolls += 1
+        B, obs_dim = self.num_envs, self.obs.shape[-1]
+        obs = torch.empty(T, B, obs_dim)
+        next_obs = torch.empty(T, B, obs_dim)
+        reward = torch.empty(T, B)
+        terminated = torch.empty(T, B, dtype=torch.bool)
+        truncated = torch.empty(T, B, dtype=torch.bool)
+        outputs: dict = {}
+        returns, lengths = [], []
+        budget = self.budget
+        for t in range(T):
+            with torch.no_grad(), budget("policy"):
+                out = act(self.obs)
+            with budget("env"):
+                o, r, term, trunc, info = self._env_step(out[keys.ACTION].numpy())
+            done = term | trunc
+            obs[t] = self.obs
+            for k, v in out.items():
+                if k not in outputs:
+                    outputs[k] = torch.empty((T, *v.shape), dtype=v.dtype)
+                outputs[k][t] = v
+            next_obs[t] = torch.from_numpy(final_observations(o, info, done))
+            reward[t], terminated[t], truncated[t] = torch.from_numpy(r), torch.from_numpy(term), torch.from_numpy(trunc)
+            self.ep_return += r
+            self.ep_length += 1
+            if done.any():
+                returns.extend(self.ep_return[done].tolist())
+                lengths.extend(self.ep_length[done].tolist())
+                self.ep_return[done] = 0.0
+                self.ep_length[done] = 0
+            self.obs = torch.as_tensor(o, dtype=torch.float32)
+        traj = TensorDict(
+            {keys.OBSERVATION: obs, **outputs,
+             keys.NEXT: TensorDict({
+                 keys.OBSERVATION: next_obs, "reward": reward.unsqueeze(-1),
+                 "done": (terminated | truncated).unsqueeze(-1), "terminated": terminated.unsqueeze(-1),
+                 "truncated": truncated.unsqueeze(-1),
+             }, batch_size=[T, B])},
+            batch_size=[T, B],
+        ).transpose(0, 1).contiguous()  # batch-major [B, T], as TorchRL
+        return traj, returns, lengths
+
+    def recover(self, error: Exception, who: str) -> None:
+        """After a failed :meth:`unroll`: count it, say so in one line, start a fresh env."""
+        self.env_errors += 1
+        print(f"[{who}] environment failed ({type(error).__name__}: {error}); "
+              "recreating it and dropping the partial trajectory", flush=True)
+        self._new_env()
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
