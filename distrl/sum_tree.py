@@ -1,9 +1,9 @@
 """Prioritized sampling in pure torch: a vectorized sum tree and a TorchRL ``Sampler`` on it.
 
 TorchRL's ``PrioritizedSampler`` keeps its trees in torchrl's C++ extension, which does not load
-with torch 2.13.0+cpu (facts.md). :class:`SumTreeSampler` is a drop-in ``Sampler`` for any TorchRL
-``ReplayBuffer`` that needs no extension: ``P(i) = p_i^alpha / sum_k p_k^alpha`` with
-``p_i = |delta_i| + eps``, importance weights ``(N P(i))^-beta`` normalised by their maximum.
+with torch 2.13.0+cpu (an undefined symbol at import, every torchrl from 0.10 to 0.14.1).
+:class:`SumTreeSampler` is a drop-in ``Sampler`` for any TorchRL ``ReplayBuffer`` that needs no
+extension: ``P(i) = p_i^alpha / sum_k p_k^alpha`` with ``p_i = |delta_i| + eps``, importance weights ``(N P(i))^-beta`` normalised by their maximum.
 
 Why a K-ary tree: every operation is a handful of whole-batch torch ops per level, and on CPU the
 cost of an op is mostly its fixed overhead. A binary tree over 2^20 items needs 20 levels; with a
