@@ -67,15 +67,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console(argv: list[str] | None = None) -> int:
-    """The ``distrl`` command: ``distrl train RECIPE ...`` (``distrl --version``)."""
+    """The ``distrl`` command: ``distrl train RECIPE ...``, ``distrl export-policy RUN_DIR OUT.pt``
+    (``distrl --version``)."""
     import distrl
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--version"]:
         print(f"distrl {distrl.__version__}")
         return 0
+    if argv[:1] == ["export-policy"]:
+        from distrl.trained_policy import export_main
+
+        return export_main(argv[1:])
     if argv[:1] != ["train"]:
-        print("usage: distrl train RECIPE [options]   (distrl train --help; distrl train RECIPE --help)",
+        print("usage: distrl train RECIPE [options]   (distrl train --help; distrl train RECIPE --help)\n"
+              "       distrl export-policy RUN_DIR OUT.pt   (a trained policy as a TorchRL actor; --help)",
               file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     return main(argv[1:])

@@ -1,0 +1,219 @@
+"""A trained policy taken back into TorchRL: :func:`load_policy` and ``distrl export-policy``.
+
+A run directory holds ``config.json`` and the learner's checkpoints (``checkpoints/ckpt_*.pt``,
+the newest being the final policy, and ``best.pt``, the best-evaluated one). :func:`load_policy`
+rebuilds the recipe's network from them and wraps it in TorchRL modules, so it runs wherever a
+TorchRL policy does (``env.rollout(policy=...)``, a ``Collector``):
+
+* actor-critic recipes (``impala``, ``seed`` with the MLP core, ``a3c``, ``vecenv``): a
+  ``ProbabilisticActor`` over the policy network; observation normalisation (``vecenv`` with
+  ``algo.normalize_obs``) is inside it, as the learner evaluated it. Discrete actions are a
+  ``OneHotCategorical`` (GymEnv's default one-hot encoding) or a ``Categorical`` when the given
+  ``action_spec`` says so; continuous ones an ``IndependentNormal`` with the learned
+  state-independent scale, projected into a ``Bounded`` spec as distrl's own env adapter clips them.
+* ``apex``: TorchRL's ``QValueActor`` over the Q-network (greedy; no sampling).
+
+Greedy is the mode of the distribution (``InteractionType.DETERMINISTIC``), what every distrl
+evaluation plays. As with any TorchRL actor, a ``set_exploration_type`` context overrides it, and a
+``Collector`` samples unless given ``exploration_type=ExplorationType.DETERMINISTIC``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+from tensordict.nn import AddStateIndependentNormalScale, InteractionType, TensorDictModule
+from torch import nn
+from torchrl.data import Bounded, Categorical, Composite, OneHot, TensorSpec, Unbounded
+from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticActor, QValueActor
+
+from distrl.checkpoint import best_checkpoint_path, list_checkpoints, load_latest_checkpoint
+from distrl.data import keys
+
+CHECKPOINTS = ("best", "last")
+
+
+def _fail(msg: str) -> None:
+    raise ValueError(msg)
+
+
+def load_run(run_dir: str | Path, checkpoint: str = "best") -> tuple[dict, dict]:
+    """``(config dict, checkpoint dict)`` of a run; ``checkpoint`` is ``best`` (``best.pt``, or the
+    newest when the run kept none), ``last`` (the newest: the policy ``summary.json``'s
+    ``eval_return_mean`` scored) or the path of a checkpoint file. ``ValueError`` in one line when
+    the directory is not a run or holds no checkpoint."""
+    run = Path(run_dir)
+    config = run / "config.json"
+    if not config.is_file():
+        _fail(f"{run_dir} is not a distrl run directory (no config.json): give the --run-dir of a training run")
+    cfg = json.loads(config.read_text())
+    if checkpoint not in CHECKPOINTS:
+        path = Path(checkpoint)
+        if not path.is_file():
+            _fail(f"checkpoint must be one of {CHECKPOINTS} or a checkpoint file, got {checkpoint!r}")
+        return cfg, torch.load(path, map_location="cpu", weights_only=False)
+    state = None
+    if checkpoint == "best" and best_checkpoint_path(run).is_file():
+        state = torch.load(best_checkpoint_path(run), map_location="cpu", weights_only=False)
+    if state is None:
+        state = load_latest_checkpoint(run)
+    if state is None:
+        where = "damaged" if list_checkpoints(run) else "none written yet"
+        _fail(f"{run_dir} holds no loadable checkpoint ({where}): train longer than run.checkpoint_interval_s "
+              "or let the run finish")
+    return cfg, state
+
+
+def _dims(state: dict, prefix: str) -> tuple[int, int]:
+    """``(input features, outputs)`` of the MLP whose parameters start with ``prefix``: the first
+    and last 2-D weights (the layers are registered in order). Read from the checkpoint rather than
+    from an env, so a run on a user's env factory loads without building that env."""
+    weights = [v for k, v in state.items() if k.startswith(prefix) and v.dim() == 2]
+    if not weights:
+        _fail(f"the checkpoint holds no {prefix!r} network: not a model this version of distrl knows")
+    return weights[0].shape[1], weights[-1].shape[0]
+
+
+def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_dim: int, env_id: str) -> TensorSpec:
+    """The action spec the actor writes to: the user's, else one-hot ``[A]`` (GymEnv's default for
+    discrete actions), else the gymnasium id's Box bounds (unbounded for an id gymnasium lacks)."""
+    if isinstance(action_spec, Composite):
+        action_spec = action_spec[keys.ACTION]
+    if action_spec is not None:
+        return action_spec
+    if num_actions is not None:
+        return OneHot(num_actions)
+    try:
+        import gymnasium as gym
+
+        from distrl.envs import mock  # noqa: F401  (registers distrl's own ids)
+
+        space = gym.spec(env_id).make().action_space
+        return Bounded(torch.as_tensor(space.low, dtype=torch.float32).reshape(-1),
+                       torch.as_tensor(space.high, dtype=torch.float32).reshape(-1), shape=(action_dim,))
+    except Exception:  # an id known only to the user's env factory
+        return Unbounded(shape=(action_dim,))
+
+
+def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]:
+    """The recipe's network with the checkpoint's weights: ``(model, num_actions or None, action_dim)``."""
+    from distrl.config import NetConfig
+    from distrl.models import ActorCritic, QNetwork
+    from distrl.policies import make_actor_critic
+
+    recipe, algo = cfg["recipe"], cfg.get("algo", {})
+    net = NetConfig(hidden=tuple(cfg["net"]["hidden"]), activation=cfg["net"]["activation"])
+    if recipe == "seed" and algo.get("core", "mlp") != "mlp":
+        _fail(f"load_policy supports seed runs with the mlp core only, not algo.core={algo['core']!r} "
+              "(its recurrent state needs an env-side primer TorchRL users add themselves)")
+    if recipe == "apex":
+        obs_dim, num_actions = _dims(state, "q.")
+        model = QNetwork(obs_dim, num_actions, net)
+        action_dim = 1
+    elif recipe == "vecenv":
+        obs_dim, out = _dims(state, "policy.")
+        continuous = "log_std" in state
+        num_actions, action_dim = (None, out) if continuous else (out, 1)
+        model = make_actor_critic(obs_dim, num_actions, action_dim, net, normalize_obs=bool(algo.get("normalize_obs")))
+    elif recipe in ("impala", "seed", "a3c"):
+        obs_dim, num_actions = _dims(state, "policy.")
+        model, action_dim = ActorCritic(obs_dim, num_actions, net), 1
+    else:
+        _fail(f"load_policy does not know recipe {recipe!r}")
+    model.load_state_dict(state)
+    return model.eval().requires_grad_(False), num_actions, action_dim
+
+
+def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool = False,
+                action_spec: Optional[TensorSpec] = None, device: str | torch.device = "cpu") -> TensorDictModule:
+    """The policy a distrl run trained, as a TorchRL actor (see the module docstring).
+
+    Reads ``observation`` ``[*B, F]`` (``algo.obs_key`` for a ``vecenv`` run on a factory env) and
+    writes ``action`` (``[*B, A]`` one-hot, ``[*B]`` indices for a ``Categorical`` spec, or
+    ``[*B, A]`` floats), plus ``logits`` / ``loc``, ``scale`` and ``action_log_prob`` (actor-critics)
+    or ``action_value`` ``[*B, A]`` (apex).
+
+    Args:
+        run_dir: a run directory (``--run-dir`` of ``distrl train``).
+        checkpoint: ``best`` (default), ``last`` or a checkpoint file (:func:`load_run`).
+        sample: sample actions by default instead of playing the mode (actor-critics only).
+        action_spec: the env's action spec (``env.action_spec``); chooses one-hot or index actions
+            and the bounds continuous actions are projected into.
+        device: where the actor's parameters live.
+    """
+    cfg, state = load_run(run_dir, checkpoint)
+    if "model" not in state:
+        _fail(f"{checkpoint} checkpoint of {run_dir} holds no model")
+    model, num_actions, action_dim = _build_model(cfg, state["model"])
+    model.to(device)
+    spec = _spec(action_spec, num_actions, action_dim, cfg["run"]["env"])
+    obs_key = cfg.get("algo", {}).get("obs_key", keys.OBSERVATION) if cfg["recipe"] == "vecenv" else keys.OBSERVATION
+    if cfg["recipe"] == "apex":
+        if sample:
+            _fail("apex's policy is a Q-network, greedy only: wrap it in torchrl.modules.EGreedyModule to explore")
+        return QValueActor(model, in_keys=[obs_key], spec=spec)
+    interaction = InteractionType.RANDOM if sample else InteractionType.DETERMINISTIC
+    if num_actions is not None:
+        dist = OneHotCategorical if isinstance(spec, OneHot) else torch.distributions.Categorical
+        if not isinstance(spec, (OneHot, Categorical)):
+            _fail(f"the run's policy has {num_actions} discrete actions but the action spec is {type(spec).__name__}")
+        module = TensorDictModule(model.policy, in_keys=[obs_key], out_keys=["logits"])
+        return ProbabilisticActor(module, in_keys=["logits"], spec=spec, distribution_class=dist,
+                                  default_interaction_type=interaction, return_log_prob=True)
+    # The Gaussian's scale is a parameter, not a network output: TensorDict's state-independent
+    # scale module carries it, holding the learned log-std behind an exp mapping as distrl does.
+    scale = AddStateIndependentNormalScale(action_dim, scale_mapping="exp", scale_lb=1e-8, device=device)
+    scale.state_independent_scale.data.copy_(model.log_std)
+    module = TensorDictModule(nn.Sequential(model.policy, scale), in_keys=[obs_key], out_keys=["loc", "scale"])
+    return ProbabilisticActor(module, in_keys=["loc", "scale"], spec=spec, distribution_class=IndependentNormal,
+                              default_interaction_type=interaction, return_log_prob=True,
+                              safe=isinstance(spec, Bounded))
+
+
+def export_policy(run_dir: str | Path, out: str | Path, **kwargs) -> Path:
+    """Write :func:`load_policy`'s actor to ``out`` whole (``torch.save`` of the module); load it
+    back with ``torch.load(out, weights_only=False)`` where torch, tensordict, torchrl and distrl
+    are installed (the pickle names their classes)."""
+    actor = load_policy(run_dir, **kwargs)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(actor, out)
+    return out
+
+
+def export_main(argv: list[str]) -> int:
+    """``distrl export-policy RUN_DIR OUT.pt``: one line on stderr and status 2 on bad input."""
+    from distrl.cli import _OneLineParser
+
+    p = _OneLineParser(prog="distrl export-policy",
+                       description="Write a run's trained policy as a TorchRL actor module (torch.save of the whole "
+                                   "module; load with torch.load(OUT, weights_only=False)).")
+    p.add_argument("run_dir", help="the run directory (--run-dir of distrl train)")
+    p.add_argument("out", help="file to write, e.g. policy.pt")
+    p.add_argument("--checkpoint", default="best",
+                   help="best (default: checkpoints/best.pt), last (the final policy) or a checkpoint file")
+    p.add_argument("--sample", action="store_true", help="sample actions by default instead of the greedy mode")
+    p.add_argument("--categorical-actions", action="store_true",
+                   help="discrete actions as indices (GymEnv(categorical_action_encoding=True)), not one-hot")
+    args = p.parse_args(argv)
+    spec = None
+    try:
+        if args.categorical_actions:
+            cfg, state = load_run(args.run_dir, args.checkpoint)
+            _, num_actions, _ = _build_model(cfg, state["model"])
+            if num_actions is None:
+                _fail("--categorical-actions: the run's policy has continuous actions")
+            spec = Categorical(num_actions)
+        out = export_policy(args.run_dir, args.out, checkpoint=args.checkpoint, sample=args.sample, action_spec=spec)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"[distrl] wrote {out}: torch.load({str(out)!r}, weights_only=False) gives the TorchRL actor")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(export_main(sys.argv[1:]))

@@ -1,0 +1,163 @@
+"""Door 2 of docs/torchrl.md: a run's policy taken back as a TorchRL actor (``distrl.load_policy``).
+
+Checkpoints of every supported recipe are written here with random weights (no training), and
+the TorchRL rollout of the loaded actor must give, episode for episode, the greedy returns of
+distrl's own evaluation of the same network. One real run (impala ``debug``, one process) checks
+the whole path against its ``summary.json``.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torchrl.collectors import Collector
+from torchrl.data import Categorical
+from torchrl.envs import GymEnv
+
+import distrl
+from conftest import read_summary, run_train
+from distrl.checkpoint import save_checkpoint
+from distrl.cli import experiment_config
+from distrl.config import override
+from distrl.envs.gym import evaluate
+from distrl.models import ActorCritic, QNetwork
+from distrl.policies import make_actor_critic
+from distrl.train import console
+
+EVAL_SEED = 10_000  # every learner evaluates from run.seed + 10_000 (run.seed is 0 here)
+
+
+def fake_run(tmp_path, recipe: str, model: torch.nn.Module, **changes):
+    """A run directory as a learner leaves it: ``config.json`` and a checkpoint of ``model``."""
+    cfg = override(experiment_config(recipe, "debug"), **{"run.env": "CartPole-v1", **changes})
+    run = tmp_path / recipe
+    run.mkdir()
+    (run / "config.json").write_text(cfg.to_json())
+    save_checkpoint(run, 1, {"model": model.state_dict(), "config": cfg.to_dict()})
+    return run
+
+
+def sharpen(linear: torch.nn.Linear) -> None:
+    """A decisive random policy (the init's small last layer makes near-ties everywhere)."""
+    with torch.no_grad():
+        linear.weight.mul_(300)
+
+
+def torchrl_returns(policy, env_id: str, episodes: int, seed: int = EVAL_SEED, env=None) -> list[float]:
+    """Returns of ``episodes`` TorchRL rollouts, episode ``i`` reset with ``seed + i`` (as distrl's
+    evaluation seeds its vector env)."""
+    env = env or GymEnv(env_id)
+    out = []
+    for i in range(episodes):
+        td = env.rollout(10_000, policy, auto_reset=False, tensordict=env.reset(seed=seed + i))
+        out.append(td["next", "reward"].sum().item())
+    env.close()
+    return out
+
+
+def actor_critic(recipe: str):
+    torch.manual_seed(1)
+    model = ActorCritic(4, 2)
+    sharpen(model.policy[-1])
+    return model
+
+
+@pytest.mark.parametrize("recipe", ["impala", "seed", "a3c"])
+def test_actor_critic_recipes_roll_out_as_distrl_evaluates(tmp_path, recipe):
+    model = actor_critic(recipe)
+    policy = distrl.load_policy(fake_run(tmp_path, recipe, model))
+    expected = evaluate(lambda o: model.policy(o), "CartPole-v1", 4, EVAL_SEED, torch.device("cpu"))
+    assert len(set(expected)) > 1, "a policy this varied tests the seeding too"
+    assert torchrl_returns(policy, "CartPole-v1", 4) == expected
+
+
+def test_index_actions_through_a_categorical_spec(tmp_path):
+    model = actor_critic("impala")
+    env = GymEnv("CartPole-v1", categorical_action_encoding=True)
+    policy = distrl.load_policy(fake_run(tmp_path, "impala", model), action_spec=env.action_spec)
+    assert isinstance(policy.spec["action"], Categorical)
+    expected = evaluate(lambda o: model.policy(o), "CartPole-v1", 3, EVAL_SEED, torch.device("cpu"))
+    assert torchrl_returns(policy, "CartPole-v1", 3, env=env) == expected
+
+
+def test_vecenv_policy_includes_its_observation_normalisation(tmp_path):
+    torch.manual_seed(2)
+    model = make_actor_critic(4, 2, 1, experiment_config("vecenv", "debug").net, normalize_obs=True)
+    sharpen(model.policy[1][-1])
+    with torch.no_grad():  # statistics far from the identity, so a policy without them plays differently
+        model.obs_norm.mean.copy_(torch.tensor([0.5, -1.0, 0.05, 0.3], dtype=torch.float64))
+        model.obs_norm.var.copy_(torch.tensor([0.01, 4.0, 0.001, 0.5], dtype=torch.float64))
+    policy = distrl.load_policy(fake_run(tmp_path, "vecenv", model, **{"algo.normalize_obs": True}))
+    expected = evaluate(lambda o: model.policy(o), "CartPole-v1", 3, EVAL_SEED, torch.device("cpu"))
+    assert torchrl_returns(policy, "CartPole-v1", 3) == expected
+
+
+def test_vecenv_gaussian_policy_is_greedy_and_clipped_to_the_bounds(tmp_path):
+    torch.manual_seed(3)
+    cfg = experiment_config("vecenv", "pendulum")
+    model = make_actor_critic(3, None, 1, cfg.net, init_log_std=-0.5, normalize_obs=True)
+    with torch.no_grad():
+        model.policy[1][-1].weight.normal_(0.0, 1.0)  # means outside [-2, 2] in some states
+    run = fake_run(tmp_path, "vecenv", model, **{"run.env": "Pendulum-v1", "algo.normalize_obs": True})
+    env = GymEnv("Pendulum-v1")
+    td = env.rollout(30, distrl.load_policy(run), auto_reset=False, tensordict=env.reset(seed=5))
+    want = model.greedy(td["observation"]).clamp(-2.0, 2.0)
+    torch.testing.assert_close(td["action"], want)
+    assert (td["action"].abs() == 2.0).any() and (td["action"].abs() < 2.0).any()
+    sampled = env.rollout(30, distrl.load_policy(run, sample=True), auto_reset=False, tensordict=env.reset(seed=5))
+    assert (sampled["action"].abs() <= 2.0).all() and not torch.equal(sampled["action"], td["action"])
+    assert torch.allclose(sampled["scale"], model.log_std.exp().expand_as(sampled["scale"]))
+
+
+def test_apex_gives_a_greedy_qvalue_actor(tmp_path):
+    torch.manual_seed(4)
+    model = QNetwork(4, 2, experiment_config("apex", "debug").net)
+    sharpen(model.q[-1])
+    run = fake_run(tmp_path, "apex", model)
+    expected = evaluate(lambda o: model(o), "CartPole-v1", 3, EVAL_SEED, torch.device("cpu"))
+    assert torchrl_returns(distrl.load_policy(run), "CartPole-v1", 3) == expected
+    with pytest.raises(ValueError, match="greedy only"):
+        distrl.load_policy(run, sample=True)
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
+    for bad in (tmp_path / "nowhere", tmp_path):
+        with pytest.raises(ValueError, match="not a distrl run directory") as err:
+            distrl.load_policy(bad)
+        assert "\n" not in str(err.value)
+    (tmp_path / "config.json").write_text(experiment_config("impala", "debug").to_json())
+    with pytest.raises(ValueError, match="no loadable checkpoint"):
+        distrl.load_policy(tmp_path)
+    lstm = fake_run(tmp_path, "seed", actor_critic("seed"), **{"algo.core": "lstm"})
+    with pytest.raises(ValueError, match="mlp core only"):
+        distrl.load_policy(lstm)
+    assert console(["export-policy", str(tmp_path / "nowhere"), str(tmp_path / "p.pt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
+@pytest.fixture(scope="module")
+def impala_run(tmp_path_factory):
+    """One short real run: impala ``debug`` (the toy env, 20k frames) in one process."""
+    run = tmp_path_factory.mktemp("trained") / "impala-debug"
+    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return run
+
+
+def test_a_trained_run_rolls_out_to_its_summary_eval(impala_run, tmp_path, capsys):
+    summary = read_summary(impala_run)
+    episodes = summary["eval_episodes"]
+    last = torchrl_returns(distrl.load_policy(impala_run, checkpoint="last"), "distrl/MatchSign-v0", episodes)
+    assert sum(last) / episodes == pytest.approx(summary["eval_return_mean"], abs=1e-3)
+    best_state = torch.load(impala_run / "checkpoints" / "best.pt", weights_only=False)
+    best = torchrl_returns(distrl.load_policy(impala_run), "distrl/MatchSign-v0", episodes)
+    assert best == best_state["eval_returns"]
+    # the exported file is the same actor, and it runs in a TorchRL collector
+    out = tmp_path / "policy.pt"
+    assert console(["export-policy", str(impala_run), str(out), "--checkpoint", "last"]) == 0, capsys.readouterr().err
+    policy = torch.load(out, weights_only=False)
+    assert torchrl_returns(policy, "distrl/MatchSign-v0", episodes) == last
+    collector = Collector(GymEnv("distrl/MatchSign-v0"), policy, frames_per_batch=40, total_frames=80)
+    batches = list(collector)
+    collector.shutdown()
+    assert len(batches) == 2 and batches[0]["action"].shape == (40, 2)
