@@ -1,3 +1,23 @@
-"""distrl: distributed-RL architectures as torchrun recipes (see README.md and docs/)."""
+"""distrl: distributed-RL architectures as torchrun recipes (see README.md and docs/).
+
+The pieces a TorchRL user takes from it (docs/torchrl.md) are importable from here:
+``load_policy``, ``export_policy`` and ``SumTreeSampler``.
+"""
 
 __version__ = "0.2.0"
+
+# Imported on first use (PEP 562): ``distrl --version`` and the launcher stay free of torch imports.
+_EXPORTS = {
+    "load_policy": "distrl.trained_policy",
+    "export_policy": "distrl.trained_policy",
+    "SumTreeSampler": "distrl.sum_tree",
+}
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'distrl' has no attribute {name!r}")
