@@ -239,3 +239,35 @@ def test_seed_sigkill_one_env_worker_the_run_goes_on(tmp_path, no_leaked_process
     print(f"\nSIGKILL seed env worker: detected in {detect * 1000:.0f} ms")
     # a lost connection noticed (10 ms when idle), not the 30 s call timeout; room for a loaded machine
     assert detect < 5.0
+
+
+@pytest.mark.timeout(240)
+def test_apex_sigkill_one_of_two_replay_shards_the_run_goes_on(tmp_path, no_leaked_processes):
+    """Ape-X with 2 shards (learner, shards 1-2, actors 3-4): shard 2 dies at its 40th insert;
+    the learner names it in one line and samples shard 1 to the end of the frame budget."""
+    run = tmp_path / "run"
+    args = ["apex", "--experiment", "debug", "--run-dir", str(run), "--set", "algo.shards=2",
+            "--total-frames", "16000", "--max-time-s", "170"]
+    proc = run_train(args, nproc=5, env=faulty_env(tmp_path, "kill@2:40"), timeout=220)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    s = summary(run)
+    assert s["lost_ranks"]["2"]["role"] == "replay" and s["stop_reason"] == "total_frames", out[-3000:]
+    assert sum("lost rank 2 (replay)" in line for line in out.splitlines()) == 1, out[-3000:]
+    detect = s["lost_ranks"]["2"]["time"] - fault_times(tmp_path)[0]["time"]
+    print(f"\nSIGKILL one of two replay shards: detected in {detect * 1000:.0f} ms, eval {s['eval_return_mean']}")
+    assert detect < 5.0 and s["eval_return_mean"] >= 19.0  # uniform play scores 10, perfect 20
+
+
+@pytest.mark.timeout(240)
+def test_apex_sigkill_the_only_replay_shard_stops_with_a_checkpoint(tmp_path, no_leaked_processes):
+    """With no shard left there is nothing to learn from: the learner stops, says why in one line,
+    writes a checkpoint and the job exits 0 (it ended as documented, not by a crash)."""
+    run = tmp_path / "run"
+    args = ["apex", "--experiment", "debug", "--run-dir", str(run), "--total-frames", "200000", "--max-time-s", "170"]
+    proc = run_train(args, nproc=4, env=faulty_env(tmp_path, "kill@1:40"), timeout=220)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    s = summary(run)
+    assert s["stop_reason"] == "replay_lost" and s["lost_ranks"]["1"]["role"] == "replay", out[-3000:]
+    assert "every replay shard is lost" in out and list((run / "checkpoints").glob("ckpt_*.pt"))
