@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torchrl.data.replay_buffers.samplers import Sampler
+from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler
 
 from distrl.algorithms.apex import importance_weights, priority_weights
 
@@ -113,16 +113,25 @@ class SumTreeSampler(Sampler):
     returns ``(index [B], {"priority_weight": w [B]})`` with ``w`` the normalised importance weights
     at the current ``beta`` (set it as it is annealed: ``sampler.beta = annealed_beta(...)``).
 
+    In a ``TensorDictReplayBuffer(priority_key=...)`` it takes part in TorchRL's priority flow as
+    ``PrioritizedSampler`` does: ``extend`` stores the batch's priorities, ``update_tensordict_priority``
+    reads a sampled batch's ``index`` and priority key (several priorities per item are reduced by
+    ``reduction``, as TorchRL's ``_reduce`` does).
+
     Args:
         max_capacity: the storage's capacity (leaves of the tree).
         alpha: priority exponent (0 is uniform); beta: importance-weight exponent.
         eps: added to ``|delta|`` so no item's probability is 0. fanout: the tree's ``K``.
+        reduction: how ``[B, *]`` priorities become ``[B]``: max, min, mean or median.
     """
 
-    def __init__(self, max_capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, fanout: int = 16):
+    def __init__(self, max_capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, fanout: int = 16,
+                 reduction: str = "max"):
         if alpha < 0 or not 0 <= beta <= 1 or eps <= 0:
             raise ValueError(f"need alpha >= 0, 0 <= beta <= 1, eps > 0; got {alpha}, {beta}, {eps}")
-        self.alpha, self.beta, self.eps, self.fanout = alpha, beta, eps, fanout
+        if reduction not in ("max", "min", "mean", "median"):
+            raise ValueError(f"reduction must be max, min, mean or median, got {reduction!r}")
+        self.alpha, self.beta, self.eps, self.fanout, self.reduction = alpha, beta, eps, fanout, reduction
         self.tree = SumTree(max_capacity, fanout)
         self.max_priority = 1.0  # raw |delta|; what a new item gets
 
@@ -193,3 +202,11 @@ class SumTreeSampler(Sampler):
 
     def __repr__(self) -> str:
         return f"SumTreeSampler(capacity={self.tree.capacity}, alpha={self.alpha}, beta={self.beta}, eps={self.eps})"
+
+
+# TorchRL's buffers route priorities only to a sampler that is a ``PrioritizedSampler``
+# (``TensorDictReplayBuffer.update_tensordict_priority`` returns silently otherwise, and
+# ``ReplayBuffer`` skips default priorities for data already in a storage). Registered as a virtual
+# subclass it takes that path and inherits nothing: that class's methods use the C++ trees.
+PrioritizedSampler.register(SumTreeSampler)
+

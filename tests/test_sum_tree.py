@@ -102,6 +102,25 @@ def test_plugs_into_a_torchrl_replay_buffer_with_fifo_eviction():
     assert math.isclose(float(sampler.probabilities(torch.tensor([8]))), 0.5, rel_tol=1e-3)
 
 
+def test_torchrls_priority_key_flow_reaches_the_tree():
+    """``TensorDictReplayBuffer(priority_key=...)``: priorities come in with ``extend`` and go back
+    with ``update_tensordict_priority`` (a loss writes ``td_error``; ``[B, 2]`` reduced by max)."""
+    import distrl  # the public name
+
+    torch.manual_seed(0)
+    sampler = distrl.SumTreeSampler(16, alpha=1.0, beta=1.0, eps=1e-6)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16), sampler=sampler, batch_size=8, priority_key="td_error")
+    rb.extend(TensorDict(x=torch.arange(4.0), td_error=torch.tensor([1.0, 2.0, 3.0, 4.0]), batch_size=[4]))
+    assert torch.allclose(sampler.probabilities(torch.arange(4)), torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64))
+    batch = rb.sample()
+    batch["td_error"] = torch.zeros(8, 2)
+    batch["td_error"][batch["index"] == 3] = torch.tensor([0.0, 50.0])  # item 3: max over its two entries
+    rb.update_tensordict_priority(batch)
+    seen = batch["index"].unique().tolist()
+    expected = {i: (50.0 if i == 3 else 1e-6) if i in seen else float(i + 1) for i in range(4)}
+    assert torch.allclose(sampler.tree[torch.arange(4)], torch.tensor([expected[i] for i in range(4)], dtype=torch.float64))
+
+
 def test_state_dict_round_trip_and_beta_annealing():
     a = SumTreeSampler(100, alpha=0.5, beta=0.4)
     a.extend(torch.arange(60))
