@@ -1,7 +1,7 @@
 """distrl: distributed-RL architectures as torchrun recipes (see README.md and docs/).
 
 The pieces a TorchRL user takes from it (docs/torchrl.md) are importable from here:
-``load_policy``, ``export_policy`` and ``SumTreeSampler``.
+``load_policy``, ``export_policy``, ``SumTreeSampler`` and ``ReplayServiceBuffer``.
 """
 
 __version__ = "0.2.0"
@@ -11,6 +11,7 @@ _EXPORTS = {
     "load_policy": "distrl.trained_policy",
     "export_policy": "distrl.trained_policy",
     "SumTreeSampler": "distrl.sum_tree",
+    "ReplayServiceBuffer": "distrl.replay_service",
 }
 __all__ = ["__version__", *_EXPORTS]
 

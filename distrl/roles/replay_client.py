@@ -155,6 +155,12 @@ class ShardedReplayClient:
         return out
 
     # ---- checkpoint and shutdown ---------------------------------------------------------------------
+    def stats_now(self) -> dict[int, TensorDict]:
+        """Every live shard's ``replay_stats`` reply (blocking, bounded by the timeout)."""
+        futs = {r: self.t.call(r, "replay_stats", None, self.timeout) for r in self.live}
+        replies = {r: self._result(r, f) for r, f in futs.items()}
+        return {r: reply for r, reply in replies.items() if reply is not None}
+
     def states(self) -> dict[int, torch.Tensor]:
         """Every live shard's contents as the byte tensor it serialised them to (blocking, bounded by
         the timeout): the learner's checkpoint extra, handed back as is on resume."""

@@ -2,7 +2,8 @@
 
 It serves, over the transport:
 
-* ``insert``: transitions ``[N]`` with raw priorities ``[N]``. The handler only checks the rate
+* ``insert``: transitions ``[N]`` with raw priorities ``[N]`` (without them, the largest priority
+  seen so far, as TorchRL gives new items: ``distrl.ReplayServiceBuffer.extend``). The handler only checks the rate
   limiter and enqueues (a bounded queue, ``algo.insert_queue_size``); this role's own loop writes
   them into the :class:`~distrl.replay.ReplayStore`. A full queue or the limiter answers
   ``held``: the actor keeps its message and tries again, so it is the actor that waits, never a
@@ -164,7 +165,7 @@ class ReplayServer:
                 msg = self.inbox.get_nowait()
             except queue.Empty:
                 return
-            if not self.store.extend(msg["transitions"], msg[keys.PRIORITY]):
+            if not self.store.extend(msg["transitions"], msg.get(keys.PRIORITY, None)):
                 self.counts["rejected"] += 1
 
     def run(self) -> None:
@@ -180,7 +181,7 @@ class ReplayServer:
             self.loops += 1
             faults.maybe_signal(self.ctx.rank, self.loops)  # a "step" of a shard: one insert message taken
             with self.lock:
-                if not self.store.extend(msg["transitions"], msg[keys.PRIORITY]):
+                if not self.store.extend(msg["transitions"], msg.get(keys.PRIORITY, None)):
                     self.counts["rejected"] += 1
                     if self.counts["rejected"] <= 5:
                         print(f"[replay {self.ctx.rank}] rejected a malformed insert", flush=True)
