@@ -32,6 +32,7 @@ from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticA
 
 from distrl.checkpoint import best_checkpoint_path, list_checkpoints, load_latest_checkpoint
 from distrl.data import keys
+from distrl.envs import mock, partial  # noqa: F401  (distrl's own env ids resolve in a TorchRL GymEnv too)
 
 CHECKPOINTS = ("best", "last")
 
@@ -88,8 +89,6 @@ def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_
         return OneHot(num_actions)
     try:
         import gymnasium as gym
-
-        from distrl.envs import mock  # noqa: F401  (registers distrl's own ids)
 
         space = gym.spec(env_id).make().action_space
         return Bounded(torch.as_tensor(space.low, dtype=torch.float32).reshape(-1),

@@ -102,3 +102,13 @@ def assert_held(summary: dict, target: float = 475.0, floor: float = 250.0) -> N
     assert summary["target_reached"] is not None, f"never reached {target}: {summary['return_mean_100']}"
     assert summary["min_return_after_target"] >= floor, summary["min_return_after_target"]
     assert summary["eval_return_mean"] >= target, summary["eval_return_mean"]
+
+
+@pytest.fixture(scope="session")
+def impala_debug_run(tmp_path_factory) -> Path:
+    """One finished run shared by the tests that read a run directory: impala ``debug`` (the toy
+    env, 20k frames) in one process, about 15 s."""
+    run = tmp_path_factory.mktemp("trained") / "impala-debug"
+    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return run

@@ -14,7 +14,7 @@ from torchrl.data import Categorical
 from torchrl.envs import GymEnv
 
 import distrl
-from conftest import read_summary, run_train
+from conftest import read_summary
 from distrl.checkpoint import save_checkpoint
 from distrl.cli import experiment_config
 from distrl.config import override
@@ -135,16 +135,8 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
     assert err.startswith("error: ") and err.count("\n") == 1, err
 
 
-@pytest.fixture(scope="module")
-def impala_run(tmp_path_factory):
-    """One short real run: impala ``debug`` (the toy env, 20k frames) in one process."""
-    run = tmp_path_factory.mktemp("trained") / "impala-debug"
-    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return run
-
-
-def test_a_trained_run_rolls_out_to_its_summary_eval(impala_run, tmp_path, capsys):
+def test_a_trained_run_rolls_out_to_its_summary_eval(impala_debug_run, tmp_path, capsys):
+    impala_run = impala_debug_run
     summary = read_summary(impala_run)
     episodes = summary["eval_episodes"]
     last = torchrl_returns(distrl.load_policy(impala_run, checkpoint="last"), "distrl/MatchSign-v0", episodes)
