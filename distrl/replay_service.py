@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from tensordict import TensorDictBase, TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from distrl.data import keys
 from distrl.replay import Layout, layout_of
@@ -77,15 +77,16 @@ class ReplayServiceBuffer:
         # learner process, wrong for a user's loop that pauses. In-process shards end with close().
         cfg = Config(recipe="apex", algo=algo, run=RunConfig(seed=seed), transport=TransportConfig(call_timeout_s=1e9))
         hub = LocalHub(1 + shards)
+        ends = [hub.endpoint(r, timeout) for r in range(1 + shards)]
         roles = {0: "client", **{r: "replay" for r in range(1, 1 + shards)}}
         threads = []
         for r in range(1, 1 + shards):
-            server = ReplayServer(RoleContext(cfg, hub.endpoint(r, timeout), r, roles, Path(".")))
+            server = ReplayServer(RoleContext(cfg, ends[r], r, roles, Path(".")))
             threads.append(threading.Thread(target=server.run, name=f"distrl-replay-{r}", daemon=True))
             threads[-1].start()
-        rb = cls(hub.endpoint(0, timeout), list(range(1, 1 + shards)), batch_size=batch_size, beta=beta,
-                 timeout=timeout, seed=seed, **kwargs)
-        rb._close = [*threads, *(hub.endpoint(r) for r in range(1 + shards))]
+        rb = cls(ends[0], list(range(1, 1 + shards)), batch_size=batch_size, beta=beta, timeout=timeout, seed=seed,
+                 **kwargs)
+        rb._close = [*threads, *ends]  # the threads first: the hub's pool ends with its last endpoint
         return rb
 
     def _lost(self, rank: int, reason: str) -> None:
@@ -136,7 +137,9 @@ class ReplayServiceBuffer:
     def sample(self, batch_size: Optional[int] = None) -> TensorDictBase:
         """``[batch_size]`` items drawn by priority over every shard, with ``index``,
         ``index_generation``, ``replay_shard`` (what a priority update needs) and ``priority_weight``
-        (``(P(i) / min_j P(j))^-beta`` over the whole buffer, as TorchRL's ``PrioritizedSampler``)."""
+        (``(P(i) / min_j P(j))^-beta`` over the whole buffer, as TorchRL's ``PrioritizedSampler``).
+        The split over shards follows each shard's total priority as of its last reply, as the
+        ``apex`` learner's does: one call behind the priority updates."""
         n = batch_size or self.batch_size
         if not n:
             raise ValueError("sample: give a batch_size here or to the buffer")
@@ -163,6 +166,10 @@ class ReplayServiceBuffer:
                             "not a bare index")
         priority = torch.as_tensor(priority).detach().reshape(batch.shape[0], -1).amax(-1)
         self.client.update_priorities(batch, priority.abs())
+
+    def flush(self) -> None:
+        """Wait until every priority update sent so far has reached its shard."""
+        self.client.wait_updates()
 
     def update_tensordict_priority(self, batch: TensorDictBase) -> None:
         """:meth:`update_priority` with ``batch[priority_key]`` (``[B]`` or ``[B, *]``, reduced by max)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import torch
 from tensordict.nn import AddStateIndependentNormalScale, InteractionType, TensorDictModule
@@ -37,7 +37,7 @@ from distrl.envs import mock, partial  # noqa: F401  (distrl's own env ids resol
 CHECKPOINTS = ("best", "last")
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     raise ValueError(msg)
 
 
@@ -148,7 +148,7 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
         _fail(f"{checkpoint} checkpoint of {run_dir} holds no model")
     model, num_actions, action_dim = _build_model(cfg, state["model"])
     model.to(device)
-    spec = _spec(action_spec, num_actions, action_dim, cfg["run"]["env"])
+    spec = _spec(action_spec, num_actions, action_dim, cfg["run"]["env"]).to(device)
     obs_key = cfg.get("algo", {}).get("obs_key", keys.OBSERVATION) if cfg["recipe"] == "vecenv" else keys.OBSERVATION
     if cfg["recipe"] == "apex":
         if sample:

@@ -125,6 +125,12 @@ class ShardedReplayClient:
             fut = self.updates.popleft()
             self._result(fut.rank, fut)
 
+    def wait_updates(self) -> None:
+        """Wait for every priority update in flight (each bounded by the timeout)."""
+        while self.updates:
+            fut = self.updates.popleft()
+            self._result(fut.rank, fut)
+
     # ---- statistics ----------------------------------------------------------------------------------
     def poll_stats(self) -> dict[str, float]:
         """``replay/*`` metrics from the last poll's replies (if all came), and a new poll sent once
