@@ -73,10 +73,15 @@ def test_actor_critic_recipes_roll_out_as_distrl_evaluates(tmp_path, recipe):
 def test_index_actions_through_a_categorical_spec(tmp_path):
     model = actor_critic("impala")
     env = GymEnv("CartPole-v1", categorical_action_encoding=True)
-    policy = distrl.load_policy(fake_run(tmp_path, "impala", model), action_spec=env.action_spec)
+    run = fake_run(tmp_path, "impala", model)
+    policy = distrl.load_policy(run, action_spec=env.action_spec)
     assert isinstance(policy.spec["action"], Categorical)
     expected = evaluate(lambda o: model.policy(o), "CartPole-v1", 3, EVAL_SEED, torch.device("cpu"))
     assert torchrl_returns(policy, "CartPole-v1", 3, env=env) == expected
+    assert console(["export-policy", str(run), str(tmp_path / "p.pt"), "--categorical-actions"]) == 0
+    exported = torch.load(tmp_path / "p.pt", weights_only=False)
+    assert isinstance(exported.spec["action"], Categorical)
+    assert torchrl_returns(exported, "CartPole-v1", 3, env=GymEnv("CartPole-v1", categorical_action_encoding=True)) == expected
 
 
 def test_vecenv_policy_includes_its_observation_normalisation(tmp_path):
