@@ -123,7 +123,7 @@ def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]
     else:
         _fail(f"load_policy does not know recipe {recipe!r}")
     model.load_state_dict(state)
-    return model.eval().requires_grad_(False), num_actions, action_dim
+    return model.eval(), num_actions, action_dim  # parameters stay trainable: a TorchRL loss may fine-tune them
 
 
 def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool = False,
