@@ -140,24 +140,29 @@ class SFLearner:
         tracker = self.session.tracker
         tracker.add_episodes(returns)
         tracker.add_frames(rows.numel())
-        self._rows.append(rows)
+        rows = self._within_lag(rows)
+        if rows.shape[0]:
+            self._rows.append(rows)
         return True
 
     def _next_batch(self) -> Optional[TensorDict]:
-        """``algo.batch_size`` rows within the lag cap (older rows dropped and counted)."""
-        tracker = self.session.tracker
+        """``algo.batch_size`` rows within the lag cap: rows are checked as they arrive and again
+        when the batch is cut (rows left over from the last batch have aged); older ones are
+        dropped and counted."""
         while sum(r.shape[0] for r in self._rows) < self.algo.batch_size:
             if not self._take_slot() and self.session.should_stop():
                 return None
-            if self._rows:
-                kept, dropped = drop_lagged(torch.cat(self._rows), tracker.updates, self.algo.max_policy_lag)
-                self._rows = [kept] if kept.shape[0] else []
-                if dropped:
-                    tracker.counters["samples_dropped_for_lag"] += dropped
         rows = torch.cat(self._rows)
         batch, rest = rows[: self.algo.batch_size], rows[self.algo.batch_size:]
         self._rows = [rest] if rest.shape[0] else []
-        return batch.to(self.device, non_blocking=True)
+        batch = self._within_lag(batch)
+        return batch.to(self.device, non_blocking=True) if batch.shape[0] else None
+
+    def _within_lag(self, rows: TensorDict) -> TensorDict:
+        kept, dropped = drop_lagged(rows, self.session.tracker.updates, self.algo.max_policy_lag)
+        if dropped:
+            self.session.tracker.counters["samples_dropped_for_lag"] += dropped
+        return kept
 
     def _update(self, batch: TensorDict) -> None:
         tracker, a = self.session.tracker, self.algo
