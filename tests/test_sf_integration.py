@@ -77,7 +77,7 @@ def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, no_leaked_processe
     """CartPole-v1 without early stop: reaches 475 and keeps it to the end of the budget, judged
     by the last policy's greedy evaluation (docs/sf.md: the 5-seed sweep)."""
     run = tmp_path / "run"
-    proc = run_train(["sf", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "120", "--run-dir", str(run),
+    proc = run_train(["sf", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "90", "--run-dir", str(run),
                       "--logger", "none"], nproc=4, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_held(read_summary(run))

@@ -235,7 +235,9 @@ def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes
     overlapped = requests = 0
     for i, (what, g) in enumerate(fake.events):
         if what == "infer_start":
-            end = next(j for j in range(i, len(fake.events)) if fake.events[j] == ("infer_end", g))
+            end = next((j for j in range(i, len(fake.events)) if fake.events[j] == ("infer_end", g)), None)
+            if end is None:  # still in flight when the worker stopped
+                continue
             requests += 1
             overlapped += ("env_step", 1 - g) in fake.events[i:end]
     assert requests >= 12 and overlapped >= requests // 2, (overlapped, requests)

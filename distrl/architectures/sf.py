@@ -26,7 +26,7 @@ class SFConfig:
     inference_ranks: int = 1  #: inference (policy worker) ranks, 1..R; rollout workers are spread over them
     local_workers: int = 2  #: rollout workers in the one process at world size 1
     unroll_length: int = 32  #: steps per trajectory slot (T)
-    slots_per_group: int = 3  #: trajectory slots per env group in the pool: filling, spare, at the learner
+    slots_per_group: int = 2  #: trajectory slots per env group in the pool (filling + spare); more: more lag
     batch_size: int = 64  #: env trajectories ([T] rows) per learner update
     max_policy_lag: int = 20  #: rows whose oldest step is more updates old than this are dropped (counted)
     max_batch_envs: int = 1024  #: an inference batch closes once it holds this many observations...
@@ -78,6 +78,13 @@ def roles_for(n: int, cfg: Config) -> list[str]:
 
 
 def _check_config(cfg: Config) -> None:
+    a = cfg.algo
+    # A worker holds one slot per group while it fills it; the learner must be able to fill a
+    # batch from the others even with a single worker, or both would wait on each other.
+    spare_rows = a.groups_per_worker * (a.slots_per_group - 1) * a.envs_per_group
+    if a.batch_size > spare_rows:
+        raise ValueError(f"algo.batch_size ({a.batch_size}) must be at most groups_per_worker x (slots_per_group - 1)"
+                         f" x envs_per_group ({spare_rows}): the rows one worker hands in while filling its next slots")
     if env_info(cfg.run.env).num_actions is None:
         raise ValueError(f"sf supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
     if max(cfg.algo.request_timeout_s, cfg.algo.slot_timeout_s) >= cfg.transport.call_timeout_s:
