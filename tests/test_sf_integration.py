@@ -25,9 +25,9 @@ def no_shared_memory_left():
     assert not left, f"shared memory left behind: {sorted(map(str, left))}"
 
 
-def read_summary(run_dir) -> dict:
+def read_summary(run_dir, roles: dict = ROLES) -> dict:
     s = read_common_summary(run_dir, SF_KEYS)
-    assert s["roles"] == ROLES
+    assert s["roles"] == roles
     assert s["inference_batch_fill_mean"] >= 1.0 and s["inference_batches"] > 0
     assert set(s["time_budget"]) == {"learner", "inference", "rollout_worker"}
     assert sum(s["policy_lag_hist"].values()) > 0
@@ -35,12 +35,14 @@ def read_summary(run_dir) -> dict:
 
 
 @pytest.mark.timeout(120)
-def test_world_size_one_learns_the_toy_env_within_the_lag_cap(tmp_path, no_leaked_processes, no_shared_memory_left):
+def test_world_size_one_two_inference_ranks_learn_the_toy_env_within_the_lag_cap(tmp_path, no_leaked_processes,
+                                                                                 no_shared_memory_left):
     run = tmp_path / "run"
-    proc = run_train(["sf", "--experiment", "debug", "--run-dir", str(run), "--set", "algo.max_policy_lag=1"],
-                     timeout=100)
+    proc = run_train(["sf", "--experiment", "debug", "--run-dir", str(run), "--set", "algo.max_policy_lag=1",
+                      "--set", "algo.inference_ranks=2"], timeout=100)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    s = read_summary(run)
+    s = read_summary(run, {"0": "learner", "1": "inference", "2": "inference", "3": "rollout_worker",
+                           "4": "rollout_worker"})
     assert s["stop_reason"] == "total_frames" and s["eval_return_mean"] >= 19.0, s  # uniform 10, perfect 20
     assert s["policy_lag_max"] <= 1  # the cap: nothing older was trained on...
     assert s["samples_dropped_for_lag"] == s["counters"].get("samples_dropped_for_lag", 0)  # ...and drops counted

@@ -156,11 +156,11 @@ class FakeLearnerAndInference:
     """Ranks 0 (learner) and 1 (inference) for one real rollout worker (rank 2): plain handlers
     over the local transport that check who writes what, and when."""
 
-    def __init__(self, cfg, hub: LocalHub, hand_ins: int = 6):
+    def __init__(self, cfg, hub: LocalHub, hand_ins: int = 6, end_by: str = "stop"):
         a = cfg.algo
-        self.shared, self.path = shm.create(rollout_layout(32, a.envs_per_group, a.unroll_length, 1, 1), "test")
+        self.shared, self.path = shm.create(rollout_layout(32, a.envs_per_group, a.unroll_length, 1, 1, 3), "test")
         self.traj = self.shared["traj"]
-        self.pool, self.hand_ins, self.events = SlotPool(32), hand_ins, []
+        self.pool, self.hand_ins, self.events, self.end_by = SlotPool(32), hand_ins, [], end_by
         self.violations: list[str] = []
         self.frozen: dict[int, TensorDict] = {}  # handed-in slots as they were handed in
         self.lock = threading.Lock()
@@ -196,19 +196,22 @@ class FakeLearnerAndInference:
         self.pool.hand_in(2, s)
         self.frozen[s] = self.traj[s].clone()
         self.hand_ins -= 1
-        if self.hand_ins <= 0:
+        if self.hand_ins <= 0 and self.end_by == "stop":
             self.shared["control"][STOP] = 1
+        elif self.hand_ins <= 0:  # the learner declared rank 2 lost (a stopped worker that came back)
+            self.shared["evicted"][2] = 1
         return TensorDict({keys.SLOT: torch.tensor(self.pool.acquire(2))})
 
 
 @pytest.mark.timeout(60)
-def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes_a_read_slot(monkeypatch):
+@pytest.mark.parametrize("end_by", ["stop", "evicted"])
+def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes_a_read_slot(end_by, monkeypatch):
     import distrl.roles.sf_rollout_worker as sfw
 
     cfg = override(debug(), **{"algo.envs_per_worker": 8, "algo.unroll_length": 4})
     roles = dict(enumerate(get_recipe("sf").roles_for_config(3, cfg)))
     hub = LocalHub(3)
-    fake = FakeLearnerAndInference(cfg, hub)
+    fake = FakeLearnerAndInference(cfg, hub, end_by=end_by)
     made, make = [], sfw.make_vector_env
 
     def logged_env(*args):  # the worker's vector envs, with each step logged per group
@@ -224,7 +227,7 @@ def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes
         thread = threading.Thread(target=worker.run)
         thread.start()
         thread.join(30)
-        assert not thread.is_alive()
+        assert not thread.is_alive()  # it saw the stop flag, or its eviction, and left
     finally:
         monkeypatch.undo()
         shm.unlink(fake.path)

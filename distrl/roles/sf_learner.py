@@ -59,7 +59,7 @@ class SFLearner:
         num_slots = max(1, len(self.workers)) * self.algo.groups_per_worker * self.algo.slots_per_group
         self.pool = SlotPool(num_slots)
         layout = rollout_layout(num_slots, self.algo.envs_per_group, self.algo.unroll_length, info.obs_dim,
-                                sum(p.numel() for p in self.model.parameters()))
+                                sum(p.numel() for p in self.model.parameters()), len(ctx.roles))
         self.shared, self.shm_path = shm.create(layout, "sf")
         self.traj, self.control = self.shared["traj"], self.shared["control"]
         self._publish()
@@ -128,6 +128,7 @@ class SFLearner:
     def _take_slot(self) -> bool:
         """Copy one full slot out of shared memory and free it; False if none came in time."""
         for rank in self.ctx.transport.lost_peers():
+            self.shared["evicted"][rank] = 1  # first: a stopped worker that comes back must not write
             if self.pool.reclaim(rank):
                 self.session.tracker.counters["slots_reclaimed"] = self.pool.reclaimed
         self._maybe_unlink()

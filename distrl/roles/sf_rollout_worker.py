@@ -141,6 +141,9 @@ class SFRolloutWorker:
                         reply = grp.inflight.result()  # bounded: the call's timeout resolves it
                     if bool(reply[keys.STOP]) or self.control[STOP_FLAG]:
                         return
+                    if self.shared["evicted"][self.ctx.rank]:  # declared lost (it was stopped): its slots are gone
+                        print(f"[rollout_worker {self.ctx.rank}] evicted by the learner, exiting", flush=True)
+                        return
                     with self.budget("env"):
                         self._step(g)
                     if grp.slot < 0:  # stopped while waiting for a slot

@@ -9,6 +9,8 @@ Layout (:func:`rollout_layout`), allocated once by the learner and mapped by eve
   ``observation[s, :, t]``, inference writes ``action/action_log_prob/policy_version[s, :, t]``
   (only while the worker waits for that step's reply), the worker writes the step's outcome.
   After ``T`` steps the worker hands the slot in, the learner copies it out and frees it.
+- ``evicted``: ``[W]``, set by the learner for a rank it declared lost, before its slots are
+  reclaimed: a worker that was only stopped and comes back reads it and exits.
 - ``params``: ``[P]`` float32, the learner's flattened parameters; ``control``: int64
   ``[stop, param_seq, param_version]``. ``param_seq`` is a seqlock: odd while the learner writes.
 
@@ -30,8 +32,9 @@ STOP, PARAM_SEQ, PARAM_VERSION = 0, 1, 2  # indices into control
 
 
 def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_dim: int,
-                   num_params: int) -> TensorDict:
-    """Zeros of the shared layout above: ``traj [S, B, T]``, ``params [P]``, ``control [3]``."""
+                   num_params: int, world_size: int = 1) -> TensorDict:
+    """Zeros of the shared layout above: ``traj [S, B, T]``, ``params [P]``, ``control [3]``,
+    ``evicted [W]`` (1 for a rank whose slots were reclaimed: it must not write any more)."""
     S, B, T, F = num_slots, envs_per_slot, unroll_length, obs_dim
     z = lambda *shape, dtype=torch.float32: torch.zeros(S, B, T, *shape, dtype=dtype)  # noqa: E731
     traj = TensorDict({
@@ -42,7 +45,8 @@ def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_d
             "terminated": z(1, dtype=torch.bool), "truncated": z(1, dtype=torch.bool),
         }, batch_size=[S, B, T]),
     }, batch_size=[S, B, T])
-    return TensorDict(traj=traj, params=torch.zeros(num_params), control=torch.zeros(3, dtype=torch.int64))
+    return TensorDict(traj=traj, params=torch.zeros(num_params), control=torch.zeros(3, dtype=torch.int64),
+                      evicted=torch.zeros(world_size, dtype=torch.int64))
 
 
 def publish_params(shared: TensorDict, flat: torch.Tensor, version: int) -> None:
