@@ -13,7 +13,8 @@ should cost the job one actor, not the run. So the process torchrun started only
   SIGSTOPped actor cannot hold the job open forever.
 
 The child asks the kernel for SIGKILL when its supervisor dies (``PR_SET_PDEATHSIG``), so no
-process outlives its rank.
+process outlives its rank; when the child ends, the supervisor removes any shared-memory files the
+child created and had not unlinked yet (``distrl/data/shm.py``).
 """
 from __future__ import annotations
 
@@ -118,9 +119,19 @@ def supervise(target: Callable[[], int], rank: int, role: str, critical: bool, g
         if child.is_alive():
             child.kill()
             child.join(5)
+        _remove_shared_memory(child.pid)
         if rank == 0:
             store.set(_done_key())
     return _verdict(child.exitcode, rank, role, critical)
+
+
+def _remove_shared_memory(pid: Optional[int]) -> None:
+    """Shared-memory files the child created and had not yet unlinked (it died before every
+    process mapped them: distrl/data/shm.py) go with it."""
+    if pid is not None:
+        from distrl.data.shm import remove_owned_by
+
+        remove_owned_by(pid)
 
 
 def _verdict(code: Optional[int], rank: int, role: str, critical: bool) -> int:

@@ -99,3 +99,12 @@ PARAMS = "params"
 FRAMES = "frames"
 #: a TensorDict of the worker's scalar loss statistics (``loss_policy``, ``entropy``...)
 WORKER_STATS = "stats"
+
+# Sample Factory: signals between rollout workers, inference and the learner carry slot numbers,
+# never data (the data is in shared memory, distrl/roles/sf_slots.py).
+#: a trajectory slot's index in the shared ``[S, B, T]`` buffer (-1: none free)
+SLOT = "slot"
+#: the step ``t`` of the slot whose observations await actions
+SLOT_STEP = "slot_step"
+#: a shared-memory directory's path as ``[L]`` uint8 (distrl/data/shm.py)
+SHM_PATH = "shm_path"

@@ -1,0 +1,71 @@
+"""APPO: PPO's clipped objective on asynchronous, lagged ``[B, T]`` trajectories (Sample
+Factory's learner), with V-trace value targets as the off-policy correction or GAE without one.
+
+The clipped surrogate is :func:`distrl.algorithms.ppo.ppo_loss`, unchanged. What is new is where
+the advantages come from on data a lagged policy collected:
+
+- ``vtrace=True``: value targets ``v_s`` are V-trace's (:func:`distrl.algorithms.impala.vtrace_targets`)
+  and the advantage is ``r_s + gamma v_{s+1} - V(x_s)`` (Sample Factory's choice: the importance
+  ratio enters once, through PPO's clipped ratio, not a second time through V-trace's ``rho``);
+  ``v_{s+1}`` is the next step's target, or ``V(x_{s+1})`` at the unroll's end and at episode ends
+  (a truncation bootstraps from the true final observation; a termination from nothing);
+- ``vtrace=False``: GAE(lambda) under the current critic, as on-policy PPO would.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict
+
+from distrl.algorithms.impala import vtrace_targets
+from distrl.algorithms.ppo import gae, ppo_loss
+from distrl.data import keys
+
+
+def vtrace_pg_advantage(vs: torch.Tensor, next_value: torch.Tensor, value: torch.Tensor, reward: torch.Tensor,
+                        done: torch.Tensor, terminated: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``r_s + gamma (1 - term_s) v'_{s+1} - V(x_s)``, all ``[B, T, 1]``.
+
+    ``v'_{s+1}`` is ``vs[:, s+1]`` inside an episode and the unroll, ``next_value[:, s]`` (the
+    critic at the true next observation) at the unroll's last step and where the episode ended.
+    """
+    vs_next = torch.cat([vs[:, 1:], next_value[:, -1:]], dim=1)
+    vs_next = torch.where(done, next_value, vs_next)
+    return reward + gamma * (~terminated).float() * vs_next - value
+
+
+def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
+    """The APPO loss of a ``[B, T]`` batch (:data:`distrl.data.keys.IMPALA_IN_KEYS`) under ``model``.
+
+    ``algo`` provides ``gamma, vtrace, gae_lambda, rho_bar, c_bar, clip_eps, reward_scale,
+    value_coef, entropy_coef, normalize_advantage`` (:class:`distrl.architectures.sf.SFConfig`).
+    Rewards are multiplied by ``reward_scale`` first (values in scaled units; see impala_loss).
+
+    Returns scalars: ``loss`` and ``loss_policy``, ``loss_value``, ``entropy``, ``approx_kl``,
+    ``clip_fraction``, ``advantage_std`` (before any normalisation), ``value_mean``.
+    """
+    logits, value = model(batch[keys.OBSERVATION])  # [B, T, A], [B, T, 1]
+    log_probs = F.log_softmax(logits, dim=-1)
+    log_pi = log_probs.gather(-1, batch[keys.ACTION].unsqueeze(-1))  # [B, T, 1]
+    log_mu = batch[keys.ACTION_LOG_PROB].unsqueeze(-1)
+    reward = batch[keys.REWARD] * algo.reward_scale
+    done, terminated = batch[keys.DONE], batch[keys.TERMINATED]
+    with torch.no_grad():
+        next_value = model.value(batch[keys.NEXT_OBSERVATION])
+        if algo.vtrace:
+            _, vs = vtrace_targets(algo.gamma, log_pi.detach(), log_mu, value.detach(), next_value, reward, done,
+                                   terminated, algo.rho_bar, algo.c_bar)
+            advantage = vtrace_pg_advantage(vs, next_value, value.detach(), reward, done, terminated, algo.gamma)
+        else:  # GAE wants time-major [T, B]
+            tm = lambda x: x.squeeze(-1).transpose(0, 1)  # noqa: E731
+            adv, target = gae(algo.gamma, algo.gae_lambda, tm(value.detach()), tm(next_value), tm(reward), tm(done),
+                              tm(terminated))
+            advantage, vs = adv.transpose(0, 1).unsqueeze(-1), target.transpose(0, 1).unsqueeze(-1)
+    advantage_std = advantage.std()
+    if algo.normalize_advantage:
+        advantage = (advantage - advantage.mean()) / (advantage_std + 1e-8)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    out = ppo_loss(log_pi.reshape(-1), log_mu.reshape(-1), advantage.reshape(-1), value.reshape(-1), vs.reshape(-1),
+                   entropy.reshape(-1), algo.clip_eps, algo.value_coef, algo.entropy_coef)
+    out = {k: (v if k == "loss" else v.detach()) for k, v in out.items()}
+    return TensorDict(**out, advantage_std=advantage_std, value_mean=value.detach().mean())

@@ -1,0 +1,146 @@
+"""Sample Factory's shared memory: trajectory slots, the slot pool that says who may write each
+one, and the parameter buffer inference reads.
+
+Layout (:func:`rollout_layout`), allocated once by the learner and mapped by every process:
+
+- ``traj``: ``[S, B, T]`` trajectory slots in the IMPALA layout (``observation [S, B, T, F]``,
+  ``action``, ``action_log_prob``, ``policy_version``, ``("next", observation/reward/done/
+  terminated/truncated)``). A rollout worker owns a slot while it fills it: it writes
+  ``observation[s, :, t]``, inference writes ``action/action_log_prob/policy_version[s, :, t]``
+  (only while the worker waits for that step's reply), the worker writes the step's outcome.
+  After ``T`` steps the worker hands the slot in, the learner copies it out and frees it.
+- ``evicted``: ``[W]``, set by the learner for a rank it declared lost, before its slots are
+  reclaimed: a worker that was only stopped and comes back reads it and exits.
+- ``params``: ``[P]`` float32, the learner's flattened parameters; ``control``: int64
+  ``[stop, param_seq, param_version]``. ``param_seq`` is a seqlock: odd while the learner writes.
+
+Who may touch a slot is the :class:`SlotPool`'s state, kept by the learner only; messages carry
+slot numbers, never data.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional
+
+import torch
+from tensordict import TensorDict
+
+from distrl.data import keys
+
+STOP, PARAM_SEQ, PARAM_VERSION = 0, 1, 2  # indices into control
+
+
+def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_dim: int,
+                   num_params: int, world_size: int = 1) -> TensorDict:
+    """Zeros of the shared layout above: ``traj [S, B, T]``, ``params [P]``, ``control [3]``,
+    ``evicted [W]`` (1 for a rank whose slots were reclaimed: it must not write any more)."""
+    S, B, T, F = num_slots, envs_per_slot, unroll_length, obs_dim
+    z = lambda *shape, dtype=torch.float32: torch.zeros(S, B, T, *shape, dtype=dtype)  # noqa: E731
+    traj = TensorDict({
+        keys.OBSERVATION: z(F), keys.ACTION: z(dtype=torch.int64), keys.ACTION_LOG_PROB: z(),
+        keys.POLICY_VERSION: z(dtype=torch.int64),
+        keys.NEXT: TensorDict({
+            keys.OBSERVATION: z(F), "reward": z(1), "done": z(1, dtype=torch.bool),
+            "terminated": z(1, dtype=torch.bool), "truncated": z(1, dtype=torch.bool),
+        }, batch_size=[S, B, T]),
+    }, batch_size=[S, B, T])
+    return TensorDict(traj=traj, params=torch.zeros(num_params), control=torch.zeros(3, dtype=torch.int64),
+                      evicted=torch.zeros(world_size, dtype=torch.int64))
+
+
+def publish_params(shared: TensorDict, flat: torch.Tensor, version: int) -> None:
+    """Learner side: write ``flat [P]`` and its version under the seqlock."""
+    control = shared["control"]
+    control[PARAM_SEQ] += 1  # odd: a write is in progress
+    shared["params"].copy_(flat)
+    control[PARAM_VERSION] = version
+    control[PARAM_SEQ] += 1
+
+
+def read_params(shared: TensorDict, last_seq: int, out: torch.Tensor) -> Optional[tuple[int, int]]:
+    """Inference side: copy the parameters into ``out [P]`` if they changed since ``last_seq``.
+
+    Returns ``(seq, version)`` of the copy, or ``None`` when nothing newer is there (or a write
+    is in progress: the next batch tries again; a torn copy is never returned)."""
+    control = shared["control"]
+    seq = int(control[PARAM_SEQ])
+    if seq == last_seq or seq % 2:
+        return None
+    out.copy_(shared["params"])
+    version = int(control[PARAM_VERSION])
+    return (seq, version) if int(control[PARAM_SEQ]) == seq else None
+
+
+class SlotError(RuntimeError):
+    """A slot was handed in or freed by a role that does not own it (a protocol bug)."""
+
+
+class SlotPool:
+    """Ownership of ``num_slots`` trajectory slots: free, a worker's (by rank), or the learner's.
+
+    Thread-safe (transport handlers and the learner loop both use it). A worker's slots come back
+    with :meth:`reclaim` when the worker is lost, so a killed worker costs its partial slots only.
+    """
+
+    FREE, LEARNER = -1, -2
+
+    def __init__(self, num_slots: int):
+        self.owner = [self.FREE] * num_slots
+        self._lock = threading.Lock()
+        self.reclaimed = 0  #: slots taken back from lost workers
+        self.refused = 0  #: acquire calls that found no free slot (backpressure from the learner)
+
+    def acquire(self, rank: int) -> int:
+        """A free slot now owned by ``rank``, or -1 when none is free."""
+        with self._lock:
+            for s, owner in enumerate(self.owner):
+                if owner == self.FREE:
+                    self.owner[s] = rank
+                    return s
+            self.refused += 1
+            return -1
+
+    def hand_in(self, rank: int, slot: int) -> None:
+        """``rank`` is done writing ``slot``: from now on only the learner reads it."""
+        with self._lock:
+            if not 0 <= slot < len(self.owner) or self.owner[slot] != rank:
+                raise SlotError(f"rank {rank} handed in slot {slot}, owned by {self._name(slot)}")
+            self.owner[slot] = self.LEARNER
+
+    def release(self, slot: int) -> None:
+        """The learner has copied ``slot`` out: it is free again."""
+        with self._lock:
+            if self.owner[slot] != self.LEARNER:
+                raise SlotError(f"the learner released slot {slot}, owned by {self._name(slot)}")
+            self.owner[slot] = self.FREE
+
+    def reclaim(self, rank: int) -> list[int]:
+        """Free every slot ``rank`` owns (it was lost); returns them."""
+        with self._lock:
+            slots = [s for s, owner in enumerate(self.owner) if owner == rank]
+            for s in slots:
+                self.owner[s] = self.FREE
+            self.reclaimed += len(slots)
+            return slots
+
+    def owned_by(self, rank: int) -> list[int]:
+        with self._lock:
+            return [s for s, owner in enumerate(self.owner) if owner == rank]
+
+    def _name(self, slot: int) -> str:
+        if not 0 <= slot < len(self.owner):
+            return "nobody (no such slot)"
+        o = self.owner[slot]
+        return {self.FREE: "nobody", self.LEARNER: "the learner"}.get(o, f"rank {o}")
+
+
+def wait_for_slot(acquire, stopped, timeout_s: float, poll_s: float = 0.005) -> int:
+    """Call ``acquire() -> slot or -1`` until it gives a slot, ``stopped()`` or the timeout (-1)."""
+    deadline = time.monotonic() + timeout_s
+    while not stopped() and time.monotonic() < deadline:
+        slot = acquire()
+        if slot >= 0:
+            return slot
+        time.sleep(poll_s)
+    return -1

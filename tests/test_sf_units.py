@@ -1,0 +1,257 @@
+"""Sample Factory's pieces in one process: shared-memory files, the slot pool's life cycle (a lost
+worker's slots reclaimed), the parameter seqlock, the lag cap, the APPO advantage against a slow
+loop, and the rollout worker's double buffering against fake learner and inference handlers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from distrl.algorithms.appo import appo_loss, vtrace_pg_advantage
+from distrl.algorithms.impala import vtrace_targets
+from distrl.architectures import get_recipe
+from distrl.architectures.base import RoleContext
+from distrl.config import override
+from distrl.data import keys, shm
+from distrl.experiments.sf import debug
+from distrl.models import ActorCritic
+from distrl.roles.sf_learner import drop_lagged
+from distrl.roles.sf_rollout_worker import SFRolloutWorker
+from distrl.roles.sf_slots import (
+    PARAM_SEQ, STOP, SlotError, SlotPool, publish_params, read_params, rollout_layout,
+)
+from distrl.transport.local import LocalHub
+
+
+# ---------------------------------------------------------------- shared-memory files
+
+def test_shared_memory_is_seen_across_handles_and_outlives_its_files(tmp_path):
+    td, path = shm.create(TensorDict(x=torch.zeros(4, 3)), "test", root=tmp_path)
+    other = shm.attach(path)
+    other["x"][1] = 7.0
+    assert td["x"][1].tolist() == [7.0] * 3  # the same pages, no copy
+    shm.unlink(path)
+    assert not path.exists()
+    td["x"][2] = 3.0  # the mappings live on without the files
+    assert other["x"].sum() == 30.0
+    assert shm.decode_path(shm.encode_path(path)) == str(path)
+
+
+def test_directories_of_dead_owners_are_swept(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"distrl-sf-{dead.pid}-0123456789ab"
+    live = tmp_path / f"distrl-sf-{os.getpid()}-0123456789ab"
+    for d in (stale, live):
+        d.mkdir()
+    assert shm.sweep_stale(tmp_path) == [stale] and live.exists()
+    shm.remove_owned_by(os.getpid(), tmp_path)  # what a supervisor does when its child died
+    assert not live.exists()
+
+
+# ---------------------------------------------------------------- slot pool
+
+def test_slot_life_cycle_and_a_lost_worker_reclaimed():
+    pool = SlotPool(3)
+    a, b, c = pool.acquire(5), pool.acquire(5), pool.acquire(6)
+    assert sorted([a, b, c]) == [0, 1, 2] and pool.acquire(6) == -1 and pool.refused == 1
+    with pytest.raises(SlotError):
+        pool.hand_in(6, a)  # not its slot
+    pool.hand_in(5, a)
+    with pytest.raises(SlotError):
+        pool.hand_in(5, a)  # handed in twice: the learner owns it now
+    with pytest.raises(SlotError):
+        pool.release(b)  # the learner never frees a slot a worker is writing
+    assert pool.reclaim(5) == [b]  # rank 5 is killed holding b: b is free again, a stays the learner's
+    assert pool.acquire(6) == b
+    pool.release(a)
+    assert pool.acquire(7) == a and pool.reclaimed == 1
+
+
+# ---------------------------------------------------------------- parameters through shared memory
+
+def test_parameter_seqlock_never_returns_a_torn_copy():
+    shared = rollout_layout(1, 1, 1, 1, 4)
+    out = torch.zeros(4)
+    assert read_params(shared, 0, out) is None  # nothing published yet
+    publish_params(shared, torch.arange(4.0), version=3)
+    seq, version = read_params(shared, 0, out)
+    assert version == 3 and out.tolist() == [0, 1, 2, 3]
+    assert read_params(shared, seq, out) is None  # nothing newer
+    shared["control"][PARAM_SEQ] += 1  # a write in progress
+    assert read_params(shared, seq, out) is None
+
+
+# ---------------------------------------------------------------- the lag cap
+
+def test_rows_older_than_the_cap_are_dropped_and_counted():
+    rows = TensorDict({keys.POLICY_VERSION: torch.tensor([[9, 10], [4, 10], [7, 8]])}, batch_size=[3, 2])
+    kept, dropped = drop_lagged(rows, updates=10, max_lag=3)
+    assert kept[keys.POLICY_VERSION].tolist() == [[9, 10], [7, 8]] and dropped == 2  # lag 6 > 3
+    assert drop_lagged(rows, updates=10, max_lag=6)[1] == 0
+
+
+# ---------------------------------------------------------------- APPO
+
+def test_vtrace_pg_advantage_matches_a_slow_loop():
+    g = torch.Generator().manual_seed(0)
+    B, T, gamma = 3, 6, 0.9
+    r = lambda *s: torch.rand(*s, 1, generator=g)  # noqa: E731
+    value, next_value, reward = r(B, T), r(B, T), r(B, T)
+    terminated = torch.zeros(B, T, 1, dtype=torch.bool)
+    terminated[0, 2] = True
+    done = terminated.clone()
+    done[1, 3] = True  # a truncation
+    vs = r(B, T)
+    adv = vtrace_pg_advantage(vs, next_value, value, reward, done, terminated, gamma)
+    for b in range(B):
+        for t in range(T):
+            boot = next_value[b, t] if (t == T - 1 or done[b, t]) else vs[b, t + 1]
+            want = reward[b, t] + gamma * (0.0 if terminated[b, t] else boot) - value[b, t]
+            assert torch.allclose(adv[b, t], want)
+
+
+@pytest.mark.parametrize("vtrace", [True, False])
+def test_appo_loss_on_policy(vtrace):
+    """On-policy data (behaviour = target): PPO's ratio is 1, nothing is clipped, and the
+    V-trace targets are the n-step returns."""
+    algo = override(debug(), **{"algo.vtrace": vtrace}).algo
+    model = ActorCritic(2, 3)
+    B, T = 4, 5
+    obs = torch.randn(B, T, 2)
+    with torch.no_grad():
+        logp = torch.log_softmax(model.policy(obs), -1)
+    action = torch.randint(0, 3, (B, T))
+    flags = torch.zeros(B, T, 1, dtype=torch.bool)
+    batch = TensorDict({keys.OBSERVATION: obs, keys.ACTION: action,
+                        keys.ACTION_LOG_PROB: logp.gather(-1, action.unsqueeze(-1)).squeeze(-1),
+                        keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
+                        keys.NEXT: TensorDict({keys.OBSERVATION: torch.randn(B, T, 2), "reward": torch.ones(B, T, 1),
+                                               "done": flags, "terminated": flags}, batch_size=[B, T])},
+                       batch_size=[B, T])
+    out = appo_loss(model, batch, algo)
+    out["loss"].backward()
+    assert out["clip_fraction"] == 0 and out["approx_kl"].abs() < 1e-6
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+    if vtrace:  # rho = 1 everywhere: V-trace's targets are the plain n-step returns
+        v = model.value(obs).detach()
+        with torch.no_grad():
+            nv = model.value(batch[keys.NEXT_OBSERVATION])
+        _, vs = vtrace_targets(algo.gamma, torch.zeros(B, T, 1), torch.zeros(B, T, 1), v, nv,
+                               batch[keys.REWARD] * algo.reward_scale, flags, flags)
+        want = batch[keys.REWARD][:, -1] * algo.reward_scale + algo.gamma * nv[:, -1]
+        assert torch.allclose(vs[:, -1], want, atol=1e-6)
+
+
+# ---------------------------------------------------------------- double buffering
+
+class FakeLearnerAndInference:
+    """Ranks 0 (learner) and 1 (inference) for one real rollout worker (rank 2): plain handlers
+    over the local transport that check who writes what, and when."""
+
+    def __init__(self, cfg, hub: LocalHub, hand_ins: int = 6, end_by: str = "stop"):
+        a = cfg.algo
+        self.shared, self.path = shm.create(rollout_layout(32, a.envs_per_group, a.unroll_length, 1, 1, 3), "test")
+        self.traj = self.shared["traj"]
+        self.pool, self.hand_ins, self.events, self.end_by = SlotPool(32), hand_ins, [], end_by
+        self.violations: list[str] = []
+        self.frozen: dict[int, TensorDict] = {}  # handed-in slots as they were handed in
+        self.lock = threading.Lock()
+        learner, inference = hub.endpoint(0), hub.endpoint(1)
+        learner.serve("hello", lambda td: TensorDict({keys.SHM_PATH: shm.encode_path(self.path),
+                                                      keys.STOP: torch.tensor(False)}))
+        learner.serve("attached", lambda td: TensorDict(
+            {keys.SLOT: torch.tensor([[self.pool.acquire(2), self.pool.acquire(2)] for _ in range(2)])}))
+        learner.serve("hand_in", self.hand_in)
+        learner.serve("bye", lambda td: TensorDict())
+        learner.serve("time_budget", lambda td: TensorDict())
+        inference.serve("infer", self.infer)
+
+    def log(self, what: str, group: int) -> None:
+        with self.lock:
+            self.events.append((what, group))
+
+    def infer(self, td: TensorDict) -> TensorDict:
+        g, s, t = int(td[keys.ENV_GROUP]), int(td[keys.SLOT]), int(td[keys.SLOT_STEP])
+        if self.pool.owner[s] != 2:
+            self.violations.append(f"infer on slot {s} that the worker does not own")
+        self.log("infer_start", g)
+        step = self.traj[s, :, t].clone()
+        time.sleep(0.01)  # long enough for the other group to step meanwhile
+        if not (self.traj[s, :, t] == step).all():
+            self.violations.append(f"slot {s} step {t} written while inference read it")
+        self.traj[keys.ACTION][s, :, t] = (self.traj[keys.OBSERVATION][s, :, t, 0] > 0).long()
+        self.log("infer_end", g)
+        return TensorDict({keys.STOP: torch.tensor(False)})
+
+    def hand_in(self, td: TensorDict) -> TensorDict:
+        s = int(td[keys.SLOT])
+        self.pool.hand_in(2, s)
+        self.frozen[s] = self.traj[s].clone()
+        self.hand_ins -= 1
+        if self.hand_ins <= 0 and self.end_by == "stop":
+            self.shared["control"][STOP] = 1
+        elif self.hand_ins <= 0:  # the learner declared rank 2 lost (a stopped worker that came back)
+            self.shared["evicted"][2] = 1
+        return TensorDict({keys.SLOT: torch.tensor(self.pool.acquire(2))})
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("end_by", ["stop", "evicted"])
+def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes_a_read_slot(end_by, monkeypatch):
+    import distrl.roles.sf_rollout_worker as sfw
+
+    cfg = override(debug(), **{"algo.envs_per_worker": 8, "algo.unroll_length": 4})
+    roles = dict(enumerate(get_recipe("sf").roles_for_config(3, cfg)))
+    hub = LocalHub(3)
+    fake = FakeLearnerAndInference(cfg, hub, end_by=end_by)
+    made, make = [], sfw.make_vector_env
+
+    def logged_env(*args):  # the worker's vector envs, with each step logged per group
+        env, g = make(*args), len(made)
+        made.append(env)
+        step = env.step
+        env.step = lambda a: (fake.log("env_step", g), step(a))[1]
+        return env
+
+    monkeypatch.setattr(sfw, "make_vector_env", logged_env)
+    endpoint = hub.endpoint(2)
+    call = endpoint.call
+
+    def logged_call(dst, method, td=None, timeout=None):
+        if method == "infer":
+            fake.log("send", int(td[keys.ENV_GROUP]))
+        return call(dst, method, td, timeout)
+
+    endpoint.call = logged_call
+    try:
+        worker = sfw.SFRolloutWorker(RoleContext(cfg, endpoint, 2, roles, Path(".")))
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        thread.join(30)
+        assert not thread.is_alive()  # it saw the stop flag, or its eviction, and left
+    finally:
+        monkeypatch.undo()
+        shm.unlink(fake.path)
+    assert fake.hand_ins <= 0 and not fake.violations, fake.violations
+    for s, frozen in fake.frozen.items():  # handed in, never freed: never written again
+        assert (fake.traj[s] == frozen).all(), f"slot {s} written after it was handed in"
+    # while a group's request is in flight (sent, its actions not yet used to step its envs), the
+    # worker steps the other group: the schedule itself, logged in the worker's own thread
+    overlapped = requests = 0
+    events = [e for e in fake.events if e[0] in ("send", "env_step")]
+    for i, (what, g) in enumerate(events):
+        if what == "send":
+            end = next((j for j in range(i, len(events)) if events[j] == ("env_step", g)), None)
+            if end is None:  # still in flight when the worker stopped
+                continue
+            requests += 1
+            overlapped += ("env_step", 1 - g) in events[i:end]
+    assert requests >= 12 and overlapped >= requests - 1, (overlapped, requests)  # all but group 0's first
