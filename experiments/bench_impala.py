@@ -41,12 +41,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=1_500_000, help="impala training frames")
     ap.add_argument("--collector-frames", type=int, default=150_000, help="frames the collector gathers")
+    ap.add_argument("--variant", action="append", default=[], metavar="FIELD=V,FIELD=V",
+                    help="also train impala with these config overrides (repeatable), e.g. "
+                         "algo.envs_per_actor=32,algo.unroll_length=32,algo.batch_trajectories=2")
     args = ap.parse_args()
     best, ref, limit = report(args.collector_frames)
-    s = train_summary("impala", args.frames)
-    print(f"distrl impala, torchrun 3 procs (training): {s['fps']:10,.0f} frames/s ({s['fps'] / limit:5.1%} of the limit; "
-          f"lag mean {s['policy_lag_mean']:.2f}, {s['learner_updates']} updates)")
-    print(f"ratio impala / best TorchRL layout ({best}): {s['fps'] / ref:.2f}x")
+    for variant in ["", *args.variant]:
+        sets = [w for kv in variant.split(",") if kv for w in ("--set", kv)]
+        s = train_summary("impala", args.frames, extra=sets)
+        name = f"impala {variant}" if variant else "impala (defaults)"
+        print(f"distrl {name}, torchrun 3 procs (training): {s['fps']:10,.0f} frames/s ({s['fps'] / limit:5.1%} of the "
+              f"limit; lag mean {s['policy_lag_mean']:.2f}, {s['learner_updates']} updates)", flush=True)
+        print(f"ratio {name} / best TorchRL layout ({best}): {s['fps'] / ref:.2f}x", flush=True)
+        for role, phases in s.get("time_budget", {}).items():  # where each role's time went
+            print(f"    {role:10s} " + "  ".join(f"{k} {v:.2f}" for k, v in phases.items()), flush=True)
 
 
 if __name__ == "__main__":
