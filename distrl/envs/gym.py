@@ -4,6 +4,8 @@ Actors step ``gymnasium.vector.SyncVectorEnv`` directly rather than TorchRL's ``
 these CPUs TorchRL's per-step path costs about 300 us a frame against 7 us for the vector env
 (a ``Collector`` over one ``GymEnv`` with a random policy gathers 1.7-1.9k frames/s here), and an IMPALA actor is nothing but that loop. ``SAME_STEP`` autoreset returns the
 true final observation of a finished episode, which V-trace needs to bootstrap a truncation.
+An ``--env`` of the form ``module:function`` is a user's TorchRL env instead: every function here
+hands it to ``distrl/envs/torchrl_env.py``.
 """
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def _takes_num_envs(fn: EnvFactory) -> bool:
 
 def make_env(spec: str, num_envs: int, seed: int) -> EnvBase:
     """``num_envs`` envs of factory ``spec`` as one env with ``batch_size [num_envs]``, seeded
-    from ``seed`` (env ``i`` from ``seed + i`` for a ``SerialEnv``, as gymnasium's vector envs)."""
+    from ``seed`` with TorchRL's ``set_seed`` (a ``SerialEnv`` chains its envs' seeds from it)."""
     fn = load_factory(spec)
     with _quiet():
         if _takes_num_envs(fn):
@@ -148,7 +148,8 @@ def one_hot_actions(env: EnvBase) -> bool:
 @torch.no_grad()
 def evaluate_factory(policy_logits, spec: str, episodes: int, seed: int, device: torch.device,
                      max_steps: int = 100_000) -> list[float]:
-    """Greedy returns of ``episodes`` episodes of factory ``spec``, episode ``i`` from seed ``seed + i``.
+    """Greedy returns of ``episodes`` episodes of factory ``spec``: the first episode of each env of
+    :func:`make_env` ``(spec, episodes, seed)``, so the same every time for the same seed.
 
     Args:
         policy_logits: callable ``obs [B, F] -> logits [B, A]``.
