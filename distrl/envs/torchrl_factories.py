@@ -16,13 +16,17 @@ def cartpole_with_stepcounter() -> EnvBase:
 
 def cartpole_vector_with_stepcounter(num_envs: int) -> EnvBase:
     """``num_envs`` CartPole-v1 in one gymnasium ``SyncVectorEnv`` inside ``GymWrapper``, behind a
-    ``StepCounter`` (``batch_size [num_envs]``). ``SAME_STEP`` autoreset is what ``GymWrapper``
-    reads correctly; index actions (``categorical_action_encoding``) skip a one-hot per step."""
+    ``StepCounter`` (``batch_size [num_envs]``)."""
+    return _vector_with_stepcounter("CartPole-v1", num_envs)
+
+
+def _vector_with_stepcounter(env_id: str, num_envs: int) -> EnvBase:
+    """``SAME_STEP`` autoreset is what ``GymWrapper`` reads correctly (it refuses ``NEXT_STEP``);
+    index actions (``categorical_action_encoding``) skip a one-hot per step."""
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-    vec = SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(num_envs)],
-                        autoreset_mode=AutoresetMode.SAME_STEP)
+    vec = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
     return TransformedEnv(GymWrapper(vec, categorical_action_encoding=True), StepCounter())
 
 
@@ -33,3 +37,9 @@ def match_sign_with_stepcounter() -> EnvBase:
 
     return TransformedEnv(GymEnv("distrl/MatchSign-v0"), StepCounter())
 
+
+def match_sign_vector_with_stepcounter(num_envs: int) -> EnvBase:
+    """The toy env batched by the factory (``batch_size [num_envs]``): the tests' learning runs."""
+    import distrl.envs.mock  # noqa: F401  (registers the id)
+
+    return _vector_with_stepcounter("distrl/MatchSign-v0", num_envs)
