@@ -39,7 +39,8 @@ def make_parser() -> argparse.ArgumentParser:
                         "default: the one that module's ENV_EXPERIMENTS names for --env, else 'default'")
     p.add_argument("--nproc", type=int, default=1,
                    help="processes on this machine, one per rank, listening on 127.0.0.1 only (torchrun --standalone)")
-    p.add_argument("--env", help="gymnasium environment id (default: the experiment's, CartPole-v1)")
+    p.add_argument("--env", help="gymnasium environment id (default: the experiment's, CartPole-v1), or module:function "
+                                 "returning a TorchRL env, stepped through TorchRL's Collector (impala, apex; docs/torchrl.md)")
     p.add_argument("--seed", type=int, help="base random seed")
     p.add_argument("--total-frames", type=int, help="stop after this many environment frames")
     p.add_argument("--max-time-s", type=float, help="stop after this many seconds of training")

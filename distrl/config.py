@@ -27,7 +27,7 @@ def _check(ok: bool, msg: str) -> None:
 class RunConfig:
     """What every recipe shares: the env, the budget, the stop rule, where results go."""
 
-    env: str = "CartPole-v1"  #: gymnasium id of the environment
+    env: str = "CartPole-v1"  #: gymnasium id of the environment, or module:function of a TorchRL env factory (docs/torchrl.md)
     seed: int = 0  #: base seed; each rank and env derives its own from it
     total_frames: int = 100_000_000  #: stop after this many env frames (max_time_s usually ends a run first)
     max_time_s: float = 600.0  #: stop after this many seconds of training

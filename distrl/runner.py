@@ -21,7 +21,8 @@ import torch
 from distrl.architectures import get_recipe
 from distrl.architectures.base import Recipe, RoleContext
 from distrl.config import Config, override
-from distrl.envs.gym import check_env_id
+from distrl.architectures import RECIPE_NAMES
+from distrl.envs.gym import check_env_id, is_factory
 from distrl.job import job_id
 from distrl.network import prefer_loopback
 from distrl import faults
@@ -53,6 +54,10 @@ def default_run_dir(cfg: Config, job: str) -> str:
 def plan(cfg: Config, world_size: int) -> Plan:
     """Validate ``cfg`` for ``world_size`` processes; ``ValueError`` in one line if it cannot run."""
     recipe = get_recipe(cfg.recipe)
+    if is_factory(cfg.run.env) and not recipe.takes_env_factory:
+        able = ", ".join(n for n in RECIPE_NAMES if get_recipe(n).takes_env_factory)
+        raise ValueError(f"{recipe.name} cannot step a TorchRL env factory (--env {cfg.run.env}); {able} can, and "
+                         "vecenv takes a batched one through --set algo.env_factory=module:function")
     if not getattr(cfg.algo, "env_factory", ""):  # a user env factory (vecenv) names envs gymnasium may not know
         check_env_id(cfg.run.env)
     recipe.check_config(cfg)

@@ -26,11 +26,13 @@ sys.path.insert(0, str(ROOT))  # distrl from this checkout, installed or not
 from experiments.baselines import report  # noqa: E402
 
 
-def train_summary(recipe: str, frames: int, nproc: int = 3, extra: list[str] | None = None) -> dict:
-    """Run ``recipe`` under torchrun on CartPole-v1 for ``frames`` frames; returns its summary."""
+def train_summary(recipe: str, frames: int, nproc: int = 3, extra: list[str] | None = None,
+                  env: str = "CartPole-v1") -> dict:
+    """Run ``recipe`` under torchrun on ``env`` (a gymnasium id or a TorchRL env factory) for
+    ``frames`` frames; returns its summary."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               str(ROOT / "launch" / "train.py"), recipe, "--env", "CartPole-v1", "--total-frames", str(frames),
+               str(ROOT / "launch" / "train.py"), recipe, "--env", env, "--total-frames", str(frames),
                "--logger", "none", "--run-dir", tmp, "--set", "run.eval_episodes=0", *(extra or [])]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         subprocess.run(cmd, cwd=ROOT, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

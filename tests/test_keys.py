@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from distrl.architectures import get_recipe
@@ -13,8 +14,11 @@ from distrl.roles.impala_actor import ImpalaActor
 from distrl.transport.local import LocalHub
 
 
-def test_impala_actor_message_carries_the_learner_keys(tmp_path: Path):
-    cfg = override(get_recipe("impala").default_config(), **{"algo.envs_per_actor": 3, "algo.unroll_length": 5})
+@pytest.mark.parametrize("env", ["CartPole-v1", "distrl.envs.torchrl_factories:cartpole_with_stepcounter"])
+def test_impala_actor_message_carries_the_learner_keys(tmp_path: Path, env: str):
+    """The gymnasium path and the TorchRL Collector path (a factory env, docs/torchrl.md door 1) alike."""
+    cfg = override(get_recipe("impala").default_config(),
+                   **{"run.env": env, "algo.envs_per_actor": 3, "algo.unroll_length": 5})
     hub = LocalHub(2)
     actor = ImpalaActor(RoleContext(cfg, hub.endpoint(1), 1, {0: "learner", 1: "actor"}, tmp_path))
     msg = actor._unroll()
@@ -29,4 +33,4 @@ def test_impala_actor_message_carries_the_learner_keys(tmp_path: Path):
     # consecutive steps chain: next observation of t is the observation of t+1 unless the episode ended
     not_done = ~traj[keys.DONE][:, :-1, 0]
     torch.testing.assert_close(traj[keys.NEXT_OBSERVATION][:, :-1][not_done], traj[keys.OBSERVATION][:, 1:][not_done])
-    actor.env.close()
+    actor.runner.close()

@@ -106,6 +106,7 @@ RECIPE = Recipe(
     default_config=default_config,
     local_world_size=lambda cfg: 1 + cfg.algo.shards + cfg.algo.local_actors,
     check_config=_check_config,
+    takes_env_factory=True,
     roles_for_config=_roles,
     min_world_size_for=lambda cfg: cfg.algo.shards + 2,
 )

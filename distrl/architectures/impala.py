@@ -17,7 +17,7 @@ from distrl.envs.gym import env_info
 class ImpalaConfig:
     """IMPALA's algorithm and actor settings."""
 
-    envs_per_actor: int = 32  #: gymnasium envs each actor steps as one vector (B per message)
+    envs_per_actor: int = 32  #: envs each actor steps as one vector (B per message): gymnasium's, or the TorchRL factory's
     unroll_length: int = 32  #: steps per trajectory (T)
     batch_trajectories: int = 2  #: actor messages per learner batch; frames = this * B * T
     queue_size: int = 8  #: learner's trajectory queue bound, in messages
@@ -67,4 +67,5 @@ RECIPE = Recipe(
     default_config=default_config,
     local_world_size=lambda cfg: 1 + cfg.algo.local_actors,
     check_config=_check_config,
+    takes_env_factory=True,
 )

@@ -4,6 +4,8 @@ Actors step ``gymnasium.vector.SyncVectorEnv`` directly rather than TorchRL's ``
 these CPUs TorchRL's per-step path costs about 300 us a frame against 7 us for the vector env
 (a ``Collector`` over one ``GymEnv`` with a random policy gathers 1.7-1.9k frames/s here), and an IMPALA actor is nothing but that loop. ``SAME_STEP`` autoreset returns the
 true final observation of a finished episode, which V-trace needs to bootstrap a truncation.
+An ``--env`` of the form ``module:function`` is a user's TorchRL env instead: every function here
+hands it to ``distrl/envs/torchrl_env.py``.
 """
 from __future__ import annotations
 
@@ -27,8 +29,22 @@ class EnvInfo:
     action_dim: int
 
 
+def is_factory(env: str) -> bool:
+    """Whether ``--env`` names a TorchRL env factory (``module:function``, distrl/envs/torchrl_env.py)
+    rather than a gymnasium id. gymnasium ids may carry a module too (``ale_py:ALE/Pong-v5``); the
+    part after a factory's colon is a Python name, which an env id (``Name-vN``) is not."""
+    module, sep, name = env.partition(":")
+    return bool(sep and module) and all(part.isidentifier() for part in name.split("."))
+
+
 def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` (one line, with close matches) if gymnasium does not know ``env_id``."""
+    """Raise ``ValueError`` (one line, with close matches) if gymnasium does not know ``env_id``;
+    a TorchRL env factory (``module:function``) is resolved and checked instead (torchrl_env.py)."""
+    if is_factory(env_id):
+        from distrl.envs.torchrl_env import check_factory
+
+        check_factory(env_id)
+        return
     try:
         gym.spec(env_id)
     except Exception:
@@ -38,7 +54,11 @@ def check_env_id(env_id: str) -> None:
 
 
 def env_info(env_id: str) -> EnvInfo:
-    """Observation and action sizes of ``env_id`` (builds one env and closes it)."""
+    """Observation and action sizes of ``env_id`` (builds one env and closes it), or of a factory's env."""
+    if is_factory(env_id):
+        from distrl.envs.torchrl_env import check_factory
+
+        return check_factory(env_id)
     env = gym.make(env_id)
     try:
         obs_dim = int(np.prod(env.observation_space.shape))
@@ -75,6 +95,10 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
     Args:
         policy_logits: callable ``obs [B, F] -> logits [B, A]``.
     """
+    if is_factory(env_id):  # the user's TorchRL env, made by the same factory as the actors'
+        from distrl.envs.torchrl_env import evaluate_factory
+
+        return evaluate_factory(policy_logits, env_id, episodes, seed, device)
     if episodes == 0:
         return []
     env = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(episodes)], autoreset_mode=AutoresetMode.SAME_STEP)
@@ -88,3 +112,4 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
         running &= ~(term | trunc)
     env.close()
     return returns.tolist()
+

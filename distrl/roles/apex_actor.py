@@ -22,7 +22,7 @@ from distrl.architectures.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.models import QNetwork
-from distrl.roles.env_runner import EnvRunner
+from distrl.roles.env_runner import make_env_runner
 from distrl.transport.base import RemoteError, TransportError
 
 
@@ -43,7 +43,8 @@ class ApexActor:
         self.version = -1
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
-        self.runner = EnvRunner(self.cfg.run.env, a.envs_per_actor, seed, ctx.rank)
+        self.runner = make_env_runner(self.cfg.run.env, a.envs_per_actor, seed, ctx.rank, self.model, self._act,
+                                      a.unroll_length)
         self.carry: TensorDict | None = None  # the last n - 1 steps, [B, n-1]
         self.stats = {"frames": 0, "returns": [], "held_s": 0.0}  # not yet sent to the learner
 
@@ -80,8 +81,8 @@ class ApexActor:
 
     def _load(self, reply: TensorDict) -> None:
         if "params" in reply.keys():
-            self.model.load_state_dict(reply["params"].to_dict())
             self.version = int(reply["version"])
+            self.runner.load_weights(self.model, reply["params"], self.version)
 
     def _params_request(self) -> TensorDict:
         s, self.stats = self.stats, {"frames": 0, "returns": [], "held_s": 0.0}

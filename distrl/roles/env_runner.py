@@ -4,7 +4,8 @@ batch-major ``[B, T]`` trajectory, episode statistics, and recovery from an env 
 The IMPALA actor ships the trajectory as it is; the Ape-X actor cuts it into n-step transitions.
 Both hand :meth:`EnvRunner.unroll` their own ``act`` function, so the stepping loop, the true final
 observation of a finished episode (``SAME_STEP`` autoreset), fault injection and re-creation after
-a failure are one piece of code.
+a failure are one piece of code. With ``--env module:function`` (a user's TorchRL env) the same
+interface is a TorchRL ``Collector`` instead (:func:`make_env_runner`, ``collector_runner.py``).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tensordict import TensorDict
 
 from distrl import faults
 from distrl.data import keys
-from distrl.envs.gym import final_observations, make_vector_env
+from distrl.envs.gym import final_observations, is_factory, make_vector_env
 from distrl.logging.timing import TimeBudget
 
 #: ``act(obs [B, F]) -> {keys.ACTION: [B] int64, other per-step outputs: [B, ...]}``
@@ -105,6 +106,11 @@ class EnvRunner:
         ).transpose(0, 1).contiguous()  # batch-major [B, T], as TorchRL
         return traj, returns, lengths
 
+    def load_weights(self, model: torch.nn.Module, params: TensorDict, version: int) -> None:
+        """The learner's ``state_dict`` into ``model``, the network ``act`` reads (the actor stamps
+        ``version`` itself)."""
+        model.load_state_dict(params.to_dict())
+
     def recover(self, error: Exception, who: str) -> None:
         """After a failed :meth:`unroll`: count it, say so in one line, start a fresh env."""
         self.env_errors += 1
@@ -115,3 +121,14 @@ class EnvRunner:
     def close(self) -> None:
         if self.env is not None:
             self.env.close()
+
+
+def make_env_runner(env: str, num_envs: int, seed: int, rank: int, model: torch.nn.Module, act: ActFn, T: int):
+    """The actor's envs: an :class:`EnvRunner` over gymnasium id ``env`` (the fast path), or a
+    ``CollectorRunner`` (TorchRL ``Collector``) when ``env`` names a TorchRL env factory. ``model``
+    is the network ``act`` reads, ``T`` the unroll length."""
+    if is_factory(env):
+        from distrl.roles.collector_runner import CollectorRunner
+
+        return CollectorRunner(env, num_envs, seed, rank, model, act, T)
+    return EnvRunner(env, num_envs, seed, rank)

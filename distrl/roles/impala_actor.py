@@ -16,7 +16,7 @@ from distrl.architectures.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.models import ActorCritic, sample_actions
-from distrl.roles.env_runner import EnvRunner
+from distrl.roles.env_runner import make_env_runner
 from distrl.transport.base import TransportError
 
 
@@ -34,7 +34,8 @@ class ImpalaActor:
         self.version = -1  # no parameters yet: the first reply carries them
         self.seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(self.seed)
-        self.runner = EnvRunner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank)
+        # gymnasium vector envs, or a TorchRL Collector over the user's env factory (--env module:function)
+        self.runner = make_env_runner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank, self.model, self._act, self.T)
 
     @property
     def env(self):
@@ -42,8 +43,8 @@ class ImpalaActor:
 
     def _load(self, reply: TensorDict) -> None:
         if "params" in reply.keys():
-            self.model.load_state_dict(reply["params"].to_dict())
             self.version = int(reply["version"])
+            self.runner.load_weights(self.model, reply["params"], self.version)
 
     def _act(self, obs: torch.Tensor) -> dict:
         a, lp = sample_actions(self.policy(obs), self.generator)
@@ -53,7 +54,8 @@ class ImpalaActor:
         """Step every env ``T`` times; returns the ``[B, T]`` trajectory with episode stats."""
         B, T = self.num_envs, self.T
         traj, returns, lengths = self.runner.unroll(self._act, T)
-        traj[keys.POLICY_VERSION] = torch.full((B, T), self.version, dtype=torch.int64)
+        if keys.POLICY_VERSION not in traj.keys():  # the collector path stamps every frame itself
+            traj[keys.POLICY_VERSION] = torch.full((B, T), self.version, dtype=torch.int64)
         if faults.due("bad_obs", self.ctx.rank, self.runner.unrolls):
             traj[keys.OBSERVATION] = torch.zeros(B, T, traj[keys.OBSERVATION].shape[-1] + 1, dtype=torch.float64)
         return TensorDict(
