@@ -77,34 +77,41 @@ class LocalFleet:
 
 class RpcFleet:
     """``world_size - 1`` actor processes (``python -m distrl.fleet_backends``) over the rpc transport,
-    this process rank 0; on 127.0.0.1 only (``distrl.network.prefer_loopback``)."""
+    this process rank 0; every socket on 127.0.0.1. One at a time per process (rpc is process-global)."""
 
     def __init__(self, run_cfg: Config, roles: dict[int, str], cfg):
         import distrl
-        from distrl.network import prefer_loopback
+        from distrl.network import loopback_interface
         from distrl.transport.rpc import RpcTransport
 
         self.cfg, self.run_cfg, self.roles = cfg, run_cfg, roles
-        prefer_loopback()  # before init_rpc, here and (inherited) in the actor processes
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         root = os.path.dirname(os.path.dirname(os.path.abspath(distrl.__file__)))  # the actors import this distrl
-        self.env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(len(roles)),
+        # The fleet is a group of its own (also inside a torchrun job): its own store, hosted here,
+        # and every socket of it on loopback (distrl/network.py says why).
+        lo = loopback_interface()
+        self.group_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GROUP_WORLD_SIZE": "1",
+                          "TORCHELASTIC_USE_AGENT_STORE": "False",
+                          **({"TP_SOCKET_IFNAME": lo, "GLOO_SOCKET_IFNAME": lo} if lo else {})}
+        self.env = {**self.group_env, "WORLD_SIZE": str(len(roles)),
                     "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
                     _CONFIG_ENV: run_cfg.to_json(), _ROLES_ENV: json.dumps(roles)}
         self.transport = RpcTransport(0, len(roles), timeout=cfg.call_timeout_s, init_timeout=cfg.init_timeout_s,
                                       num_threads=run_cfg.transport.num_threads, role_names=roles)
         self.procs: list[subprocess.Popen] = []
+        self.started = False  # the group formed: the actors can hear stop
 
     def start(self) -> None:
         for rank in (r for r in self.roles if r):
             env = {**os.environ, **self.env, "RANK": str(rank), "OMP_NUM_THREADS": str(self.cfg.torch_threads)}
             self.procs.append(subprocess.Popen([sys.executable, "-m", "distrl.fleet_backends"], env=env))
-        saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
-        os.environ.update({k: self.env[k] for k in saved})  # RpcTransport.start reads them, as under torchrun
+        saved = {k: os.environ.get(k) for k in self.group_env}
+        os.environ.update(self.group_env)  # start() and init_rpc read them, as under torchrun; restored after
         try:
             self.transport.start()
+            self.started = True
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -118,9 +125,12 @@ class RpcFleet:
         return f"every actor process ended (exit codes {[p.returncode for p in self.procs]})"
 
     def stop(self, drain: Callable[[], None]) -> None:
-        _wait(lambda: any(p.poll() is None for p in self.procs), drain, self.cfg.call_timeout_s)
+        if self.started:
+            _wait(lambda: any(p.poll() is None for p in self.procs), drain, self.cfg.call_timeout_s)
         self.transport.close(timeout=10.0, graceful=False)  # the actors have heard stop: nothing in flight matters
         for p in self.procs:
+            if not self.started:  # a group that never formed: its ranks wait at the barrier for nothing
+                p.kill()
             try:
                 p.wait(timeout=10.0)
             except subprocess.TimeoutExpired:  # a wedged actor: its rank is not worth a hang
@@ -133,14 +143,12 @@ def _actor_main() -> int:
     import torch
 
     from distrl.config import from_dict
-    from distrl.network import prefer_loopback
     from distrl.runner import Plan, _run_rpc
 
     data = json.loads(os.environ[_CONFIG_ENV])
     recipe = get_recipe(data["recipe"])
     cfg = from_dict(Config, {**data, "algo": from_dict(type(recipe.default_config().algo), data["algo"])})
     roles = {int(r): name for r, name in json.loads(os.environ[_ROLES_ENV]).items()}
-    prefer_loopback()
     torch.set_num_threads(cfg.run.torch_threads)
     _run_rpc(Plan(recipe, cfg, roles, len(roles)), int(os.environ["RANK"]))
     return 0

@@ -21,10 +21,12 @@ their own, and an actor never waits for the user's loop except when the queue is
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import queue
 import threading
 import time
+import weakref
 from typing import Mapping, Optional
 
 import torch
@@ -37,6 +39,16 @@ from distrl.fleet_config import FleetConfig, fleet_policy, linear_layers
 from distrl.models import ActorCritic
 from distrl.roles.impala_learner import params_reply
 from distrl.roles.session import LearnerSession
+
+
+_LIVE: "weakref.WeakSet[FleetCollector]" = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_live() -> None:
+    """A collector never shut down stops its actors at exit, not mid-step when the interpreter dies."""
+    for collector in list(_LIVE):
+        collector.shutdown()
 
 
 class FleetCollector:
@@ -81,6 +93,7 @@ class FleetCollector:
         t.serve("put_trajectory", self._put_trajectory)
         t.serve("time_budget", lambda td: None)  # the actors report their time; nothing here logs it
         t.serve("ping", lambda td: None)
+        _LIVE.add(self)
         try:
             self._fleet.start()
         except BaseException:

@@ -37,7 +37,7 @@ class FleetConfig:
     hidden: tuple[int, ...] = (64, 64)  #: hidden widths of the actors' policy MLP (the user's policy network matches it)
     activation: str = "tanh"  #: its activation: tanh (TorchRL MLP's default), relu or elu
     call_timeout_s: float = 30.0  #: bound on every transport call; must exceed put_timeout_s
-    init_timeout_s: float = 120.0  #: bound on the actor processes joining (world size > 1)
+    init_timeout_s: float = 60.0  #: bound on the actor processes joining (world size > 1)
     torch_threads: int = 1  #: torch threads of each actor process (world size > 1)
 
     def __post_init__(self):
