@@ -2,6 +2,7 @@
 weights back through ``update_policy_weights_``, honours ``total_frames`` and leaves nothing behind."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -11,6 +12,7 @@ from torch import nn
 from torchrl.modules import MLP
 
 import distrl
+from conftest import descendants
 from distrl.data import keys
 from distrl.fleet_config import fleet_policy
 
@@ -117,12 +119,18 @@ def test_bad_arguments_fail_in_one_line():
 
 
 def test_actor_processes_over_rpc(no_leaked_processes):
-    """world_size=3: two actor processes, this one rank 0; versions rise, nothing is left after."""
+    """world_size=3: two actor processes, this one rank 0; versions rise, every socket of the fleet
+    listens on loopback, nothing is left after."""
+    from test_launch import LOOPBACK, _listening
+
     with distrl.FleetCollector(**TOY, world_size=3, frames_per_batch=80, total_frames=2_000, queue_size=2,
                                init_timeout_s=60.0) as collector:
-        versions = []
+        versions, sockets = [], set()
         for batch in collector:
             assert tuple(batch.batch_size) == (8, 10)
             versions.append(int(batch[keys.POLICY_VERSION].min()))
             collector.update_policy_weights_()
+            if len(versions) == 5:
+                sockets = _listening(descendants(os.getpid()) | {os.getpid()})
     assert versions[0] == 0 and versions[-1] >= 10, versions
+    assert sockets and all(s.startswith(LOOPBACK) for s in sockets), sockets
