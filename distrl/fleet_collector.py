@@ -168,7 +168,7 @@ class FleetCollector:
             except queue.Empty:
                 problem = self._fleet.problem()
                 if problem is None and time.monotonic() > deadline:
-                    problem = f"no trajectory arrived in fleet.batch_timeout_s={self.cfg.batch_timeout_s:g}s"
+                    problem = f"no trajectory arrived in batch_timeout_s={self.cfg.batch_timeout_s:g}s"
                 if problem:
                     self.shutdown()
                     raise RuntimeError(f"FleetCollector: {problem}")

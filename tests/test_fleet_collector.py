@@ -15,6 +15,7 @@ import distrl
 from conftest import descendants
 from distrl.data import keys
 from distrl.fleet_config import fleet_policy
+from distrl.roles.impala_actor import ImpalaActor
 
 TOY = dict(env="distrl/MatchSign-v0", envs_per_actor=4, unroll_length=10)  # 40 frames per actor message
 
@@ -35,6 +36,7 @@ def wait_gone(before: set[threading.Thread], timeout: float = 5.0) -> set[thread
 
 def test_batches_are_b_t_with_torchrl_keys_and_the_policy_version():
     with distrl.FleetCollector(**TOY, frames_per_batch=80, total_frames=160) as collector:
+        assert all(type(a) is ImpalaActor for a in collector._fleet.actors.values())  # the role itself, no copy
         batches = list(collector)
     assert len(batches) == 2
     for batch in batches:
