@@ -9,6 +9,10 @@ last policy (distrl's evaluation: ``--eval-episodes`` episodes from seeds ``seed
     python experiments/torchrl_loop.py                                        # CartPole-v1
     python experiments/torchrl_loop.py --env distrl/MatchSign-v0 --total-frames 8192   # seconds
 
+Rewards are scaled by ``--reward-scale`` (0.1) before GAE, as ``impala`` does: unscaled, CartPole's
+values near 100 are far for the critic's Adam steps, and the training mean swung between 160 and 470
+for most of the run (docs/torchrl.md has both).
+
 The data is off-policy by up to a few versions (``policy_version`` on every batch says which):
 the actors keep collecting with the weights they have while the loop learns, and PPO's clipped
 importance ratio against the batch's ``action_log_prob`` bounds the step, as in APPO.
@@ -38,8 +42,8 @@ from distrl.models import clip_towers  # noqa: E402
 def train(env: str = "CartPole-v1", total_frames: int = 1_000_000, world_size: int = 1, seed: int = 0,
           envs_per_actor: int = 16, unroll_length: int = 32, messages_per_batch: int = 2, epochs: int = 4,
           minibatch: int = 256, lr: float = 3e-4, gamma: float = 0.99, lmbda: float = 0.95,
-          entropy_coeff: float = 0.01, max_grad_norm: float = 0.5, eval_episodes: int = 10,
-          log_interval_s: float = 10.0) -> dict:
+          entropy_coeff: float = 0.01, max_grad_norm: float = 0.5, reward_scale: float = 0.1,
+          eval_episodes: int = 10, log_interval_s: float = 10.0) -> dict:
     """Train a ``ProbabilisticActor`` over a 2x64 MLP with ``ClipPPOLoss`` from a fleet; returns
     ``{"eval_return": greedy mean, "frames", "wall_s", "fps", "train_return", "lag_mean"}``."""
     torch.manual_seed(seed)
@@ -65,6 +69,8 @@ def train(env: str = "CartPole-v1", total_frames: int = 1_000_000, world_size: i
             lags.append(float((collector.policy_version - batch["policy_version"]).float().mean()))
             for group in optim.param_groups:  # linear decay to 0 over the budget: a settled last policy
                 group["lr"] = lr * max(0.0, 1.0 - collector.frames / total_frames)
+            if reward_scale != 1.0:  # values in scaled units, which the critic reaches sooner (docs/impala.md)
+                batch["next", "reward"] = batch["next", "reward"] * reward_scale
             with torch.no_grad():
                 advantage(batch)  # writes "advantage", "value_target", "state_value"
             flat = batch.reshape(-1)
@@ -98,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--total-frames", type=int, default=1_000_000, help="frames the fleet collects")
     ap.add_argument("--world-size", type=int, default=1, help="1: actor threads here; N: N - 1 actor processes")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reward-scale", type=float, default=0.1, help="rewards are multiplied by this before GAE (1: unscaled)")
     ap.add_argument("--eval-episodes", type=int, default=10)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    r = train(args.env, args.total_frames, args.world_size, args.seed, eval_episodes=args.eval_episodes)
+    r = train(args.env, args.total_frames, args.world_size, args.seed, reward_scale=args.reward_scale,
+              eval_episodes=args.eval_episodes)
     print(f"[torchrl loop] {r['frames']:,} frames in {r['wall_s']:.1f} s ({r['fps']:,.0f} fps), lag mean "
           f"{r['lag_mean']:.2f} versions, last training return {r['train_return']:.1f}")
     print(f"[torchrl loop] greedy eval over {args.eval_episodes} episodes: {r['eval_return']:.1f}")
