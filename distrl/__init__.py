@@ -1,7 +1,7 @@
 """distrl: distributed-RL architectures as torchrun recipes (see README.md and docs/).
 
 The pieces a TorchRL user takes from it (docs/torchrl.md) are importable from here:
-``load_policy``, ``export_policy``, ``SumTreeSampler`` and ``ReplayServiceBuffer``.
+``load_policy``, ``export_policy``, ``SumTreeSampler``, ``ReplayServiceBuffer`` and ``FleetCollector``.
 """
 
 __version__ = "0.2.0"
@@ -12,6 +12,7 @@ _EXPORTS = {
     "export_policy": "distrl.trained_policy",
     "SumTreeSampler": "distrl.sum_tree",
     "ReplayServiceBuffer": "distrl.replay_service",
+    "FleetCollector": "distrl.fleet_collector",
 }
 __all__ = ["__version__", *_EXPORTS]
 

@@ -23,6 +23,17 @@ from distrl.roles.session import LearnerSession
 from distrl.models import ActorCritic, clip_towers
 
 
+def params_reply(published: tuple[int, TensorDict], stop: bool, their_version: int) -> TensorDict:
+    """The reply to an actor's message: ``stop``, and the ``published`` ``(version, params)``
+    when they are newer than the actor's ``their_version`` (what ``ImpalaActor`` reads; also
+    ``FleetCollector``'s reply to the same actors)."""
+    version, params = published
+    reply = TensorDict(stop=torch.tensor(stop))
+    if version > their_version:
+        reply["params"], reply["version"] = params, torch.tensor(version)
+    return reply
+
+
 class ImpalaLearner:
     """Rank 0 of ``impala``: learns from every actor's trajectories."""
 
@@ -54,11 +65,7 @@ class ImpalaLearner:
         self.published = (self.session.tracker.updates, params)
 
     def _reply(self, their_version: int) -> TensorDict:
-        version, params = self.published
-        reply = TensorDict(stop=torch.tensor(self.stopping.is_set()))
-        if version > their_version:
-            reply["params"], reply["version"] = params, torch.tensor(version)
-        return reply
+        return params_reply(self.published, self.stopping.is_set(), their_version)
 
     def _hello(self, td: TensorDict) -> TensorDict:
         return self._reply(-1)

@@ -152,8 +152,10 @@ class LearnerSession:
         return TensorDict()
 
     # ---- bad input --------------------------------------------------------------------------------
-    def check_trajectory(self, traj: TensorDict, obs_dim: int) -> Optional[str]:
-        """Why ``traj`` cannot be learned from, or ``None`` if it is a well-formed ``[B, T]`` batch."""
+    @staticmethod
+    def check_trajectory(traj: TensorDict, obs_dim: int) -> Optional[str]:
+        """Why ``traj`` cannot be learned from, or ``None`` if it is a well-formed ``[B, T]`` batch
+        (static: ``FleetCollector`` checks what the same actors send it)."""
         missing = [k for k in keys.IMPALA_IN_KEYS if k not in traj.keys(include_nested=True)]
         if missing:
             return f"missing keys {missing}"
