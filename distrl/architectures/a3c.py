@@ -32,7 +32,7 @@ class A3CConfig:
     optimizer: str = "rmsprop"  #: the server's optimizer, one state for every worker: rmsprop (the paper's) or adam
     lr: float = 7e-4  #: learning rate
     rmsprop_alpha: float = 0.99  #: RMSProp's decay of the squared-gradient average (the paper's alpha)
-    optim_eps: float = 1e-5  #: epsilon of the optimizer's denominator
+    optim_eps: float = 1e-3  #: epsilon of the optimizer's denominator; above a converged gradient's RMS, so noise gets small steps (docs/a3c.md)
     gamma: float = 0.99  #: discount
     reward_scale: float = 0.1  #: rewards are multiplied by this in the loss (values in scaled units, as impala)
     value_coef: float = 0.5  #: weight of the value loss
