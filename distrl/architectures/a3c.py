@@ -36,7 +36,7 @@ class A3CConfig:
     gamma: float = 0.99  #: discount
     reward_scale: float = 0.1  #: rewards are multiplied by this in the loss (values in scaled units, as impala)
     value_coef: float = 0.5  #: weight of the value loss
-    entropy_coef: float = 0.01  #: weight of the entropy bonus (the paper's beta)
+    entropy_coef: float = 0.001  #: weight of the entropy bonus (the paper's beta); small, as rewards are scaled by 0.1 (docs/a3c.md)
     max_grad_norm: float = 0.5  #: norm clip of each applied gradient, per tower (policy, value), after A2C's mean
     normalize_advantage: bool = False  #: rescale each segment batch's advantages to unit variance
 
