@@ -107,7 +107,9 @@ class RpcFleet:
         for rank in (r for r in self.roles if r):
             env = {**os.environ, **self.env, "RANK": str(rank), "OMP_NUM_THREADS": str(self.cfg.torch_threads)}
             self.procs.append(subprocess.Popen([sys.executable, "-m", "distrl.fleet_backends"], env=env))
-        saved = {k: os.environ.get(k) for k in self.group_env}
+        # RpcTransport.start also sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE (for launchers it starts): in the
+        # user's process that would leak into every torchrun they start later, so it is restored too
+        saved = {k: os.environ.get(k) for k in (*self.group_env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")}
         os.environ.update(self.group_env)  # start() and init_rpc read them, as under torchrun; restored after
         try:
             self.transport.start()

@@ -122,9 +122,11 @@ def test_bad_arguments_fail_in_one_line():
 
 def test_actor_processes_over_rpc(no_leaked_processes):
     """world_size=3: two actor processes, this one rank 0; versions rise, every socket of the fleet
-    listens on loopback, nothing is left after."""
+    listens on loopback, nothing is left after, the user's environment variables included (a leaked
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE changed how every later torchrun job named its run dir)."""
     from test_launch import LOOPBACK, _listening
 
+    environ = dict(os.environ)
     with distrl.FleetCollector(**TOY, world_size=3, frames_per_batch=80, total_frames=2_000, queue_size=2,
                                init_timeout_s=60.0) as collector:
         versions, sockets = [], set()
@@ -136,3 +138,4 @@ def test_actor_processes_over_rpc(no_leaked_processes):
                 sockets = _listening(descendants(os.getpid()) | {os.getpid()})
     assert versions[0] == 0 and versions[-1] >= 10, versions
     assert sockets and all(s.startswith(LOOPBACK) for s in sockets), sockets
+    assert dict(os.environ) == environ
