@@ -1,0 +1,110 @@
+"""Benchmark: the CPU cost of one frame in each stage of an IMPALA-style pipeline, and the ceiling
+on training fps that those costs put on a machine with ``--cores`` cores.
+
+    python experiments/bench_costs.py [--cores 2] [--envs 32,128,256] [--seconds 3]
+
+Each stage runs alone on one thread (``torch.set_num_threads(1)``), one after another:
+
+- ``env``: gymnasium ``SyncVectorEnv(B)`` stepped with pre-sampled actions (no policy);
+- ``actor``: distrl's :class:`~distrl.roles.env_runner.EnvRunner` unrolling with the 2x64 policy
+  (env + policy forward + sampling + the trajectory's bookkeeping), as an impala actor does;
+- ``learn``: one impala update (V-trace loss, backward, per-tower clip, Adam) per ``B x T`` frames.
+
+A pipeline that trains on every frame it collects spends at least ``actor + learn`` CPU-seconds
+per frame, whatever its layout, so ``cores / (actor + learn)`` bounds its training fps on this
+machine (transport, serialisation and scheduling only lower it). The script prints that ceiling
+beside the env-only one (``cores / env``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # distrl from this checkout, installed or not
+
+
+def _timed(fn, seconds: float) -> tuple[int, float]:
+    """Calls ``fn`` (which returns its frame count) until ``seconds`` pass; ``(frames, elapsed)``."""
+    fn()  # warm-up
+    frames, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        frames += fn()
+    return frames, time.perf_counter() - start
+
+
+def stage_costs(B: int, T: int, seconds: float) -> dict[str, float]:
+    """Microseconds of CPU per frame of each stage, ``B`` envs, unrolls of ``T`` steps."""
+    import numpy as np
+    import torch
+
+    from distrl.algorithms.impala import impala_loss
+    from distrl.data import keys
+    from distrl.envs.gym import make_vector_env
+    from distrl.models import ActorCritic, clip_towers, sample_actions
+    from distrl.roles.env_runner import EnvRunner
+
+    torch.set_num_threads(1)
+    env = make_vector_env("CartPole-v1", B, 0)
+    actions = np.random.default_rng(0).integers(0, 2, size=(64, B))
+
+    def env_steps() -> int:
+        for a in actions:
+            env.step(a)
+        return len(actions) * B
+
+    model = ActorCritic(4, 2)
+    gen = torch.Generator().manual_seed(0)
+
+    def act(obs):
+        a, lp = sample_actions(model.policy(obs), gen)
+        return {keys.ACTION: a, keys.ACTION_LOG_PROB: lp}
+
+    runner = EnvRunner("CartPole-v1", B, 0, 1)
+
+    def unroll() -> int:
+        with torch.no_grad():
+            runner.unroll(act, T)
+        return B * T
+
+    traj = runner.unroll(act, T)[0]
+    optim = torch.optim.Adam(model.parameters(), lr=5e-4, eps=1e-5)
+
+    def learn() -> int:
+        out = impala_loss(model, traj, 0.99, 1.0, 1.0, 0.5, 0.01, False, 0.1)
+        optim.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        clip_towers(model.tower_parameters(), 1.0)
+        optim.step()
+        return B * T
+
+    costs = {}
+    for name, fn in (("env", env_steps), ("actor", unroll), ("learn", learn)):
+        frames, elapsed = _timed(fn, seconds)
+        costs[name] = elapsed / frames * 1e6
+    env.close()
+    runner.close()
+    return costs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cores", type=int, default=2, help="cores the ceiling is computed for")
+    ap.add_argument("--envs", default="32,128,256", help="envs per vector (B), comma separated")
+    ap.add_argument("--unroll", type=int, default=16, help="steps per unroll (T); the learner's batch is B x T")
+    ap.add_argument("--seconds", type=float, default=3.0, help="seconds each stage runs")
+    args = ap.parse_args()
+    print(f"{'B':>5} {'T':>4} {'env us/frame':>13} {'actor us/frame':>15} {'learn us/frame':>15} "
+          f"{'env-only ceiling':>17} {'train ceiling':>14}  ({args.cores} cores)")
+    for B in (int(b) for b in args.envs.split(",")):
+        c = stage_costs(B, args.unroll, args.seconds)
+        env_ceiling = args.cores / c["env"] * 1e6
+        train_ceiling = args.cores / (c["actor"] + c["learn"]) * 1e6
+        print(f"{B:>5} {args.unroll:>4} {c['env']:>13.2f} {c['actor']:>15.2f} {c['learn']:>15.2f} "
+              f"{env_ceiling:>15,.0f}/s {train_ceiling:>12,.0f}/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
