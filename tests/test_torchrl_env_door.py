@@ -93,8 +93,49 @@ def test_a_factory_distrl_cannot_use_is_one_line(env, message, capsys):
 
 
 def test_a_recipe_that_cannot_step_a_factory_says_so(capsys):
-    assert main(["seed", "--env", TOY, "--print-config"]) == 2
-    assert "seed cannot step a TorchRL env factory" in capsys.readouterr().err
+    assert main(["vecenv", "--env", TOY, "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert "vecenv cannot step a TorchRL env factory" in err and "algo.env_factory" in err, err
+
+
+def test_the_policy_free_roles_vector_env_steps_the_factory_like_gymnasium():
+    """seed, sf and a3c step a factory's env through gymnasium's vector-env calls
+    (distrl/envs/torchrl_vector.py): same shapes, dtypes and ``SAME_STEP`` autoreset semantics."""
+    from distrl.envs.gym import make_vector_env
+
+    fast, slow = make_vector_env("distrl/MatchSign-v0", B, 3), make_vector_env(TOY, B, 3)
+    try:
+        obs_a, obs_b = fast.reset(seed=3)[0], slow.reset(seed=3)[0]
+        assert obs_a.shape == obs_b.shape == (B, 1) and obs_a.dtype == obs_b.dtype
+        ends = 0
+        for t in range(T):
+            action = (obs_b[:, 0] > 0).astype("int64")  # the best policy: reward 1 every step
+            a, b = fast.step((obs_a[:, 0] > 0).astype("int64")), slow.step(action)
+            for x, y in zip(a[:4], b[:4]):
+                assert x.shape == y.shape and x.dtype == y.dtype
+            nxt, reward, term, trunc, info = b
+            assert (reward == 1).all() and not term.any()
+            assert (trunc == (t == 19)).all() and (a[3] == trunc).all()  # every episode is 20 steps
+            going = ~(term | trunc)
+            # where no episode ended, the next observation is the final one; where one did, the
+            # returned observation is the fresh episode's and final_obs the old one's last
+            assert (info["final_obs"][going] == nxt[going]).all()
+            ends += int(trunc.sum())
+            obs_a, obs_b = a[0], nxt
+        assert ends == B  # one truncation per env in 25 steps
+    finally:
+        fast.close()
+        slow.close()
+
+
+@pytest.mark.parametrize("recipe", ["seed", "sf", "a3c"])
+def test_the_policy_free_recipes_learn_the_toy_env_from_a_factory(recipe, tmp_path, no_leaked_processes):
+    run = tmp_path / "run"
+    proc = run_train([recipe, "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], timeout=150)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    s = read_summary(run)
+    assert s["env"] == TOY_VECTOR and s["episodes"] > 0 and s["learner_updates"] > 0
+    assert s["eval_return_mean"] >= 19.0  # greedy, on the factory's env: uniform scores 10
 
 
 def test_the_error_is_one_line_on_real_stderr_and_nothing_starts(tmp_path):

@@ -80,5 +80,6 @@ RECIPE = Recipe(
     default_config=default_config,
     local_world_size=lambda cfg: 1 + cfg.algo.local_workers,
     check_config=_check_config,
+    takes_env_factory=True,
     critical_roles=frozenset({"parameter_server"}),
 )

@@ -75,7 +75,8 @@ class Recipe:
     #: ``roles_for`` and ``min_world_size`` when set
     roles_for_config: Optional[Callable[[int, Config], list[str]]] = None
     min_world_size_for: Optional[Callable[[Config], int]] = None
-    #: whether ``--env module:function`` (a user's TorchRL env, stepped by TorchRL's Collector) works
+    #: whether ``--env module:function`` (a user's TorchRL env) works: actors that act locally collect
+    #: through TorchRL's Collector, policy-free env workers step it as a vector env (torchrl_vector.py)
     takes_env_factory: bool = False
 
     def rank_table(self, world_size: int, cfg: Config) -> dict[int, str]:

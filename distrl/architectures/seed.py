@@ -93,4 +93,5 @@ RECIPE = Recipe(
     default_config=default_config,
     local_world_size=lambda cfg: 1 + cfg.algo.local_workers,
     check_config=_check_config,
+    takes_env_factory=True,
 )

@@ -104,6 +104,7 @@ RECIPE = Recipe(
     default_config=default_config,
     local_world_size=lambda cfg: 1 + cfg.algo.inference_ranks + cfg.algo.local_workers,
     check_config=_check_config,
+    takes_env_factory=True,
     roles_for_config=roles_for,
     min_world_size_for=lambda cfg: 2 + cfg.algo.inference_ranks,
     critical_roles=frozenset({"learner", "inference"}),

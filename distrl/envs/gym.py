@@ -71,7 +71,14 @@ def env_info(env_id: str) -> EnvInfo:
 
 
 def make_vector_env(env_id: str, num_envs: int, seed: int) -> SyncVectorEnv:
-    """``num_envs`` copies of ``env_id`` stepped in this process, reset with seeds ``seed..seed+B-1``."""
+    """``num_envs`` copies of ``env_id`` stepped in this process, reset with seeds ``seed..seed+B-1``;
+    a TorchRL env factory's envs behind the same calls (distrl/envs/torchrl_vector.py)."""
+    if is_factory(env_id):
+        from distrl.envs.torchrl_vector import TorchRLVectorEnv
+
+        env = TorchRLVectorEnv(env_id, num_envs, seed)
+        env.reset(seed=seed)
+        return env
     env = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
     env.reset(seed=seed)
     env.action_space.seed(seed)
