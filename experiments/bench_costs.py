@@ -6,7 +6,7 @@ on training fps that those costs put on a machine with ``--cores`` cores.
 Each stage runs alone on one thread (``torch.set_num_threads(1)``), one after another:
 
 - ``env``: gymnasium ``SyncVectorEnv(B)`` stepped with pre-sampled actions (no policy);
-- ``actor``: distrl's :class:`~distrl.roles.env_runner.EnvRunner` unrolling with the 2x64 policy
+- ``actor``: distrl's :class:`~distrl.roles.env_runner.EnvRunner` unrolling with the 2x64 policy in numpy
   (env + policy forward + sampling + the trajectory's bookkeeping), as an impala actor does;
 - ``learn``: one impala update (V-trace loss, backward, per-tower clip, Adam) per ``B x T`` frames.
 
@@ -43,7 +43,8 @@ def stage_costs(B: int, T: int, seconds: float) -> dict[str, float]:
     from distrl.algorithms.impala import impala_loss
     from distrl.data import keys
     from distrl.envs.gym import make_vector_env
-    from distrl.models import ActorCritic, clip_towers, sample_actions
+    from distrl.models import ActorCritic, clip_towers
+    from distrl.numpy_policy import NumpyPolicy
     from distrl.roles.env_runner import EnvRunner
 
     torch.set_num_threads(1)
@@ -56,10 +57,10 @@ def stage_costs(B: int, T: int, seconds: float) -> dict[str, float]:
         return len(actions) * B
 
     model = ActorCritic(4, 2)
-    gen = torch.Generator().manual_seed(0)
+    fast = NumpyPolicy(model.policy, 0)  # what the impala actor acts with (distrl/numpy_policy.py)
 
     def act(obs):
-        a, lp = sample_actions(model.policy(obs), gen)
+        a, lp = fast.act(obs)
         return {keys.ACTION: a, keys.ACTION_LOG_PROB: lp}
 
     runner = EnvRunner("CartPole-v1", B, 0, 1)

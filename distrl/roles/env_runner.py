@@ -9,6 +9,7 @@ interface is a TorchRL ``Collector`` instead (:func:`make_env_runner`, ``collect
 """
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import numpy as np
@@ -66,35 +67,46 @@ class EnvRunner:
         """
         self.unrolls += 1
         B, obs_dim = self.num_envs, self.obs.shape[-1]
-        obs = torch.empty(T, B, obs_dim)
-        next_obs = torch.empty(T, B, obs_dim)
-        reward = torch.empty(T, B)
-        terminated = torch.empty(T, B, dtype=torch.bool)
-        truncated = torch.empty(T, B, dtype=torch.bool)
+        # numpy buffers, one torch tensor each at the end: a torch index-assignment costs ~6 us here
+        # against ~1 us in numpy, and a step makes eight of them (as many us as 3 CartPole steps)
+        obs = np.empty((T, B, obs_dim), np.float32)
+        next_obs = np.empty((T, B, obs_dim), np.float32)
+        reward = np.empty((T, B), np.float32)
+        terminated = np.empty((T, B), bool)
+        truncated = np.empty((T, B), bool)
         outputs: dict = {}
         returns, lengths = [], []
-        budget = self.budget
-        for t in range(T):
-            with torch.no_grad(), budget("policy"):
+        clock, policy_s, env_s = time.perf_counter, 0.0, 0.0  # the budget's phases, without a context per step
+        with torch.no_grad():
+            for t in range(T):
+                t0 = clock()
                 out = act(self.obs)
-            with budget("env"):
+                t1 = clock()
                 o, r, term, trunc, info = self._env_step(out[keys.ACTION].numpy())
-            done = term | trunc
-            obs[t] = self.obs
-            for k, v in out.items():
-                if k not in outputs:
-                    outputs[k] = torch.empty((T, *v.shape), dtype=v.dtype)
-                outputs[k][t] = v
-            next_obs[t] = torch.from_numpy(final_observations(o, info, done))
-            reward[t], terminated[t], truncated[t] = torch.from_numpy(r), torch.from_numpy(term), torch.from_numpy(trunc)
-            self.ep_return += r
-            self.ep_length += 1
-            if done.any():
-                returns.extend(self.ep_return[done].tolist())
-                lengths.extend(self.ep_length[done].tolist())
-                self.ep_return[done] = 0.0
-                self.ep_length[done] = 0
-            self.obs = torch.as_tensor(o, dtype=torch.float32)
+                t2 = clock()
+                policy_s += t1 - t0
+                env_s += t2 - t1
+                done = term | trunc
+                obs[t] = self.obs.numpy()
+                for k, v in out.items():
+                    if k not in outputs:
+                        outputs[k] = np.empty((T, *v.shape), v.numpy().dtype)
+                    outputs[k][t] = v.numpy()
+                next_obs[t] = final_observations(o, info, done)
+                reward[t], terminated[t], truncated[t] = r, term, trunc
+                self.ep_return += r
+                self.ep_length += 1
+                if done.any():
+                    returns.extend(self.ep_return[done].tolist())
+                    lengths.extend(self.ep_length[done].tolist())
+                    self.ep_return[done] = 0.0
+                    self.ep_length[done] = 0
+                self.obs = torch.as_tensor(o, dtype=torch.float32)
+        self.budget.add("policy", policy_s)
+        self.budget.add("env", env_s)
+        obs, next_obs, reward = torch.from_numpy(obs), torch.from_numpy(next_obs), torch.from_numpy(reward)
+        terminated, truncated = torch.from_numpy(terminated), torch.from_numpy(truncated)
+        outputs = {k: torch.from_numpy(v) for k, v in outputs.items()}
         traj = TensorDict(
             {keys.OBSERVATION: obs, **outputs,
              keys.NEXT: TensorDict({

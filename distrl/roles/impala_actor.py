@@ -16,6 +16,7 @@ from distrl.architectures.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.models import ActorCritic, sample_actions
+from distrl.numpy_policy import NumpyPolicy
 from distrl.roles.env_runner import make_env_runner
 from distrl.transport.base import TransportError
 
@@ -34,6 +35,9 @@ class ImpalaActor:
         self.version = -1  # no parameters yet: the first reply carries them
         self.seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(self.seed)
+        # numpy forward and sampling at actor batch sizes, where torch's per-op dispatch dominates
+        # (distrl/numpy_policy.py); a network it cannot run keeps the torch path
+        self.fast = NumpyPolicy(self.policy, self.seed) if NumpyPolicy.supports(self.policy) else None
         # gymnasium vector envs, or a TorchRL Collector over the user's env factory (--env module:function)
         self.runner = make_env_runner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank, self.model, self._act, self.T)
 
@@ -45,9 +49,11 @@ class ImpalaActor:
         if "params" in reply.keys():
             self.version = int(reply["version"])
             self.runner.load_weights(self.model, reply["params"], self.version)
+            if self.fast is not None:
+                self.fast.refresh()  # the load copies in place; refreshing costs microseconds and assumes nothing
 
     def _act(self, obs: torch.Tensor) -> dict:
-        a, lp = sample_actions(self.policy(obs), self.generator)
+        a, lp = self.fast.act(obs) if self.fast is not None else sample_actions(self.policy(obs), self.generator)
         return {keys.ACTION: a, keys.ACTION_LOG_PROB: lp}
 
     def _unroll(self) -> TensorDict:
