@@ -76,9 +76,7 @@ def make_vector_env(env_id: str, num_envs: int, seed: int) -> SyncVectorEnv:
     if is_factory(env_id):
         from distrl.envs.torchrl_vector import TorchRLVectorEnv
 
-        env = TorchRLVectorEnv(env_id, num_envs, seed)
-        env.reset(seed=seed)
-        return env
+        return TorchRLVectorEnv(env_id, num_envs, seed)  # seeded by make_env; its first step resets it
     env = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
     env.reset(seed=seed)
     env.action_space.seed(seed)

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import torch
+from tensordict import TensorDictBase
 from torchrl.data import Categorical, OneHot
 from torchrl.envs import EnvBase, SerialEnv
 
@@ -138,6 +139,18 @@ def _info(spec: str, env: EnvBase) -> EnvInfo:
         return EnvInfo(int(feature_shape[0]), None, int(action.shape[-1]))
     raise ValueError(f"--env {spec}: distrl trains on one discrete action (Categorical or OneHot) or a flat "
                      f"continuous action; this env's is {type(action).__name__} {list(action.shape[batch:])}")
+
+
+def end_flags(nxt: TensorDictBase, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(done, terminated, truncated)`` of a step's ``("next", ...)`` TensorDict, each bool of
+    ``shape``; an env that reports only ``done`` has ``terminated = done``, and ``truncated``
+    defaults to ``done & ~terminated``."""
+    done = nxt.get("done").reshape(shape).bool()
+    terminated = nxt.get("terminated", None)
+    terminated = done if terminated is None else terminated.reshape(shape).bool()
+    truncated = nxt.get("truncated", None)
+    truncated = done & ~terminated if truncated is None else truncated.reshape(shape).bool()
+    return done, terminated, truncated
 
 
 def one_hot_actions(env: EnvBase) -> bool:

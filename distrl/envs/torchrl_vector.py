@@ -18,7 +18,7 @@ import torch
 from tensordict import TensorDictBase
 
 from distrl.data import keys
-from distrl.envs.torchrl_env import _quiet, check_factory, make_env, one_hot_actions
+from distrl.envs.torchrl_env import _quiet, check_factory, end_flags, make_env, one_hot_actions
 
 
 class TorchRLVectorEnv:
@@ -37,10 +37,6 @@ class TorchRLVectorEnv:
     def _obs(self, td: TensorDictBase) -> np.ndarray:
         """``observation [B, F]`` of ``td`` as float32 numpy."""
         return td.get(keys.OBSERVATION).reshape(self.num_envs, -1).to(torch.float32).numpy()
-
-    def _flag(self, nxt: TensorDictBase, key: str) -> torch.Tensor | None:
-        value = nxt.get(key, None)
-        return None if value is None else value.reshape(self.num_envs).bool()
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict]:
         """Reset every env (reseeded from ``seed`` when given); ``(obs [B, F], {})``."""
@@ -64,11 +60,7 @@ class TorchRLVectorEnv:
         with _quiet():
             out, self._td = self.env.step_and_maybe_reset(td)
         nxt = out.get(keys.NEXT)
-        done = self._flag(nxt, "done")
-        terminated = self._flag(nxt, "terminated")
-        terminated = done if terminated is None else terminated
-        truncated = self._flag(nxt, "truncated")
-        truncated = done & ~terminated if truncated is None else truncated
+        _, terminated, truncated = end_flags(nxt, (self.num_envs,))
         reward = nxt.get("reward").reshape(self.num_envs).to(torch.float64).numpy()  # gymnasium's dtype
         return (self._obs(self._td), reward, terminated.numpy(), truncated.numpy(),
                 {"final_obs": self._obs(nxt)})

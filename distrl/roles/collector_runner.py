@@ -20,7 +20,7 @@ from torchrl.collectors import Collector
 
 from distrl import faults
 from distrl.data import keys
-from distrl.envs.torchrl_env import _quiet, check_factory, make_env, one_hot_actions
+from distrl.envs.torchrl_env import _quiet, check_factory, end_flags, make_env, one_hot_actions
 from distrl.logging.timing import TimeBudget
 from distrl.roles.env_runner import ActFn
 
@@ -108,11 +108,7 @@ class CollectorRunner:
         """The learners' keys of ``batch [B, T]`` (copied: the collector reuses its buffers)."""
         B, T = self.num_envs, self.T
         nxt = batch.get(keys.NEXT)
-        done = nxt.get("done").reshape(B, T)
-        terminated = nxt.get("terminated", None)
-        terminated = done if terminated is None else terminated.reshape(B, T)
-        truncated = nxt.get("truncated", None)
-        truncated = done & ~terminated if truncated is None else truncated.reshape(B, T)
+        done, terminated, truncated = end_flags(nxt, (B, T))
         reward = nxt.get("reward").reshape(B, T).to(torch.float32)
         # only what the gymnasium path produces: a user's transforms may add keys of their own
         traj = batch.select(keys.OBSERVATION, keys.POLICY_VERSION, *self.policy.out_keys).clone()
