@@ -1,6 +1,7 @@
 """Sample Factory's pieces in one process: shared-memory files, the slot pool's life cycle (a lost
 worker's slots reclaimed), the parameter seqlock, the lag cap, the APPO advantage against a slow
-loop, and the rollout worker's double buffering against fake learner and inference handlers."""
+loop, the doorbells' records, and the rollout worker's double buffering against a fake learner and
+a fake inference rank."""
 from __future__ import annotations
 
 import os
@@ -22,6 +23,7 @@ from distrl.config import override
 from distrl.data import keys, shm
 from distrl.experiments.sf import debug
 from distrl.models import ActorCritic
+from distrl.roles import sf_doorbell as bell
 from distrl.roles.sf_learner import drop_lagged
 from distrl.roles.sf_rollout_worker import SFRolloutWorker
 from distrl.roles.sf_slots import (
@@ -150,21 +152,66 @@ def test_appo_loss_on_policy(vtrace):
         assert torch.allclose(vs[:, -1], want, atol=1e-6)
 
 
+# ---------------------------------------------------------------- doorbells
+
+def test_doorbell_records_arrive_whole_from_many_writers_and_replies_reach_their_worker(tmp_path):
+    bell.make(tmp_path, [1], [2, 3])
+    workers = [bell.WorkerBell(tmp_path, 1, w) for w in (2, 3)]  # opened before the reader: no order needed
+    server = bell.InferenceBell(tmp_path, 1, [2, 3])
+    n = 2000  # 32 KB per writer: more than a pipe holds, so writers and the reader interleave
+
+    def write(w):
+        for i in range(n):
+            while True:
+                try:
+                    w.ask(i % 2, i, i % 7)
+                    break
+                except BlockingIOError:  # the pipe is full until the reader catches up
+                    time.sleep(0.001)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in workers]
+    for th in threads:
+        th.start()
+    got = []
+    while len(got) < 2 * n:
+        got += server.requests(timeout_s=5.0)
+    for th in threads:
+        th.join()
+    for rank in (2, 3):
+        mine = [r for r in got if r[0] == rank]
+        assert mine == [(rank, i % 2, i, i % 7) for i in range(n)]  # whole, in order, none lost
+    server.answer(3, 1, bell.OK)
+    server.answer(3, 0, bell.STOP)
+    server.answer(2, 0, bell.ERROR)
+    server.answer(9, 0, bell.OK)  # no such worker: ignored
+    never = lambda: False  # noqa: E731
+    assert workers[1].wait(0, 1.0, never) == bell.STOP  # group 1's reply came first: kept for later
+    assert workers[1].wait(1, 1.0, never) == bell.OK
+    assert workers[0].wait(0, 1.0, never) == bell.ERROR
+    with pytest.raises(TimeoutError):
+        workers[0].wait(1, 0.2, never)
+    assert workers[0].wait(1, 5.0, lambda: True) == bell.STOP  # the run's stop flag ends the wait at once
+    for b in (*workers, server):
+        b.close()
+
+
 # ---------------------------------------------------------------- double buffering
 
 class FakeLearnerAndInference:
     """Ranks 0 (learner) and 1 (inference) for one real rollout worker (rank 2): plain handlers
-    over the local transport that check who writes what, and when."""
+    over the local transport and a thread answering the worker's doorbell, which check who writes
+    what, and when."""
 
     def __init__(self, cfg, hub: LocalHub, hand_ins: int = 6, end_by: str = "stop"):
         a = cfg.algo
         self.shared, self.path = shm.create(rollout_layout(32, a.envs_per_group, a.unroll_length, 1, 1, 3), "test")
+        bell.make(self.path, [1], [2])
         self.traj = self.shared["traj"]
         self.pool, self.hand_ins, self.events, self.end_by = SlotPool(32), hand_ins, [], end_by
         self.violations: list[str] = []
         self.frozen: dict[int, TensorDict] = {}  # handed-in slots as they were handed in
         self.lock = threading.Lock()
-        learner, inference = hub.endpoint(0), hub.endpoint(1)
+        learner = hub.endpoint(0)
         learner.serve("hello", lambda td: TensorDict({keys.SHM_PATH: shm.encode_path(self.path),
                                                       keys.STOP: torch.tensor(False)}))
         learner.serve("attached", lambda td: TensorDict(
@@ -172,15 +219,22 @@ class FakeLearnerAndInference:
         learner.serve("hand_in", self.hand_in)
         learner.serve("bye", lambda td: TensorDict())
         learner.serve("time_budget", lambda td: TensorDict())
-        inference.serve("infer", self.infer)
+        self.bell, self.done = bell.InferenceBell(self.path, 1, [2]), threading.Event()
+        self.server = threading.Thread(target=self.serve)
+        self.server.start()
+
+    def serve(self) -> None:
+        while not self.done.is_set():
+            for rank, g, s, t in self.bell.requests(0.05):
+                self.infer(rank, g, s, t)
+                self.bell.answer(rank, g, bell.OK)
 
     def log(self, what: str, group: int) -> None:
         with self.lock:
             self.events.append((what, group))
 
-    def infer(self, td: TensorDict) -> TensorDict:
-        g, s, t = int(td[keys.ENV_GROUP]), int(td[keys.SLOT]), int(td[keys.SLOT_STEP])
-        if self.pool.owner[s] != 2:
+    def infer(self, rank: int, g: int, s: int, t: int) -> None:
+        if rank != 2 or self.pool.owner[s] != 2:
             self.violations.append(f"infer on slot {s} that the worker does not own")
         self.log("infer_start", g)
         step = self.traj[s, :, t].clone()
@@ -189,7 +243,6 @@ class FakeLearnerAndInference:
             self.violations.append(f"slot {s} step {t} written while inference read it")
         self.traj[keys.ACTION][s, :, t] = (self.traj[keys.OBSERVATION][s, :, t, 0] > 0).long()
         self.log("infer_end", g)
-        return TensorDict({keys.STOP: torch.tensor(False)})
 
     def hand_in(self, td: TensorDict) -> TensorDict:
         s = int(td[keys.SLOT])
@@ -222,15 +275,14 @@ def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes
         return env
 
     monkeypatch.setattr(sfw, "make_vector_env", logged_env)
+    ask = bell.WorkerBell.ask
+
+    def logged_ask(self, group, slot, t):
+        fake.log("send", group)
+        ask(self, group, slot, t)
+
+    monkeypatch.setattr(bell.WorkerBell, "ask", logged_ask)
     endpoint = hub.endpoint(2)
-    call = endpoint.call
-
-    def logged_call(dst, method, td=None, timeout=None):
-        if method == "infer":
-            fake.log("send", int(td[keys.ENV_GROUP]))
-        return call(dst, method, td, timeout)
-
-    endpoint.call = logged_call
     try:
         worker = sfw.SFRolloutWorker(RoleContext(cfg, endpoint, 2, roles, Path(".")))
         thread = threading.Thread(target=worker.run)
@@ -239,6 +291,9 @@ def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes
         assert not thread.is_alive()  # it saw the stop flag, or its eviction, and left
     finally:
         monkeypatch.undo()
+        fake.done.set()
+        fake.server.join(5)
+        fake.bell.close()
         shm.unlink(fake.path)
     assert fake.hand_ins <= 0 and not fake.violations, fake.violations
     for s, frozen in fake.frozen.items():  # handed in, never freed: never written again

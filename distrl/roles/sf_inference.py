@@ -1,13 +1,14 @@
 """Sample Factory's policy worker: batches the env groups whose observations are ready, writes
 their actions into shared memory, stamps the policy version.
 
-A rollout worker's ``infer`` call names a slot and a step (a few bytes); the observations are
-already in ``traj.observation[slot, :, t]``. The handler enqueues the request in SEED's
-:class:`~distrl.roles.seed_batching.DynamicBatcher` (the same batching policy: a batch closes at
-``algo.max_batch_envs`` observations or ``algo.max_wait_ms`` after its first request arrived)
-and waits on the request's own event, bounded by ``algo.request_timeout_s``; it never calls out.
-This role's loop gathers a batch's observations from shared memory, runs one forward pass,
-writes ``action``, ``action_log_prob`` and ``policy_version`` back and answers.
+A rollout worker's request names a slot and a step (16 bytes through its doorbell,
+``distrl/roles/sf_doorbell.py``); the observations are already in ``traj.observation[slot, :, t]``.
+A listening thread puts each request into SEED's :class:`~distrl.roles.seed_batching.DynamicBatcher`
+(the same batching policy: a batch closes at ``algo.max_batch_envs`` observations or
+``algo.max_wait_ms`` after its first request arrived). This role's loop gathers a batch's
+observations from shared memory, runs one forward pass (in numpy where the policy is a plain MLP:
+``distrl/numpy_policy.py``), writes ``action``, ``action_log_prob`` and ``policy_version`` back
+and rings each worker's reply bell.
 
 Parameters come from the learner through shared memory (``sf_slots.read_params``, a seqlock):
 checked before each batch, copied only when the learner published new ones.
@@ -28,6 +29,8 @@ from distrl.data import keys, shm
 from distrl.envs.gym import env_info
 from distrl.logging.timing import TimeBudget
 from distrl.models import ActorCritic, sample_actions
+from distrl.numpy_policy import NumpyPolicy
+from distrl.roles import sf_doorbell as bell
 from distrl.roles.seed_batching import DynamicBatcher, InferenceStats
 from distrl.roles.sf_slots import STOP as STOP_FLAG, read_params
 from distrl.transport.base import TransportError
@@ -40,13 +43,11 @@ class SlotRequest:
     """One env group's step awaiting actions: ``size`` observations at ``traj[slot, :, t]``."""
 
     rank: int
+    group: int
     slot: int
     t: int
     size: int
     arrived: float = field(default_factory=time.monotonic)
-    stop: bool = False
-    error: Optional[str] = None
-    ready: threading.Event = field(default_factory=threading.Event)
 
 
 def inference_rank_of(ctx: RoleContext, worker: int) -> int:
@@ -64,54 +65,66 @@ class SFInference:
         info = env_info(self.cfg.run.env)
         self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net)
         self.flat = torch.nn.utils.parameters_to_vector(self.model.parameters()).detach().clone()
-        served = [w for w in ctx.ranks_of("rollout_worker") if inference_rank_of(ctx, w) == ctx.rank]
+        torch.nn.utils.vector_to_parameters(self.flat, self.model.parameters())  # views of flat from here on
+        self.staging = self.flat.clone()  # read_params copies here: a torn copy never reaches the policy
+        self.fast = NumpyPolicy(self.model.policy, self.cfg.run.seed + ctx.rank) if NumpyPolicy.supports(
+            self.model.policy) else None
+        self.served = [w for w in ctx.ranks_of("rollout_worker") if inference_rank_of(ctx, w) == ctx.rank]
         self.batcher = DynamicBatcher(self.algo.max_batch_envs, self.algo.max_wait_ms / 1e3,
-                                      capacity=max(1, len(served)) * self.algo.groups_per_worker)
+                                      capacity=max(1, len(self.served)) * self.algo.groups_per_worker)
         self.generator = torch.Generator().manual_seed(self.cfg.run.seed + ctx.rank)
         self.stats, self.budget = InferenceStats(), TimeBudget()
         self.shared: Optional[TensorDict] = None
+        self.bell: Optional[bell.InferenceBell] = None
         self.stopping = threading.Event()
+        self.rejected = 0  #: malformed or surplus requests, answered with ERROR
         self.seq, self.version = 0, 0
-        ctx.transport.serve("infer", self.infer)
 
-    # ---- handler (transport threads: enqueue, then a bounded wait on the request's own event) ----
-    def infer(self, td: TensorDict) -> TensorDict:
-        if self.stopping.is_set():
-            return TensorDict({keys.STOP: torch.tensor(True)})
-        req = SlotRequest(int(td[keys.WORKER_RANK]), int(td[keys.SLOT]), int(td[keys.SLOT_STEP]),
-                          self.algo.envs_per_group)
-        try:
-            self.batcher.put(req)
-        except queue.Full:
-            raise ValueError("request rejected: more requests in flight than env groups") from None
-        if not req.ready.wait(self.algo.request_timeout_s):
-            raise TimeoutError(f"no inference reply within algo.request_timeout_s={self.algo.request_timeout_s}s")
-        if req.error is not None:
-            raise RuntimeError(f"inference failed: {req.error}")
-        return TensorDict({keys.STOP: torch.tensor(req.stop)})
+    # ---- the listening thread: doorbell records into the batcher ------------------------------------
+    def _listen(self) -> None:
+        slots, T = self.shared["traj"].shape[0], self.algo.unroll_length
+        while not self.stopping.is_set():
+            for rank, group, slot, t in self.bell.requests(timeout_s=0.05):
+                ok = rank in self.served and 0 <= group < self.algo.groups_per_worker and 0 <= slot < slots and 0 <= t < T
+                try:
+                    if not ok:
+                        raise queue.Full
+                    self.batcher.put(SlotRequest(rank, group, slot, t, self.algo.envs_per_group))
+                except queue.Full:  # malformed, or more requests in flight than env groups
+                    self.rejected += 1
+                    self.bell.answer(rank, group, bell.ERROR)
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> None:
         t = self.ctx.transport
         timeout = self.cfg.transport.call_timeout_s
         me = TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank)})
+        listener = threading.Thread(target=self._listen, name=f"sf-inference-{self.ctx.rank}-bell", daemon=True)
         try:
             reply = t.call_sync(self.learner, "hello", me, timeout)
             if bool(reply[keys.STOP]):
                 return
-            self.shared = shm.attach(shm.decode_path(reply[keys.SHM_PATH]))
+            path = shm.decode_path(reply[keys.SHM_PATH])
+            self.shared = shm.attach(path)
+            self.bell = bell.InferenceBell(path, self.ctx.rank, self.served)  # before "attached": then they go
             t.call_sync(self.learner, "attached", me, timeout)
+            listener.start()
             self._loop()
         except TransportError as e:
             print(f"[inference {self.ctx.rank}] learner unreachable, exiting: {e}", flush=True)
         finally:
             self.stopping.set()
-            self._answer(self.batcher.drain(), stop=True)
+            if listener.is_alive():
+                listener.join(1.0)
+            if self.bell is not None:
+                self._answer(self.batcher.drain(), bell.STOP)
         try:  # the run's totals, and a goodbye so the learner need not wait for this rank
             bye = TensorDict({**self._stats_td(self.stats.summary()), keys.WORKER_RANK: torch.tensor(self.ctx.rank)})
             t.call_sync(self.learner, "bye", bye, timeout)
         except TransportError:
             pass
+        if self.bell is not None:
+            self.bell.close()
 
     def _loop(self) -> None:
         control, traj = self.shared["control"], self.shared["traj"]
@@ -130,17 +143,20 @@ class SFInference:
                     self._send_stats()
 
     def _refresh_params(self) -> None:
-        got = read_params(self.shared, self.seq, self.flat)
-        if got is not None:
+        got = read_params(self.shared, self.seq, self.staging)
+        if got is not None:  # in place: the parameters (and the numpy policy's views) are views of flat
+            self.flat.copy_(self.staging)
             self.seq, self.version = got
-            torch.nn.utils.vector_to_parameters(self.flat, self.model.parameters())
 
     def _serve(self, batch: list[SlotRequest], traj: TensorDict) -> None:
         """Gather ``[N, F]`` observations from the slots, one forward, write actions back, answer."""
         start = time.monotonic()
         obs_all = traj[keys.OBSERVATION]
         obs = torch.cat([obs_all[r.slot, :, r.t] for r in batch])
-        action, log_prob = sample_actions(self.model.policy(obs), self.generator)
+        if self.fast is not None:
+            action, log_prob = self.fast.act(obs)
+        else:
+            action, log_prob = sample_actions(self.model.policy(obs), self.generator)
         act, logp, ver = traj[keys.ACTION], traj[keys.ACTION_LOG_PROB], traj[keys.POLICY_VERSION]
         offset = 0
         for r in batch:
@@ -152,11 +168,9 @@ class SFInference:
         done = time.monotonic()
         self.stats.add_batch(len(batch), offset, [done - r.arrived for r in batch], done - start)
 
-    @staticmethod
-    def _answer(batch: list[SlotRequest], stop: bool = False) -> None:
+    def _answer(self, batch: list[SlotRequest], status: int = bell.OK) -> None:
         for r in batch:
-            r.stop = stop
-            r.ready.set()
+            self.bell.answer(r.rank, r.group, status)
 
     @staticmethod
     def _stats_td(stats: dict) -> TensorDict:

@@ -28,6 +28,7 @@ from distrl.architectures.base import RoleContext
 from distrl.data import keys, shm
 from distrl.envs.gym import env_info, evaluate
 from distrl.models import ActorCritic, clip_towers
+from distrl.roles import sf_doorbell as doorbells
 from distrl.roles.session import LearnerSession
 from distrl.roles.sf_slots import STOP as STOP_FLAG, SlotPool, publish_params, rollout_layout
 
@@ -61,6 +62,7 @@ class SFLearner:
         layout = rollout_layout(num_slots, self.algo.envs_per_group, self.algo.unroll_length, info.obs_dim,
                                 sum(p.numel() for p in self.model.parameters()), len(ctx.roles))
         self.shared, self.shm_path = shm.create(layout, "sf")
+        doorbells.make(self.shm_path, ctx.ranks_of("inference"), self.workers)  # unlinked with the rest
         self.traj, self.control = self.shared["traj"], self.shared["control"]
         self._publish()
         self.full: queue.Queue = queue.Queue(maxsize=num_slots)  # never full: a slot is in it at most once

@@ -2,9 +2,9 @@
 tensor in shared memory, only slot numbers on the wire.
 
 Per group the worker owns a trajectory slot (``traj[slot]``, ``[B, T]``) and a spare. One step of
-a group: write its observations at ``traj.observation[slot, :, t]``, ask its inference rank for
-actions (``infer``: rank, group, slot, t), and, while that request is in flight, step the *other*
-group. When the reply comes, read the actions inference wrote at ``traj.action[slot, :, t]``, step
+a group: write its observations at ``traj.observation[slot, :, t]``, ring its inference
+rank's doorbell (rank, group, slot, t: 16 bytes, ``distrl/roles/sf_doorbell.py``) and, while that
+request is in flight, step the *other* group. When the reply comes, read the actions inference wrote at ``traj.action[slot, :, t]``, step
 the envs, write the outcome (reward, end flags, true next observation) at ``t``. So a slot's step
 ``t`` is written by the worker before the request and after the reply, and by inference only in
 between: no step is written while another role reads it.
@@ -28,6 +28,7 @@ from distrl.architectures.base import RoleContext
 from distrl.data import keys, shm
 from distrl.envs.gym import final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget
+from distrl.roles import sf_doorbell as bell
 from distrl.roles.sf_inference import inference_rank_of
 from distrl.roles.sf_slots import STOP as STOP_FLAG, wait_for_slot
 from distrl.transport.base import TransportError
@@ -40,7 +41,6 @@ class _Group:
         self.env, self.obs, self.slot, self.spare, self.t = env, obs, slot, spare, 0
         self.ep_return = np.zeros(len(obs))
         self.returns: list[float] = []  # episodes ended in the current slot
-        self.inflight: Future | None = None
 
 
 class SFRolloutWorker:
@@ -62,7 +62,9 @@ class SFRolloutWorker:
         reply = t.call_sync(self.learner, "hello", self.me, timeout)
         if bool(reply[keys.STOP]):
             return False
-        self.shared = shm.attach(shm.decode_path(reply[keys.SHM_PATH]))
+        path = shm.decode_path(reply[keys.SHM_PATH])
+        self.shared = shm.attach(path)
+        self.bell = bell.WorkerBell(path, self.server, self.ctx.rank)  # before "attached": then the files go
         self.traj, self.control, self.evicted = self.shared["traj"], self.shared["control"], self.shared["evicted"]
         # the shared tensors by name, looked up once: a nested TensorDict lookup costs about 5 us,
         # and eight per group step were about 5% of a 128-env CartPole step
@@ -83,9 +85,7 @@ class SFRolloutWorker:
         """Write group ``g``'s observations at its slot's step ``t`` and ask for actions."""
         grp = self.groups[g]
         self.buf["obs"][grp.slot, :, grp.t] = torch.from_numpy(np.asarray(grp.obs, dtype=np.float32))
-        td = TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank), keys.ENV_GROUP: torch.tensor(g),
-                         keys.SLOT: torch.tensor(grp.slot), keys.SLOT_STEP: torch.tensor(grp.t)})
-        grp.inflight = self.ctx.transport.call(self.server, "infer", td, self.cfg.transport.call_timeout_s)
+        self.bell.ask(g, grp.slot, grp.t)
 
     def _step(self, g: int) -> None:
         """Step group ``g`` with the actions inference wrote; write the outcome; hand in a full slot."""
@@ -137,13 +137,16 @@ class SFRolloutWorker:
                 return
             for g in range(len(self.groups)):
                 self._request(g)
-            while not self.control[STOP_FLAG]:
+            stopped, timeout = lambda: bool(self.control[STOP_FLAG]), self.cfg.transport.call_timeout_s
+            while not stopped():
                 faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/faults.py)
                 self.steps += 1
                 for g, grp in enumerate(self.groups):
                     with self.budget("wait"):
-                        reply = grp.inflight.result()  # bounded: the call's timeout resolves it
-                    if bool(reply[keys.STOP]) or self.control[STOP_FLAG]:
+                        status = self.bell.wait(g, timeout, stopped)
+                    if status == bell.ERROR:
+                        raise TransportError(f"inference rank {self.server} refused a request of group {g}")
+                    if status != bell.OK or stopped():
                         return
                     if self.evicted[self.ctx.rank]:  # declared lost (it was stopped): its slots are gone
                         print(f"[rollout_worker {self.ctx.rank}] evicted by the learner, exiting", flush=True)
@@ -155,7 +158,7 @@ class SFRolloutWorker:
                     with self.budget("env"):
                         self._request(g)
                 self.budget.maybe_send(self.ctx.transport, self.learner, self.ctx.rank)
-        except TransportError as e:
+        except (TransportError, TimeoutError) as e:
             print(f"[rollout_worker {self.ctx.rank}] exiting: {e}", flush=True)
         finally:
             self._close()
@@ -163,6 +166,8 @@ class SFRolloutWorker:
     def _close(self) -> None:
         for grp in getattr(self, "groups", []):
             grp.env.close()
+        if getattr(self, "bell", None) is not None:
+            self.bell.close()
         try:  # a goodbye, so the learner need not wait for this rank at the end
             self.ctx.transport.call_sync(self.learner, "bye", self.me, 5.0)
         except TransportError:
