@@ -120,6 +120,38 @@ def test_vtrace_pg_advantage_matches_a_slow_loop():
             assert torch.allclose(adv[b, t], want)
 
 
+def test_next_values_equal_the_critic_on_every_next_observation_of_a_real_unroll():
+    """Rows stepped as a rollout worker steps them (true final observations at episode ends, both
+    terminations and truncations): the critic's values reused from the next step equal the critic
+    run on every next observation."""
+    import gymnasium as gym
+    import numpy as np
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    from distrl.algorithms.appo import next_values
+    from distrl.envs.gym import final_observations
+
+    B, T = 8, 40
+    env = SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=15) for _ in range(B)],
+                        autoreset_mode=AutoresetMode.SAME_STEP)
+    o, _ = env.reset(seed=0)
+    obs, next_obs = torch.zeros(B, T, 4), torch.zeros(B, T, 4)
+    done, term = torch.zeros(B, T, 1, dtype=torch.bool), torch.zeros(B, T, 1, dtype=torch.bool)
+    rng = np.random.default_rng(0)
+    for t in range(T):
+        obs[:, t] = torch.from_numpy(np.asarray(o, np.float32))
+        o, _, te, tr, info = env.step(rng.integers(0, 2, B))
+        next_obs[:, t] = torch.from_numpy(np.asarray(final_observations(o, info, te | tr), np.float32))
+        done[:, t, 0], term[:, t, 0] = torch.from_numpy(te | tr), torch.from_numpy(te)
+    assert term.any() and (done & ~term).any()  # both kinds of episode end are in the rows
+    model = ActorCritic(4, 2)
+    with torch.no_grad():
+        got = next_values(model.value, model.value(obs), next_obs, done)
+        want = model.value(next_obs)
+    # the same float32 rows through the same layers; only the matmul's blocking may differ
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
+
+
 @pytest.mark.parametrize("vtrace", [True, False])
 def test_appo_loss_on_policy(vtrace):
     """On-policy data (behaviour = target): PPO's ratio is 1, nothing is clipped, and the
@@ -132,10 +164,11 @@ def test_appo_loss_on_policy(vtrace):
         logp = torch.log_softmax(model.policy(obs), -1)
     action = torch.randint(0, 3, (B, T))
     flags = torch.zeros(B, T, 1, dtype=torch.bool)
+    next_obs = torch.cat([obs[:, 1:], torch.randn(B, 1, 2)], dim=1)  # no episode ends: the next step's
     batch = TensorDict({keys.OBSERVATION: obs, keys.ACTION: action,
                         keys.ACTION_LOG_PROB: logp.gather(-1, action.unsqueeze(-1)).squeeze(-1),
                         keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
-                        keys.NEXT: TensorDict({keys.OBSERVATION: torch.randn(B, T, 2), "reward": torch.ones(B, T, 1),
+                        keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, "reward": torch.ones(B, T, 1),
                                                "done": flags, "terminated": flags}, batch_size=[B, T])},
                        batch_size=[B, T])
     out = appo_loss(model, batch, algo)
