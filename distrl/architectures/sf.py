@@ -4,8 +4,9 @@ worker, trajectories in shared memory, an asynchronous APPO learner with the pol
 Rank 0 is the learner; ranks ``1..algo.inference_ranks`` are inference (policy) workers; every
 other rank is a rollout worker that steps two groups of envs in turn, so one group's envs step
 while inference computes the other's actions. Observations, actions and whole trajectories live
-in shared memory that the learner allocates once (``distrl/roles/sf_slots.py``); the transport
-carries slot numbers only. One node: shared memory does not cross machines. At world size 1 the
+in shared memory that the learner allocates once (``distrl/roles/sf_slots.py``); the per-step
+signals go through named pipes beside it (``distrl/roles/sf_doorbell.py``), the rest over the
+transport, and both carry slot numbers only. One node: shared memory does not cross machines. At world size 1 the
 learner, one inference worker and ``algo.local_workers`` rollout workers share one process.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ class SFConfig:
     max_policy_lag: int = 20  #: rows whose oldest step is more updates old than this are dropped (counted)
     max_batch_envs: int = 1024  #: an inference batch closes once it holds this many observations...
     max_wait_ms: float = 0.5  #: ...or this long after its first request arrived
-    request_timeout_s: float = 10.0  #: bound on a request handler's wait for its batch; below the call timeout
+    request_timeout_s: float = 10.0  #: how long a rollout worker waits for one request's actions; below the call timeout
     slot_timeout_s: float = 10.0  #: how long a worker waits for a free slot before it gives up
     lr: float = 5e-4  #: Adam learning rate (impala's and seed's)
     gamma: float = 0.99  #: discount

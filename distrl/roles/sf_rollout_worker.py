@@ -137,7 +137,7 @@ class SFRolloutWorker:
                 return
             for g in range(len(self.groups)):
                 self._request(g)
-            stopped, timeout = lambda: bool(self.control[STOP_FLAG]), self.cfg.transport.call_timeout_s
+            stopped, timeout = lambda: bool(self.control[STOP_FLAG]), self.algo.request_timeout_s
             while not stopped():
                 faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/faults.py)
                 self.steps += 1
