@@ -104,7 +104,5 @@ WORKER_STATS = "stats"
 # never data (the data is in shared memory, distrl/roles/sf_slots.py).
 #: a trajectory slot's index in the shared ``[S, B, T]`` buffer (-1: none free)
 SLOT = "slot"
-#: the step ``t`` of the slot whose observations await actions
-SLOT_STEP = "slot_step"
 #: a shared-memory directory's path as ``[L]`` uint8 (distrl/data/shm.py)
 SHM_PATH = "shm_path"

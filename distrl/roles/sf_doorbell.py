@@ -45,9 +45,13 @@ def _open(path: Path) -> int:
     return os.open(path, os.O_RDWR | os.O_NONBLOCK)
 
 
-def _wait_readable(fd: int, timeout_s: float) -> bool:
+def _poller(fd: int) -> select.poll:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
+    return poller
+
+
+def _readable(poller: select.poll, timeout_s: float) -> bool:
     return bool(poller.poll(max(0.0, timeout_s) * 1e3))
 
 
@@ -64,6 +68,7 @@ class WorkerBell:
     def __init__(self, directory: str | Path, server: int, me: int):
         self.me = me
         self._req, self._rep = _open(Path(directory) / f"req-{server}"), _open(Path(directory) / f"rep-{me}")
+        self._poller = _poller(self._rep)  # made once: waiting is on the worker's hot path
         self._replies: dict[int, int] = {}  # group -> status, read but not yet waited for
 
     def ask(self, group: int, slot: int, t: int) -> None:
@@ -80,7 +85,7 @@ class WorkerBell:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"no reply from inference within {timeout_s:.0f}s")
-            if _wait_readable(self._rep, min(left, poll_s)):
+            if _readable(self._poller, min(left, poll_s)):
                 for g, status in REPLY.iter_unpack(_read(self._rep)):
                     self._replies[g] = status
         return self._replies.pop(group)
@@ -95,11 +100,12 @@ class InferenceBell:
 
     def __init__(self, directory: str | Path, me: int, workers: Iterable[int]):
         self._req = _open(Path(directory) / f"req-{me}")
+        self._poller = _poller(self._req)
         self._rep = {w: _open(Path(directory) / f"rep-{w}") for w in workers}
 
     def requests(self, timeout_s: float) -> list[tuple[int, int, int, int]]:
         """``(rank, group, slot, t)`` of each request that arrived; waits up to ``timeout_s`` for one."""
-        if not _wait_readable(self._req, timeout_s):
+        if not _readable(self._poller, timeout_s):
             return []
         return list(REQUEST.iter_unpack(_read(self._req)))
 

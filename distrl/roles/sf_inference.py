@@ -77,7 +77,6 @@ class SFInference:
         self.shared: Optional[TensorDict] = None
         self.bell: Optional[bell.InferenceBell] = None
         self.stopping = threading.Event()
-        self.rejected = 0  #: malformed or surplus requests, answered with ERROR
         self.seq, self.version = 0, 0
 
     # ---- the listening thread: doorbell records into the batcher ------------------------------------
@@ -85,14 +84,18 @@ class SFInference:
         slots, T = self.shared["traj"].shape[0], self.algo.unroll_length
         while not self.stopping.is_set():
             for rank, group, slot, t in self.bell.requests(timeout_s=0.05):
-                ok = rank in self.served and 0 <= group < self.algo.groups_per_worker and 0 <= slot < slots and 0 <= t < T
-                try:
-                    if not ok:
-                        raise queue.Full
-                    self.batcher.put(SlotRequest(rank, group, slot, t, self.algo.envs_per_group))
-                except queue.Full:  # malformed, or more requests in flight than env groups
-                    self.rejected += 1
-                    self.bell.answer(rank, group, bell.ERROR)
+                well_formed = (rank in self.served and 0 <= group < self.algo.groups_per_worker
+                               and 0 <= slot < slots and 0 <= t < T)
+                if not (well_formed and self._enqueue(SlotRequest(rank, group, slot, t, self.algo.envs_per_group))):
+                    self.bell.answer(rank, group, bell.ERROR)  # the worker exits, saying why
+
+    def _enqueue(self, req: SlotRequest) -> bool:
+        """False when more requests are in flight than env groups (a protocol bug)."""
+        try:
+            self.batcher.put(req)
+            return True
+        except queue.Full:
+            return False
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> None:

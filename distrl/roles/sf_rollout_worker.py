@@ -4,10 +4,10 @@ tensor in shared memory, only slot numbers on the wire.
 Per group the worker owns a trajectory slot (``traj[slot]``, ``[B, T]``) and a spare. One step of
 a group: write its observations at ``traj.observation[slot, :, t]``, ring its inference
 rank's doorbell (rank, group, slot, t: 16 bytes, ``distrl/roles/sf_doorbell.py``) and, while that
-request is in flight, step the *other* group. When the reply comes, read the actions inference wrote at ``traj.action[slot, :, t]``, step
-the envs, write the outcome (reward, end flags, true next observation) at ``t``. So a slot's step
-``t`` is written by the worker before the request and after the reply, and by inference only in
-between: no step is written while another role reads it.
+request is in flight, step the *other* group. When the reply comes, read the actions inference
+wrote at ``traj.action[slot, :, t]``, step the envs, write the outcome (reward, end flags, true
+next observation) at ``t``. So a slot's step ``t`` is written by the worker before the request and
+after the reply, and by inference only in between: no step is written while another role reads it.
 
 After ``T`` steps the worker hands the slot in (``hand_in``: slot number and the returns of the
 episodes that ended), switches to its spare and gets the next spare in the reply, asynchronously:
