@@ -118,7 +118,7 @@ def linear_layers(module: nn.Module, reference: nn.Module) -> list[nn.Linear]:
     """The ``nn.Linear`` layers of ``module`` in order, checked to form ``reference``'s MLP: the
     same layers and activations, and no other layer with parameters (its weights would not reach
     the actors). ``ValueError`` naming both shapes otherwise."""
-    kinds = (nn.Linear, *_ACTIVATIONS.values())
+    kinds = (nn.Linear, nn.Tanh, *_ACTIVATIONS.values())  # a user's nn.Tanh is distrl's Tanh's base
 
     def describe(m: nn.Module) -> str:
         if isinstance(m, nn.Linear):

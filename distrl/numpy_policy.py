@@ -18,8 +18,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from distrl.models import Tanh
+
 _ACTIVATIONS = {
     nn.Tanh: np.tanh,
+    Tanh: np.tanh,
     nn.ReLU: lambda h: np.maximum(h, 0.0),
     nn.ELU: lambda h: np.where(h > 0, h, np.expm1(np.minimum(h, 0.0))),
 }
