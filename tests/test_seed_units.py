@@ -78,6 +78,26 @@ def test_queue_bound_and_drain():
     assert len(b.drain()) == 1 and b.drain() == []
 
 
+def test_a_pulling_batcher_fills_its_queue_itself_with_the_same_policy():
+    """sf's inference: no thread puts requests in; the batcher pulls them when its queue is empty."""
+    arrivals = [[FakeRequest(3)], [], [FakeRequest(3), FakeRequest(3)], [FakeRequest(4)]]
+    waits = []
+
+    def pull(timeout_s):
+        waits.append(timeout_s)
+        for r in arrivals.pop(0) if arrivals else []:
+            b.put(r)
+
+    b = DynamicBatcher(max_envs=6, max_wait_s=0.05, capacity=4, pull=pull)
+    assert len(b.next_batch(1.0)) == 1  # pulled one, then waited (pulled nothing) until its deadline
+    assert waits[0] == 1.0 and 0 < waits[1] <= 0.05
+    assert [r.size for r in b.next_batch(1.0)] == [3, 3]  # two at once: the size bound closes it
+    assert [r.size for r in b.next_batch(1.0)] == [4]
+    assert b.next_batch(0.01) == [] and waits[-1] == 0.01  # idle: one pull with the idle timeout
+    arrivals.append([FakeRequest(1)])
+    assert len(b.drain()) == 1  # what the doorbell still holds is answered at shutdown too
+
+
 # ---------------------------------------------------------------- trajectory assembly
 
 def _f(*rows):

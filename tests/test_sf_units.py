@@ -343,3 +343,40 @@ def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes
             requests += 1
             overlapped += ("env_step", 1 - g) in events[i:end]
     assert requests >= 12 and overlapped >= requests - 1, (overlapped, requests)  # all but group 0's first
+
+
+# ---------------------------------------------------------------- the learner's hand-in
+
+def test_a_hand_in_frees_its_slot_at_once_until_a_batch_waits_then_holds_it(tmp_path):
+    """The learner copies a handed-in slot out and frees it in the handler while fewer than
+    ``batch_size`` copied rows wait for its loop (the worker's next spare is there at once); past
+    that the slot stays the learner's until the loop needs it (backpressure). The copies are the
+    slot as handed in, and the loop takes both kinds in order."""
+    from distrl.roles.sf_learner import SFLearner
+
+    cfg = override(debug(), **{"run.logger": "none"})  # 2 groups of 8 envs, batch_size 16 rows
+    roles = dict(enumerate(get_recipe("sf").roles_for_config(3, cfg)))  # learner, inference, worker
+    learner = SFLearner(RoleContext(cfg, LocalHub(3).endpoint(0), 0, roles, tmp_path))
+    try:
+        me = lambda slot: TensorDict({keys.WORKER_RANK: torch.tensor(2), keys.SLOT: torch.tensor(slot),  # noqa: E731
+                                      keys.EPISODE_RETURNS: torch.tensor([float(slot)])})
+        slots = learner._attached(me(-1))[keys.SLOT].flatten().tolist()  # every slot is the worker's
+        assert sorted(slots) == list(range(len(learner.pool.owner)))
+        obs = learner.traj[keys.OBSERVATION]
+        spares = []
+        for i, s in enumerate(slots[:3]):
+            obs[s] = float(s + 1)
+            spares.append(int(learner._hand_in(me(s))[keys.SLOT]))
+            if i < 2:  # copied: free at once, and written again by its next owner
+                obs[spares[-1]] = -1.0
+        assert spares[:2] == slots[:2] and spares[2] == -1  # the third waits: 16 copied rows wait already
+        assert learner.pool.owner[slots[2]] == SlotPool.LEARNER
+        taken = []
+        for _ in range(3):
+            assert learner._take_slot()
+            taken.append(learner._rows[-1][keys.OBSERVATION].unique().tolist())
+        assert taken == [[float(s + 1)] for s in slots[:3]]  # as handed in, in order
+        assert learner.pool.owner[slots[2]] == SlotPool.FREE and learner._copied_rows == 0
+        assert learner.session.tracker.episodes == 3
+    finally:
+        learner._maybe_unlink(force=True)

@@ -62,10 +62,15 @@ class TimeBudget:
         now = time.perf_counter()
         if now - getattr(self, "_last_sent", self.start) < interval_s:
             return
-        self._last_sent = now
+        self.send(transport, learner, rank, interval_s * 5)
+
+    def send(self, transport, learner: int, rank: int, timeout_s: float):
+        """Send the totals now; the call's future (a role's last send waits for it, so that its
+        totals are in before its goodbye: a short run may end between two periodic sends)."""
+        self._last_sent = time.perf_counter()
         td = self.as_tensordict()
         td["rank"] = torch.tensor(rank)
-        transport.call(learner, "time_budget", td, interval_s * 5)
+        return transport.call(learner, "time_budget", td, timeout_s)
 
 
 def fractions(totals: Mapping[str, float]) -> dict[str, float]:

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from tensordict import TensorDict
@@ -70,12 +70,19 @@ class Request:
 
 
 class DynamicBatcher:
-    """A bounded request queue and the batching policy of the module docstring."""
+    """A bounded request queue and the batching policy of the module docstring.
 
-    def __init__(self, max_envs: int, max_wait_s: float, capacity: int):
+    Requests reach the queue by :meth:`put` from other threads (SEED's rpc handlers), or, given
+    ``pull``, from the batching thread itself: ``pull(timeout_s)`` waits up to ``timeout_s`` for
+    requests and ``put``s what came. ``sf``'s inference pulls its doorbell this way, so no
+    listening thread hands each request over (a thread wake-up and a GIL hand-off per request).
+    """
+
+    def __init__(self, max_envs: int, max_wait_s: float, capacity: int,
+                 pull: Optional[Callable[[float], None]] = None):
         if max_envs < 1 or max_wait_s < 0 or capacity < 1:
             raise ValueError("max_envs and capacity must be >= 1, max_wait_s >= 0")
-        self.max_envs, self.max_wait_s = max_envs, max_wait_s
+        self.max_envs, self.max_wait_s, self._pull = max_envs, max_wait_s, pull
         self._queue: queue.Queue = queue.Queue(maxsize=capacity)
         self._carry = None  # a request that did not fit the last batch: the next one starts with it
 
@@ -88,15 +95,14 @@ class DynamicBatcher:
         first, self._carry = self._carry, None
         if first is None:
             try:
-                first = self._queue.get(timeout=idle_timeout_s)
+                first = self._get(idle_timeout_s)
             except queue.Empty:
                 return []
         batch, n = [first], first.size
         deadline = first.arrived + self.max_wait_s
         while n < self.max_envs:
-            left = deadline - time.monotonic()
             try:
-                req = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                req = self._get(deadline - time.monotonic())
             except queue.Empty:
                 break
             if n + req.size > self.max_envs:
@@ -106,8 +112,20 @@ class DynamicBatcher:
             n += req.size
         return batch
 
+    def _get(self, timeout_s: float):
+        """The oldest request, waiting up to ``timeout_s`` (none if not positive); ``queue.Empty``."""
+        if self._pull is None:
+            return self._queue.get(timeout=timeout_s) if timeout_s > 0 else self._queue.get_nowait()
+        try:
+            return self._queue.get_nowait()
+        except queue.Empty:
+            self._pull(max(timeout_s, 0.0))
+            return self._queue.get_nowait()
+
     def drain(self) -> list:
-        """Every request still waiting (to answer them at shutdown)."""
+        """Every request still waiting (to answer them at shutdown), pulled ones included."""
+        if self._pull is not None:
+            self._pull(0.0)
         out = [self._carry] if self._carry is not None else []
         self._carry = None
         while True:

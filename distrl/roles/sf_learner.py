@@ -7,8 +7,9 @@ on nothing can be left behind whatever happens to any process (``distrl/data/shm
 
 Handlers (transport threads, never blocking): ``hello`` (the path), ``attached`` (a worker's first
 slots), ``acquire`` (a free slot or -1), ``hand_in`` (a full slot into the bounded queue, a new
-spare back), ``inference_stats`` and ``bye``. The loop copies full slots out of shared memory,
-frees them, drops rows older than ``algo.max_policy_lag`` updates (counted), and takes one APPO
+spare back; the slot is copied out and freed there while less than a batch waits),
+``inference_stats`` and ``bye``. The loop takes the copied rows, or copies a full slot out and
+frees it, drops rows older than ``algo.max_policy_lag`` updates (counted), and takes one APPO
 step per ``algo.batch_size`` rows.
 """
 from __future__ import annotations
@@ -52,7 +53,7 @@ class SFLearner:
         self.device = self.session.device
         info = env_info(self.cfg.run.env)
         self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net).to(self.device)
-        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
+        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5, fused=True)
         self.session.restore(self.model, self.optim)
         self.session.evaluate = self._evaluate
         self.workers = ctx.ranks_of("rollout_worker")
@@ -65,7 +66,10 @@ class SFLearner:
         doorbells.make(self.shm_path, ctx.ranks_of("inference"), self.workers)  # unlinked with the rest
         self.traj, self.control = self.shared["traj"], self.shared["control"]
         self._publish()
-        self.full: queue.Queue = queue.Queue(maxsize=num_slots)  # never full: a slot is in it at most once
+        # full slots, and rows copied out of slots (_hand_in): at most num_slots of the one and
+        # batch_size / envs_per_group + 1 of the other, so never full
+        self.full: queue.Queue = queue.Queue(maxsize=num_slots + self.algo.batch_size // self.algo.envs_per_group + 1)
+        self._copied_rows = 0  # rows in self.full copied out of their slot
         self.attached: set[int] = set()
         self.said_bye: set[int] = set()
         self.inference_summary: dict[int, dict] = {}
@@ -93,9 +97,23 @@ class SFLearner:
         return TensorDict({keys.SLOT: torch.tensor(self.pool.acquire(int(td[keys.WORKER_RANK])))})
 
     def _hand_in(self, td: TensorDict) -> TensorDict:
+        """A full slot in; the worker's next spare (or -1) back. While fewer than a batch of rows
+        are waiting for the loop, the slot is copied out and freed here, so the spare is there at
+        once: otherwise every slot is a worker's (filling or spare) until the loop next needs rows,
+        and the worker stalls on ``acquire`` though the learner is idle (12% of a worker's time,
+        ``rollout_worker/time_handoff``). Past that the slot waits in the queue: the backpressure."""
         rank, slot = int(td[keys.WORKER_RANK]), int(td[keys.SLOT])
         self.pool.hand_in(rank, slot)  # a SlotError goes back to the worker as a remote error
-        self.full.put_nowait((slot, td[keys.EPISODE_RETURNS].tolist()))
+        returns = td[keys.EPISODE_RETURNS].tolist()
+        with self._lock:
+            copy_now = self._copied_rows < self.algo.batch_size
+            self._copied_rows += self.algo.envs_per_group if copy_now else 0
+        if copy_now:
+            rows = self.traj[slot].clone()
+            self.pool.release(slot)
+            self.full.put_nowait((rows, returns))
+        else:
+            self.full.put_nowait((slot, returns))
         return TensorDict({keys.SLOT: torch.tensor(self.pool.acquire(rank))})
 
     def _inference_stats(self, td: TensorDict) -> TensorDict:
@@ -135,11 +153,16 @@ class SFLearner:
                 self.session.tracker.counters["slots_reclaimed"] = self.pool.reclaimed
         self._maybe_unlink()
         try:
-            slot, returns = self.full.get(timeout=0.2)
+            item, returns = self.full.get(timeout=0.2)
         except queue.Empty:
             return False
-        rows = self.traj[slot].clone()  # [B, T], a copy: the slot is free from the next line on
-        self.pool.release(slot)
+        if isinstance(item, int):  # a slot: copy it out ([B, T]) and free it
+            rows = self.traj[item].clone()
+            self.pool.release(item)
+        else:  # rows the hand-in copied out already
+            rows = item
+            with self._lock:
+                self._copied_rows -= rows.shape[0]
         tracker = self.session.tracker
         tracker.add_episodes(returns)
         tracker.add_frames(rows.numel())
