@@ -22,13 +22,13 @@ from distrl.envs.gym import env_info
 class SFConfig:
     """Sample Factory's rollout, inference and APPO settings."""
 
-    envs_per_worker: int = 512  #: gymnasium envs each rollout worker steps, split into groups (docs/sf.md, tuning)
+    envs_per_worker: int = 256  #: gymnasium envs each rollout worker steps, split into groups (docs/sf.md, tuning)
     groups_per_worker: int = 2  #: env groups stepped in turn (2: double buffering)
     inference_ranks: int = 1  #: inference (policy worker) ranks, 1..R; rollout workers are spread over them
     local_workers: int = 2  #: rollout workers in the one process at world size 1
-    unroll_length: int = 16  #: steps per trajectory slot (T)
+    unroll_length: int = 32  #: steps per trajectory slot (T)
     slots_per_group: int = 2  #: trajectory slots per env group in the pool (filling + spare); more: more lag
-    batch_size: int = 128  #: env trajectories ([T] rows) per learner update
+    batch_size: int = 64  #: env trajectories ([T] rows) per learner update
     max_policy_lag: int = 20  #: rows whose oldest step is more updates old than this are dropped (counted)
     max_batch_envs: int = 1024  #: an inference batch closes once it holds this many observations...
     max_wait_ms: float = 0.5  #: ...or this long after its first request arrived

@@ -6,7 +6,7 @@ from distrl.config import Config, override
 
 
 def default() -> Config:
-    """CartPole-v1: 2 groups of 256 envs per rollout worker, 128 trajectories of 16 steps per update."""
+    """CartPole-v1: 2 groups of 128 envs per rollout worker, 64 trajectories of 32 steps per update."""
     return _recipe_default()
 
 
