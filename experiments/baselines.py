@@ -88,17 +88,22 @@ def collector_fps(make_env: Callable, envs_per_worker: int, workers: int, frames
         torch.set_num_threads(1)
 
 
-def torchrl_layouts(frames: int, envs: tuple[int, ...] = (64, 256), procs: int = 2) -> dict[str, float]:
-    """Every layout's frames/s, measured one after another in this call."""
+def layouts(envs: tuple[int, ...] = (64, 256), procs: int = 2) -> dict[str, Callable[[int], float]]:
+    """Every layout by name: ``measure(frames) -> frames/s``."""
     from functools import partial
 
-    out = {f"MultiSyncCollector {procs} x SerialEnv(8 x GymEnv)": collector_fps(partial(_serial_env, 8), 8, procs, frames)}
+    out = {f"MultiSyncCollector {procs} x SerialEnv(8 x GymEnv)": partial(collector_fps, partial(_serial_env, 8), 8, procs)}
     for n in envs:
-        out[f"MultiSyncCollector {procs} x GymWrapper(SyncVectorEnv({n}))"] = collector_fps(
-            partial(_wrapped_vector_env, n), n, procs, frames)
+        out[f"MultiSyncCollector {procs} x GymWrapper(SyncVectorEnv({n}))"] = partial(
+            collector_fps, partial(_wrapped_vector_env, n), n, procs)
     n = max(envs)
-    out[f"Collector 1 x GymWrapper(SyncVectorEnv({n}))"] = collector_fps(partial(_wrapped_vector_env, n), n, 0, frames)
+    out[f"Collector 1 x GymWrapper(SyncVectorEnv({n}))"] = partial(collector_fps, partial(_wrapped_vector_env, n), n, 0)
     return out
+
+
+def torchrl_layouts(frames: int, envs: tuple[int, ...] = (64, 256), procs: int = 2) -> dict[str, float]:
+    """Every layout's frames/s, measured one after another in this call."""
+    return {name: measure(frames) for name, measure in layouts(envs, procs).items()}
 
 
 def _env_only_worker(n: int, seconds: float, result: mp.Queue) -> None:

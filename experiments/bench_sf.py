@@ -1,14 +1,15 @@
 """Benchmark: Sample Factory's training fps against TorchRL's best collector layout collecting
 alone, against ``impala`` and ``seed`` on the same machine, each as a fraction of the env-only limit.
 
-    python experiments/bench_sf.py [--frames 1000000] [--collector-frames 150000] [--nproc 4]
+    python experiments/bench_sf.py [--frames 1500000] [--collector-frames 400000] [--nproc 4]
 
 All in one invocation (compare ratios within one run: the machines are shared):
 1. TorchRL's collectors in every layout of ``experiments/baselines.py`` (collecting only) and the
    env-only limit (2 processes stepping ``SyncVectorEnv(256)`` with random actions);
 2. ``sf``, ``seed`` and ``impala`` under ``torchrun --nproc-per-node=NPROC`` on CartPole-v1 with
    their default configs, ``--frames`` frames each: fps from ``summary.json``, policy lag, and
-   for ``sf`` the inference batch, the samples dropped for lag and each role's time budget.
+   for ``sf`` the inference batch, the samples dropped for lag and each role's time budget;
+3. TorchRL's best layout once more; every recipe's ratio is against the higher of its two figures.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.baselines import report  # noqa: E402
+from experiments.baselines import layouts, report  # noqa: E402
 from experiments.bench_impala import train_summary  # noqa: E402
 
 RECIPES = ("sf", "seed", "impala")
@@ -36,19 +37,25 @@ def budget_lines(summary: dict) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--frames", type=int, default=1_000_000, help="training frames of each recipe's run")
-    ap.add_argument("--collector-frames", type=int, default=150_000, help="frames each collector layout gathers")
+    ap.add_argument("--frames", type=int, default=1_500_000, help="training frames of each recipe's run")
+    ap.add_argument("--collector-frames", type=int, default=400_000, help="frames each collector layout gathers")
     ap.add_argument("--nproc", type=int, default=4, help="torchrun processes of every recipe (sf needs 3 or more)")
     args = ap.parse_args()
 
     best, ref, limit = report(args.collector_frames)
-    print(f"(ratios below: against {best}, {ref:,.0f} frames/s)", flush=True)
     results = {}
     for recipe in RECIPES:
         s = results[recipe] = train_summary(recipe, args.frames, nproc=args.nproc)
-        print(f"distrl {recipe:7s} torchrun {args.nproc} procs (training): {s['fps']:10,.0f} frames/s "
-              f"= {s['fps'] / ref:.2f}x the best layout, {s['fps'] / limit:5.1%} of the limit; "
+        print(f"distrl {recipe:7s} torchrun {args.nproc} procs (training): {s['fps']:10,.0f} frames/s; "
               f"lag mean {s['policy_lag_mean']:.2f}, max {s['policy_lag_max']}", flush=True)
+    # The best layout once more, after the recipes: on these shared machines its figure moved by up
+    # to a third between runs minutes apart, so each recipe is held against the higher of the two.
+    again = layouts()[best](args.collector_frames)
+    ref = max(ref, again)
+    print(f"\n{best} again: {again:,.0f} frames/s; ratios against the higher of the two, {ref:,.0f} frames/s:")
+    for recipe in RECIPES:
+        fps = results[recipe]["fps"]
+        print(f"  {recipe:7s} {fps:10,.0f} frames/s = {fps / ref:.2f}x the best layout, {fps / limit:5.1%} of the limit")
     sf = results["sf"]
     print(f"\nsf against seed: {sf['fps'] / results['seed']['fps']:.2f}x; against impala: "
           f"{sf['fps'] / results['impala']['fps']:.2f}x")
