@@ -109,9 +109,7 @@ class SFLearner:
             copy_now = self._copied_rows < self.algo.batch_size
             self._copied_rows += self.algo.envs_per_group if copy_now else 0
         if copy_now:
-            rows = self.traj[slot].clone()
-            self.pool.release(slot)
-            self.full.put_nowait((rows, returns))
+            self.full.put_nowait((self._copy_out(slot), returns))
         else:
             self.full.put_nowait((slot, returns))
         return TensorDict({keys.SLOT: torch.tensor(self.pool.acquire(rank))})
@@ -140,6 +138,12 @@ class SFLearner:
             self._unlinked = True
         shm.unlink(self.shm_path)
 
+    def _copy_out(self, slot: int) -> TensorDict:
+        """A full slot's rows ``[B, T]``, copied: the slot is free again once this returns."""
+        rows = self.traj[slot].clone()
+        self.pool.release(slot)
+        return rows
+
     def _publish(self) -> None:
         flat = torch.nn.utils.parameters_to_vector(self.model.parameters()).detach().cpu()
         publish_params(self.shared, flat, self.session.tracker.updates)
@@ -156,9 +160,8 @@ class SFLearner:
             item, returns = self.full.get(timeout=0.2)
         except queue.Empty:
             return False
-        if isinstance(item, int):  # a slot: copy it out ([B, T]) and free it
-            rows = self.traj[item].clone()
-            self.pool.release(item)
+        if isinstance(item, int):  # a slot: copy it out and free it now
+            rows = self._copy_out(item)
         else:  # rows the hand-in copied out already
             rows = item
             with self._lock:
