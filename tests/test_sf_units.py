@@ -188,9 +188,9 @@ def test_appo_loss_on_policy(vtrace):
 # ---------------------------------------------------------------- doorbells
 
 def test_doorbell_records_arrive_whole_from_many_writers_and_replies_reach_their_worker(tmp_path):
-    bell.make(tmp_path, [1], [2, 3])
+    bell.make(tmp_path, 0, [1], [2, 3])
     workers = [bell.WorkerBell(tmp_path, 1, w) for w in (2, 3)]  # opened before the reader: no order needed
-    server = bell.InferenceBell(tmp_path, 1, [2, 3])
+    server = bell.ServerBell(tmp_path, 1, [2, 3])
     n = 2000  # 32 KB per writer: more than a pipe holds, so writers and the reader interleave
 
     def write(w):
@@ -221,9 +221,12 @@ def test_doorbell_records_arrive_whole_from_many_writers_and_replies_reach_their
     assert workers[1].wait(0, 1.0, never) == bell.STOP  # group 1's reply came first: kept for later
     assert workers[1].wait(1, 1.0, never) == bell.OK
     assert workers[0].wait(0, 1.0, never) == bell.ERROR
+    server.answer(2, 1, 7)  # two replies to one group read in one go (a spare is read a hand-in late)
+    server.answer(2, 1, 8)
+    assert [workers[0].wait(1, 1.0, never) for _ in range(2)] == [7, 8]  # both, oldest first
     with pytest.raises(TimeoutError):
         workers[0].wait(1, 0.2, never)
-    assert workers[0].wait(1, 5.0, lambda: True) == bell.STOP  # the run's stop flag ends the wait at once
+    assert workers[0].wait(1, 5.0, lambda: True) is None  # the run's stop flag ends the wait at once
     for b in (*workers, server):
         b.close()
 
@@ -232,13 +235,13 @@ def test_doorbell_records_arrive_whole_from_many_writers_and_replies_reach_their
 
 class FakeLearnerAndInference:
     """Ranks 0 (learner) and 1 (inference) for one real rollout worker (rank 2): plain handlers
-    over the local transport and a thread answering the worker's doorbell, which check who writes
-    what, and when."""
+    over the local transport and a thread answering the worker's doorbells (actions, hand-ins),
+    which check who writes what, and when."""
 
     def __init__(self, cfg, hub: LocalHub, hand_ins: int = 6, end_by: str = "stop"):
         a = cfg.algo
         self.shared, self.path = shm.create(rollout_layout(32, a.envs_per_group, a.unroll_length, 1, 1, 3), "test")
-        bell.make(self.path, [1], [2])
+        bell.make(self.path, 0, [1], [2])
         self.traj = self.shared["traj"]
         self.pool, self.hand_ins, self.events, self.end_by = SlotPool(32), hand_ins, [], end_by
         self.violations: list[str] = []
@@ -249,10 +252,10 @@ class FakeLearnerAndInference:
                                                       keys.STOP: torch.tensor(False)}))
         learner.serve("attached", lambda td: TensorDict(
             {keys.SLOT: torch.tensor([[self.pool.acquire(2), self.pool.acquire(2)] for _ in range(2)])}))
-        learner.serve("hand_in", self.hand_in)
         learner.serve("bye", lambda td: TensorDict())
         learner.serve("time_budget", lambda td: TensorDict())
-        self.bell, self.done = bell.InferenceBell(self.path, 1, [2]), threading.Event()
+        self.bell, self.done = bell.ServerBell(self.path, 1, [2]), threading.Event()
+        self.slot_bell = bell.ServerBell(self.path, 0, [2], bell.SLOT)
         self.server = threading.Thread(target=self.serve)
         self.server.start()
 
@@ -261,6 +264,8 @@ class FakeLearnerAndInference:
             for rank, g, s, t in self.bell.requests(0.05):
                 self.infer(rank, g, s, t)
                 self.bell.answer(rank, g, bell.OK)
+            for rank, g, s, t in self.slot_bell.requests(0.0):
+                self.hand_in(rank, g, s, t)
 
     def log(self, what: str, group: int) -> None:
         with self.lock:
@@ -277,8 +282,9 @@ class FakeLearnerAndInference:
         self.traj[keys.ACTION][s, :, t] = (self.traj[keys.OBSERVATION][s, :, t, 0] > 0).long()
         self.log("infer_end", g)
 
-    def hand_in(self, td: TensorDict) -> TensorDict:
-        s = int(td[keys.SLOT])
+    def hand_in(self, rank: int, g: int, s: int, t: int) -> None:
+        if rank != 2 or t != self.traj.shape[2]:
+            self.violations.append(f"slot {s} handed in by rank {rank} after {t} steps")
         self.pool.hand_in(2, s)
         self.frozen[s] = self.traj[s].clone()
         self.hand_ins -= 1
@@ -286,7 +292,7 @@ class FakeLearnerAndInference:
             self.shared["control"][STOP] = 1
         elif self.hand_ins <= 0:  # the learner declared rank 2 lost (a stopped worker that came back)
             self.shared["evicted"][2] = 1
-        return TensorDict({keys.SLOT: torch.tensor(self.pool.acquire(2))})
+        self.slot_bell.answer(2, g, self.pool.acquire(2))  # the group's next spare
 
 
 @pytest.mark.timeout(60)
@@ -327,6 +333,7 @@ def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes
         fake.done.set()
         fake.server.join(5)
         fake.bell.close()
+        fake.slot_bell.close()
         shm.unlink(fake.path)
     assert fake.hand_ins <= 0 and not fake.violations, fake.violations
     for s, frozen in fake.frozen.items():  # handed in, never freed: never written again
@@ -347,36 +354,46 @@ def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes
 
 # ---------------------------------------------------------------- the learner's hand-in
 
-def test_a_hand_in_frees_its_slot_at_once_until_a_batch_waits_then_holds_it(tmp_path):
-    """The learner copies a handed-in slot out and frees it in the handler while fewer than
-    ``batch_size`` copied rows wait for its loop (the worker's next spare is there at once); past
-    that the slot stays the learner's until the loop needs it (backpressure). The copies are the
-    slot as handed in, and the loop takes both kinds in order."""
+def test_hand_ins_come_through_the_doorbell_and_spares_go_back_as_slots_come_free(tmp_path):
+    """A real learner's loop reads hand-ins from its doorbell, copies the oldest slot out when it
+    needs rows (as handed in; the episode returns read where ``done``), frees it, and answers the
+    group owed a spare first; while every slot is taken the next group waits (backpressure). A
+    hand-in of a worker declared lost is ignored: its slots were reclaimed."""
     from distrl.roles.sf_learner import SFLearner
 
-    cfg = override(debug(), **{"run.logger": "none"})  # 2 groups of 8 envs, batch_size 16 rows
+    cfg = override(debug(), **{"run.logger": "none"})  # 2 groups of 8 envs, 4 steps, batch_size 16 rows
     roles = dict(enumerate(get_recipe("sf").roles_for_config(3, cfg)))  # learner, inference, worker
     learner = SFLearner(RoleContext(cfg, LocalHub(3).endpoint(0), 0, roles, tmp_path))
+    worker = bell.WorkerBell(learner.shm_path, 0, 2, bell.SLOT)
     try:
-        me = lambda slot: TensorDict({keys.WORKER_RANK: torch.tensor(2), keys.SLOT: torch.tensor(slot),  # noqa: E731
-                                      keys.EPISODE_RETURNS: torch.tensor([float(slot)])})
-        slots = learner._attached(me(-1))[keys.SLOT].flatten().tolist()  # every slot is the worker's
+        me = TensorDict({keys.WORKER_RANK: torch.tensor(2)})
+        slots = learner._attached(me)[keys.SLOT].flatten().tolist()  # every slot is the worker's
         assert sorted(slots) == list(range(len(learner.pool.owner)))
-        obs = learner.traj[keys.OBSERVATION]
-        spares = []
-        for i, s in enumerate(slots[:3]):
-            obs[s] = float(s + 1)
-            spares.append(int(learner._hand_in(me(s))[keys.SLOT]))
-            if i < 2:  # copied: free at once, and written again by its next owner
-                obs[spares[-1]] = -1.0
-        assert spares[:2] == slots[:2] and spares[2] == -1  # the third waits: 16 copied rows wait already
-        assert learner.pool.owner[slots[2]] == SlotPool.LEARNER
-        taken = []
-        for _ in range(3):
-            assert learner._take_slot()
-            taken.append(learner._rows[-1][keys.OBSERVATION].unique().tolist())
-        assert taken == [[float(s + 1)] for s in slots[:3]]  # as handed in, in order
-        assert learner.pool.owner[slots[2]] == SlotPool.FREE and learner._copied_rows == 0
-        assert learner.session.tracker.episodes == 3
+        traj, T = learner.traj, cfg.algo.unroll_length
+        for g, s in enumerate(slots[:2]):
+            traj[keys.OBSERVATION][s] = float(s + 1)
+            traj[keys.DONE][s, 3, 1] = True  # an episode of env 3 ended at step 1, with return 40 + s
+            traj[keys.NEXT, keys.EPISODE_RETURN][s, 3, 1] = 40.0 + s
+            traj[keys.NEXT, keys.EPISODE_RETURN][s, 4, 1] = 99.0  # not done: not a return
+            worker.ask(g, s, T)
+        never = lambda: False  # noqa: E731
+        assert learner._take_slot()
+        assert worker.wait(0, 1.0, never) == slots[0]  # group 0 was owed first: its slot came free
+        traj[keys.OBSERVATION][slots[0]] = -1.0  # its new owner writes it: the copy stays as handed in
+        assert learner.pool.owner[slots[1]] == SlotPool.LEARNER
+        with pytest.raises(TimeoutError):  # no slot is free: group 1 waits for its spare
+            worker.wait(1, 0.3, never)
+        assert learner._take_slot()
+        assert worker.wait(1, 1.0, never) == slots[1]
+        taken = [r[keys.OBSERVATION].unique().tolist() for r in learner._rows]
+        assert taken == [[float(s + 1)] for s in slots[:2]]  # as handed in, in order
+        assert learner.session.tracker.episodes == 2
+        assert sorted(learner.session.tracker.returns) == [40.0 + s for s in sorted(slots[:2])]
+        worker.ask(0, slots[2], T)  # then rank 2 is declared lost: its slots go back to the pool
+        learner.evicted[2] = 1
+        learner.pool.reclaim(2)
+        assert not learner._take_slot() and not learner.handed and not learner.owed
     finally:
+        worker.close()
+        learner.bell.close()
         learner._maybe_unlink(force=True)

@@ -45,6 +45,10 @@ PPO_IN_KEYS = (OBSERVATION, ACTION, ACTION_LOG_PROB, ADVANTAGE, VALUE_TARGET)
 # Side-band statistics an actor attaches to a message (not part of the trajectory batch).
 EPISODE_RETURNS = "episode_returns"
 EPISODE_LENGTHS = "episode_lengths"
+#: In a trajectory, under NEXT: the return of the episode that ended at this step (read where
+#: ``done``; TorchRL's ``RewardSum`` keeps its running sum the same way). Sample Factory's
+#: returns travel so, in the slot, instead of a message.
+EPISODE_RETURN = "episode_return"
 ACTOR_RANK = "actor_rank"
 ACTOR_FPS = "actor_fps"
 

@@ -77,7 +77,7 @@ class SFInference:
         self.generator = torch.Generator().manual_seed(self.cfg.run.seed + ctx.rank)
         self.stats, self.budget = InferenceStats(), TimeBudget()
         self.shared: Optional[TensorDict] = None
-        self.bell: Optional[bell.InferenceBell] = None
+        self.bell: Optional[bell.ServerBell] = None
         self.seq, self.version = 0, 0
 
     # ---- the doorbell: request records into the batcher ---------------------------------------------
@@ -110,7 +110,7 @@ class SFInference:
                 return
             path = shm.decode_path(reply[keys.SHM_PATH])
             self.shared = shm.attach(path)
-            self.bell = bell.InferenceBell(path, self.ctx.rank, self.served)  # before "attached": then they go
+            self.bell = bell.ServerBell(path, self.ctx.rank, self.served, bell.ACT)  # before "attached": then they go
             t.call_sync(self.learner, "attached", me, timeout)
             self._loop()
         except TransportError as e:

@@ -6,16 +6,17 @@ Life of the shared memory: created here (``__init__``), mapped by every other ra
 on nothing can be left behind whatever happens to any process (``distrl/data/shm.py``).
 
 Handlers (transport threads, never blocking): ``hello`` (the path), ``attached`` (a worker's first
-slots), ``acquire`` (a free slot or -1), ``hand_in`` (a full slot into the bounded queue, a new
-spare back; the slot is copied out and freed there while less than a batch waits),
-``inference_stats`` and ``bye``. The loop takes the copied rows, or copies a full slot out and
-frees it, drops rows older than ``algo.max_policy_lag`` updates (counted), and takes one APPO
-step per ``algo.batch_size`` rows.
+slots: one and a spare per group), ``inference_stats`` and ``bye``. Full slots come in through the
+learner's doorbell (``SLOT`` channel, ``distrl/roles/sf_doorbell.py``), read by the loop itself
+whenever it needs rows: it copies the oldest handed-in slot out, frees it, answers each worker
+owed a spare as slots come free, drops rows older than ``algo.max_policy_lag`` updates
+(counted), and takes one APPO step per ``algo.batch_size`` rows. A handed-in slot waits for the
+loop; its worker needs the spare only ``T`` steps later, so it waits only when the learner is
+behind: the backpressure.
 """
 from __future__ import annotations
 
 import collections
-import queue
 import threading
 import time
 from typing import Optional
@@ -63,20 +64,20 @@ class SFLearner:
         layout = rollout_layout(num_slots, self.algo.envs_per_group, self.algo.unroll_length, info.obs_dim,
                                 sum(p.numel() for p in self.model.parameters()), len(ctx.roles))
         self.shared, self.shm_path = shm.create(layout, "sf")
-        doorbells.make(self.shm_path, ctx.ranks_of("inference"), self.workers)  # unlinked with the rest
-        self.traj, self.control = self.shared["traj"], self.shared["control"]
+        doorbells.make(self.shm_path, ctx.rank, ctx.ranks_of("inference"), self.workers)  # unlinked with the rest
+        self.bell = doorbells.ServerBell(self.shm_path, ctx.rank, self.workers, doorbells.SLOT)
+        self.traj, self.control, self.evicted = self.shared["traj"], self.shared["control"], self.shared["evicted"]
         self._publish()
-        # full slots, and rows copied out of slots (_hand_in): at most num_slots of the one and
-        # batch_size / envs_per_group + 1 of the other, so never full
-        self.full: queue.Queue = queue.Queue(maxsize=num_slots + self.algo.batch_size // self.algo.envs_per_group + 1)
-        self._copied_rows = 0  # rows in self.full copied out of their slot
+        self.handed: collections.deque[int] = collections.deque()  # slots handed in, not yet copied out
+        self.owed: collections.deque[tuple[int, int]] = collections.deque()  # (rank, group) owed a spare
+        self.spares_late = 0  # hand-ins read while no slot was free for the spare
         self.attached: set[int] = set()
         self.said_bye: set[int] = set()
         self.inference_summary: dict[int, dict] = {}
         self._unlinked = False
         self._lock = threading.Lock()
         self._rows: list[TensorDict] = []
-        for name in ("hello", "attached", "acquire", "hand_in", "inference_stats", "bye"):
+        for name in ("hello", "attached", "inference_stats", "bye"):
             ctx.transport.serve(name, getattr(self, f"_{name}"))
 
     # ---- handlers --------------------------------------------------------------------------------
@@ -92,27 +93,6 @@ class SFLearner:
             return TensorDict()
         slots = [[self.pool.acquire(rank), self.pool.acquire(rank)] for _ in range(self.algo.groups_per_worker)]
         return TensorDict({keys.SLOT: torch.tensor(slots)})
-
-    def _acquire(self, td: TensorDict) -> TensorDict:
-        return TensorDict({keys.SLOT: torch.tensor(self.pool.acquire(int(td[keys.WORKER_RANK])))})
-
-    def _hand_in(self, td: TensorDict) -> TensorDict:
-        """A full slot in; the worker's next spare (or -1) back. While fewer than a batch of rows
-        are waiting for the loop, the slot is copied out and freed here, so the spare is there at
-        once: otherwise every slot is a worker's (filling or spare) until the loop next needs rows,
-        and the worker stalls on ``acquire`` though the learner is idle (12% of a worker's time,
-        ``rollout_worker/time_handoff``). Past that the slot waits in the queue: the backpressure."""
-        rank, slot = int(td[keys.WORKER_RANK]), int(td[keys.SLOT])
-        self.pool.hand_in(rank, slot)  # a SlotError goes back to the worker as a remote error
-        returns = td[keys.EPISODE_RETURNS].tolist()
-        with self._lock:
-            copy_now = self._copied_rows < self.algo.batch_size
-            self._copied_rows += self.algo.envs_per_group if copy_now else 0
-        if copy_now:
-            self.full.put_nowait((self._copy_out(slot), returns))
-        else:
-            self.full.put_nowait((slot, returns))
-        return TensorDict({keys.SLOT: torch.tensor(self.pool.acquire(rank))})
 
     def _inference_stats(self, td: TensorDict) -> TensorDict:
         self.session.tracker.observe({f"inference/{k}": float(v) for k, v in td.items()})
@@ -149,25 +129,52 @@ class SFLearner:
         publish_params(self.shared, flat, self.session.tracker.updates)
 
     # ---- the loop -----------------------------------------------------------------------------------
+    def _read_hand_ins(self, timeout_s: float) -> None:
+        """Take the hand-ins the doorbell holds (waiting up to ``timeout_s`` for one) and answer
+        the workers owed a spare while slots are free."""
+        new = 0
+        for rank, group, slot, _ in self.bell.requests(timeout_s):
+            if self.evicted[rank]:  # sent before it was declared lost: its slots were reclaimed
+                continue
+            self.pool.hand_in(rank, slot)  # a SlotError is a protocol bug: it ends the run, loudly
+            self.handed.append(slot)
+            self.owed.append((rank, group))
+            new += 1
+        self._give_spares()
+        self.spares_late += min(new, len(self.owed))  # answered later, when a slot comes free
+
+    def _give_spares(self) -> None:
+        while self.owed:
+            rank, group = self.owed[0]
+            if not self.evicted[rank]:
+                slot = self.pool.acquire(rank)
+                if slot < 0:
+                    return
+                self.bell.answer(rank, group, slot)
+            self.owed.popleft()
+
+    def _no_more_spares(self) -> None:
+        """At the stop: every group owed a spare hears "none" (-1) and its worker leaves now, not
+        at its next look at the stop flag (a wait polls it twice a second)."""
+        self._read_hand_ins(0.0)
+        while self.owed:
+            self.bell.answer(*self.owed.popleft(), -1)
+
     def _take_slot(self) -> bool:
-        """Copy one full slot out of shared memory and free it; False if none came in time."""
+        """Copy the oldest handed-in slot out of shared memory and free it; False if none came
+        within 0.2 s."""
         for rank in self.ctx.transport.lost_peers():
-            self.shared["evicted"][rank] = 1  # first: a stopped worker that comes back must not write
+            self.evicted[rank] = 1  # first: a stopped worker that comes back must not write
             if self.pool.reclaim(rank):
                 self.session.tracker.counters["slots_reclaimed"] = self.pool.reclaimed
         self._maybe_unlink()
-        try:
-            item, returns = self.full.get(timeout=0.2)
-        except queue.Empty:
+        self._read_hand_ins(0.0 if self.handed else 0.2)
+        if not self.handed:
             return False
-        if isinstance(item, int):  # a slot: copy it out and free it now
-            rows = self._copy_out(item)
-        else:  # rows the hand-in copied out already
-            rows = item
-            with self._lock:
-                self._copied_rows -= rows.shape[0]
+        rows = self._copy_out(self.handed.popleft())
+        self._give_spares()
         tracker = self.session.tracker
-        tracker.add_episodes(returns)
+        tracker.add_episodes(rows[keys.NEXT, keys.EPISODE_RETURN][rows[keys.DONE]].tolist())
         tracker.add_frames(rows.numel())
         rows = self._within_lag(rows)
         if rows.shape[0]:
@@ -214,17 +221,19 @@ class SFLearner:
         try:
             reason = session.train(self._next_batch, self._update, self.model, self.optim)
             self.control[STOP_FLAG] = 1  # every other rank reads it in its loop
+            self._no_more_spares()
             eval_returns = self._evaluate()
             self._await_byes()
         finally:
             self.control[STOP_FLAG] = 1
             self._maybe_unlink(force=True)
+            self.bell.close()
         extra = self._summary_extra()
         return session.finish(reason, eval_returns, self.model, self.optim, extra)
 
     def _summary_extra(self) -> dict:
         out = {"slots": len(self.pool.owner), "slots_reclaimed": self.pool.reclaimed,
-               "slot_waits": self.pool.refused,
+               "slot_waits": self.spares_late,
                "samples_dropped_for_lag": self.session.tracker.counters["samples_dropped_for_lag"]}
         per_rank = list(self.inference_summary.values())
         for k in ("inference_batch_fill_mean", "inference_batch_envs_mean", "inference_latency_ms_mean",

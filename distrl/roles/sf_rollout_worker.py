@@ -9,15 +9,16 @@ wrote at ``traj.action[slot, :, t]``, step the envs, write the outcome (reward, 
 next observation) at ``t``. So a slot's step ``t`` is written by the worker before the request and
 after the reply, and by inference only in between: no step is written while another role reads it.
 
-After ``T`` steps the worker hands the slot in (``hand_in``: slot number and the returns of the
-episodes that ended), switches to its spare and gets the next spare in the reply, asynchronously:
-a slot is handed in once, never written after. When the learner holds every slot the worker
-waits for one (``acquire``): that is the backpressure.
+After ``T`` steps the worker hands the slot in (its number through the learner's doorbell, the
+``SLOT`` channel; the returns of the episodes that ended are in the slot, at ``("next",
+"episode_return")`` where ``done``) and switches to its spare. The learner's reply names the next
+spare; the worker reads it only at its next hand-in, ``T`` steps later, so it waits only when the
+learner holds every other slot: that is the backpressure. A slot is handed in once, never
+written after.
 """
 from __future__ import annotations
 
-from concurrent.futures import Future
-from typing import Union
+from typing import Optional
 
 import numpy as np
 import torch
@@ -30,17 +31,17 @@ from distrl.envs.gym import final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget
 from distrl.roles import sf_doorbell as bell
 from distrl.roles.sf_inference import inference_rank_of
-from distrl.roles.sf_slots import STOP as STOP_FLAG, wait_for_slot
+from distrl.roles.sf_slots import STOP as STOP_FLAG
 from distrl.transport.base import TransportError
 
 
 class _Group:
-    """One env group's state: its vector env, current observation, slot, spare slot and step."""
+    """One env group's state: its vector env, current observation, slot, spare slot (``None``:
+    the learner's reply to the last hand-in names it) and step."""
 
-    def __init__(self, env, obs: np.ndarray, slot: int, spare: Union[int, Future]):
+    def __init__(self, env, obs: np.ndarray, slot: int, spare: Optional[int]):
         self.env, self.obs, self.slot, self.spare, self.t = env, obs, slot, spare, 0
         self.ep_return = np.zeros(len(obs))
-        self.returns: list[float] = []  # episodes ended in the current slot
 
 
 class SFRolloutWorker:
@@ -64,7 +65,9 @@ class SFRolloutWorker:
             return False
         path = shm.decode_path(reply[keys.SHM_PATH])
         self.shared = shm.attach(path)
-        self.bell = bell.WorkerBell(path, self.server, self.ctx.rank)  # before "attached": then the files go
+        # both channels' ends before "attached": then the files go
+        self.bell = bell.WorkerBell(path, self.server, self.ctx.rank, bell.ACT)
+        self.slot_bell = bell.WorkerBell(path, self.learner, self.ctx.rank, bell.SLOT)
         self.traj, self.control, self.evicted = self.shared["traj"], self.shared["control"], self.shared["evicted"]
         # numpy views of the shared tensors, taken once: a nested TensorDict lookup costs about
         # 5 us and a torch indexed write 3.5 us against numpy's 0.4-0.9 us, and a group step makes
@@ -72,7 +75,8 @@ class SFRolloutWorker:
         nxt = self.traj[keys.NEXT]
         self.buf = {"obs": self.traj[keys.OBSERVATION].numpy(), "action": self.traj[keys.ACTION].numpy(),
                     "next_obs": nxt[keys.OBSERVATION].numpy(),
-                    **{k: nxt[k].numpy()[..., 0] for k in ("reward", "terminated", "truncated", "done")}}
+                    **{k: nxt[k].numpy()[..., 0]
+                       for k in ("reward", "terminated", "truncated", "done", keys.EPISODE_RETURN)}}
         self.stop_flag, self.evicted_flag = self.control.numpy()[STOP_FLAG:STOP_FLAG + 1], self.evicted.numpy()
         slots = t.call_sync(self.learner, "attached", self.me, timeout)[keys.SLOT]  # [G, 2]: slot, spare
         B, seed = self.algo.envs_per_group, self.cfg.run.seed + 1000 * self.ctx.rank
@@ -101,35 +105,28 @@ class SFRolloutWorker:
         buf["reward"][s, :, t], buf["terminated"][s, :, t] = reward, term
         buf["truncated"][s, :, t], buf["done"][s, :, t] = trunc, done
         grp.ep_return += reward
+        buf[keys.EPISODE_RETURN][s, :, t] = grp.ep_return  # read where done: one write, no branch
         if done.any():
-            grp.returns.extend(grp.ep_return[done].tolist())
             grp.ep_return[done] = 0.0
         grp.obs, grp.t = obs, t + 1
         if grp.t == self.algo.unroll_length:
             self._hand_in(g)
 
     def _hand_in(self, g: int) -> None:
+        """Hand group ``g``'s full slot to the learner and go on in its spare."""
         grp = self.groups[g]
-        td = TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank), keys.ENV_GROUP: torch.tensor(g),
-                         keys.SLOT: torch.tensor(grp.slot),
-                         keys.EPISODE_RETURNS: torch.tensor(grp.returns, dtype=torch.float32)})
-        fut = self.ctx.transport.call(self.learner, "hand_in", td, self.cfg.transport.call_timeout_s)
-        grp.returns, grp.t = [], 0
+        self.slot_bell.ask(g, grp.slot, grp.t)
+        grp.t = 0
+        if grp.spare is not None:  # the first hand-in: the spare came with "attached"
+            grp.slot, grp.spare = grp.spare, None
+            return
+        stopped = lambda: bool(self.stop_flag[0] or self.evicted_flag[self.ctx.rank])  # noqa: E731
         with self.budget("handoff"):
-            grp.slot = self._resolve(grp.spare)
-        grp.spare = fut  # its reply names the next spare
-
-    def _resolve(self, spare: Union[int, Future]) -> int:
-        """The spare's slot number: the hand-in reply's, or one acquired now (waiting if none is free)."""
-        slot = spare if isinstance(spare, int) else int(spare.result()[keys.SLOT])
-        if slot >= 0:
-            return slot
-        t, timeout = self.ctx.transport, self.cfg.transport.call_timeout_s
-        slot = wait_for_slot(lambda: int(t.call_sync(self.learner, "acquire", self.me, timeout)[keys.SLOT]),
-                             lambda: bool(self.control[STOP_FLAG]), self.algo.slot_timeout_s)
-        if slot < 0 and not self.control[STOP_FLAG]:
-            raise TransportError(f"no free trajectory slot within algo.slot_timeout_s={self.algo.slot_timeout_s}s")
-        return slot
+            try:  # the reply to the group's last hand-in: read T steps after it was sent
+                slot = self.slot_bell.wait(g, self.algo.slot_timeout_s, stopped)
+            except TimeoutError:
+                raise TransportError(f"no free trajectory slot within algo.slot_timeout_s={self.algo.slot_timeout_s}s")
+        grp.slot = -1 if slot is None else slot
 
     # ---- the loop --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -167,8 +164,9 @@ class SFRolloutWorker:
     def _close(self) -> None:
         for grp in getattr(self, "groups", []):
             grp.env.close()
-        if getattr(self, "bell", None) is not None:
-            self.bell.close()
+        for b in (getattr(self, "bell", None), getattr(self, "slot_bell", None)):
+            if b is not None:
+                b.close()
         try:  # the last time budget, and a goodbye, so the learner need not wait for this rank at the end
             self.budget.send(self.ctx.transport, self.learner, self.ctx.rank, 5.0).result(5.0)
             self.ctx.transport.call_sync(self.learner, "bye", self.me, 5.0)

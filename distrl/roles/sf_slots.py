@@ -5,7 +5,7 @@ Layout (:func:`rollout_layout`), allocated once by the learner and mapped by eve
 
 - ``traj``: ``[S, B, T]`` trajectory slots in the IMPALA layout (``observation [S, B, T, F]``,
   ``action``, ``action_log_prob``, ``policy_version``, ``("next", observation/reward/done/
-  terminated/truncated)``). A rollout worker owns a slot while it fills it: it writes
+  terminated/truncated/episode_return)``; ``episode_return`` counts where ``done``). A rollout worker owns a slot while it fills it: it writes
   ``observation[s, :, t]``, inference writes ``action/action_log_prob/policy_version[s, :, t]``
   (only while the worker waits for that step's reply), the worker writes the step's outcome.
   After ``T`` steps the worker hands the slot in, the learner copies it out and frees it.
@@ -14,13 +14,12 @@ Layout (:func:`rollout_layout`), allocated once by the learner and mapped by eve
 - ``params``: ``[P]`` float32, the learner's flattened parameters; ``control``: int64
   ``[stop, param_seq, param_version]``. ``param_seq`` is a seqlock: odd while the learner writes.
 
-Who may touch a slot is the :class:`SlotPool`'s state, kept by the learner only; messages carry
-slot numbers, never data.
+Who may touch a slot is the :class:`SlotPool`'s state, kept by the learner only; the doorbells
+carry slot numbers, never data.
 """
 from __future__ import annotations
 
 import threading
-import time
 from typing import Optional
 
 import torch
@@ -43,6 +42,7 @@ def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_d
         keys.NEXT: TensorDict({
             keys.OBSERVATION: z(F), "reward": z(1), "done": z(1, dtype=torch.bool),
             "terminated": z(1, dtype=torch.bool), "truncated": z(1, dtype=torch.bool),
+            keys.EPISODE_RETURN: z(1),
         }, batch_size=[S, B, T]),
     }, batch_size=[S, B, T])
     return TensorDict(traj=traj, params=torch.zeros(num_params), control=torch.zeros(3, dtype=torch.int64),
@@ -133,14 +133,3 @@ class SlotPool:
             return "nobody (no such slot)"
         o = self.owner[slot]
         return {self.FREE: "nobody", self.LEARNER: "the learner"}.get(o, f"rank {o}")
-
-
-def wait_for_slot(acquire, stopped, timeout_s: float, poll_s: float = 0.005) -> int:
-    """Call ``acquire() -> slot or -1`` until it gives a slot, ``stopped()`` or the timeout (-1)."""
-    deadline = time.monotonic() + timeout_s
-    while not stopped() and time.monotonic() < deadline:
-        slot = acquire()
-        if slot >= 0:
-            return slot
-        time.sleep(poll_s)
-    return -1
