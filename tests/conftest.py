@@ -77,9 +77,9 @@ def run_train(args: list[str], nproc: int = 1, timeout: float = 240, env: dict |
 
 
 #: Keys every recipe's summary.json carries (the foundation issue's run directory).
-SUMMARY_KEYS = {"recipe", "env", "world_size", "roles", "env_frames", "wall_s", "fps", "episodes", "return_mean_100",
-                "eval_return_mean", "policy_lag_mean", "policy_lag_max", "learner_updates", "stop_reason",
-                "target_reached", "min_return_after_target", "best_eval_return_mean", "evals"}
+SUMMARY_KEYS = {"recipe", "env", "world_size", "roles", "env_frames", "wall_s", "fps", "fps_running", "episodes",
+                "return_mean_100", "eval_return_mean", "policy_lag_mean", "policy_lag_max", "learner_updates",
+                "stop_reason", "target_reached", "min_return_after_target", "best_eval_return_mean", "evals"}
 
 
 def read_summary(run_dir: Path, extra_keys: set[str] = frozenset()) -> dict:

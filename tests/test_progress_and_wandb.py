@@ -53,6 +53,22 @@ def test_progress_after_resume_uses_this_runs_rate(clock, tmp_path):
     assert t.progress() == pytest.approx((0.6, 40.0))
 
 
+def test_the_running_rate_leaves_out_the_start_up_and_the_wind_down(clock, tmp_path):
+    t = RunTracker(default_config(), tmp_path, {0: "learner"}, None)
+    assert t.fps_running is None
+    clock.t += 30  # start-up: processes, envs, first resets
+    t.add_frames(1000)  # the first batch: the rate starts here, as a collector's after its first
+    assert t.fps_running is None
+    clock.t += 10
+    t.add_frames(20_000)
+    clock.t += 10
+    t.add_frames(30_000)
+    clock.t += 40  # wind-down: evaluation, goodbyes
+    assert t.fps_running == pytest.approx(50_000 / 20)
+    summary = t.summary("total_frames", [])
+    assert summary["fps_running"] == pytest.approx(2500.0) and summary["fps"] == pytest.approx(51_000 / 90, abs=0.1)
+
+
 class FakeWandbLogger:
     instances: list["FakeWandbLogger"] = []
 

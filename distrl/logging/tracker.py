@@ -50,6 +50,11 @@ class RunTracker:
         self._last_report = self.start
         self._frames_at_report = 0
         self._frames_at_start = 0  # frames of earlier runs of a resumed job (the rate is this run's)
+        # (time, frames) when this run's first and latest frames arrived: the running rate
+        # excludes the start-up (processes, envs, first resets), as TorchRL's collectors are
+        # measured after their first batch (experiments/baselines.py)
+        self._first_frames: Optional[tuple[float, int]] = None
+        self._last_frames: Optional[tuple[float, int]] = None
         self._window: dict[str, list[float]] = collections.defaultdict(list)
         # Learning that holds (docs/concepts.md): when the training mean first reached the target,
         # the lowest it fell to afterwards, and every greedy evaluation with the best of them.
@@ -63,6 +68,9 @@ class RunTracker:
     # ---- counting -------------------------------------------------------------------------
     def add_frames(self, n: int) -> None:
         self.env_frames += int(n)
+        self._last_frames = (time.monotonic(), self.env_frames)
+        if self._first_frames is None:
+            self._first_frames = self._last_frames
 
     def add_episodes(self, returns: Iterable[float]) -> None:
         target = self.cfg.run.target_return
@@ -108,6 +116,14 @@ class RunTracker:
     @property
     def wall_s(self) -> float:
         return self.elapsed_before + time.monotonic() - self.start
+
+    @property
+    def fps_running(self) -> Optional[float]:
+        """Frames/s from this run's first frames to its latest: the start-up and the wind-down
+        left out (``None`` until two batches came)."""
+        if self._first_frames is None or self._last_frames[0] <= self._first_frames[0]:
+            return None
+        return (self._last_frames[1] - self._first_frames[1]) / (self._last_frames[0] - self._first_frames[0])
 
     @property
     def return_mean_100(self) -> float:
@@ -181,6 +197,7 @@ class RunTracker:
             "recipe": self.cfg.recipe, "env": self.cfg.run.env, "world_size": len(self.roles),
             "roles": {str(r): role for r, role in sorted(self.roles.items())},
             "env_frames": self.env_frames, "wall_s": round(wall, 3), "fps": round(self.env_frames / max(wall, 1e-9), 1),
+            "fps_running": num(self.fps_running),
             "episodes": self.episodes, "return_mean_100": num(self.return_mean_100),
             "eval_return_mean": num(sum(eval_returns) / len(eval_returns)) if eval_returns else None,
             "eval_episodes": len(eval_returns), "policy_lag_mean": num(self.lag_mean),
