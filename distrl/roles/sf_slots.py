@@ -5,9 +5,10 @@ Layout (:func:`rollout_layout`), allocated once by the learner and mapped by eve
 
 - ``traj``: ``[S, B, T]`` trajectory slots in the IMPALA layout (``observation [S, B, T, F]``,
   ``action``, ``action_log_prob``, ``policy_version``, ``("next", observation/reward/done/
-  terminated/truncated/episode_return)``; ``episode_return`` counts where ``done``). A rollout worker owns a slot while it fills it: it writes
-  ``observation[s, :, t]``, inference writes ``action/action_log_prob/policy_version[s, :, t]``
-  (only while the worker waits for that step's reply), the worker writes the step's outcome.
+  terminated/truncated/episode_return)``; ``episode_return`` counts where ``done``). A rollout
+  worker owns a slot while it fills it: it writes ``observation[s, :, t]``, inference writes
+  ``action/action_log_prob/policy_version[s, :, t]`` (only while the worker waits for that step's
+  reply), the worker writes the step's outcome.
   After ``T`` steps the worker hands the slot in, the learner copies it out and frees it.
 - ``evicted``: ``[W]``, set by the learner for a rank it declared lost, before its slots are
   reclaimed: a worker that was only stopped and comes back reads it and exits.
@@ -123,10 +124,6 @@ class SlotPool:
                 self.owner[s] = self.FREE
             self.reclaimed += len(slots)
             return slots
-
-    def owned_by(self, rank: int) -> list[int]:
-        with self._lock:
-            return [s for s, owner in enumerate(self.owner) if owner == rank]
 
     def _name(self, slot: int) -> str:
         if not 0 <= slot < len(self.owner):
