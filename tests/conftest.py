@@ -1,107 +1,156 @@
-"""Shared fixtures: process-leak checks and a runner for launch/train.py in subprocesses."""
+"""Fixtures and the two tiers.
+
+A test is ``integration`` when it requests a fixture of :data:`INTEGRATION_FIXTURES` (directly or
+through another fixture): it starts processes, trains, or opens a process group. The marker is
+applied here, from what the test uses, never by hand; ``pytest -m "not integration"`` runs the
+rest, the quick tier. In that tier a test that starts a process, opens a process group or calls
+the runner without such a fixture fails, naming the fixture to request, so the marker cannot lie.
+
+Every test, in both tiers, leaves no process, no thread and no shared-memory file behind, and
+gets its signal handlers back (an in-process learner installs a SIGTERM handler).
+"""
 from __future__ import annotations
 
-import json
+import multiprocessing.process
 import os
-import socket
+import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-TRAIN = ROOT / "launch" / "train.py"
+from helpers import Jobs, alive, descendants, live_threads, read_summary, shm_files
+
+#: fixtures that make a test ``integration``, and what each is for
+INTEGRATION_FIXTURES = {
+    "jobs": "starts commands (launch/train.py, torchrun, scripts) in their own process groups",
+    "in_process": "trains through distrl.train.main in this process",
+    "training": "runs a learning loop in this process by other means (a role's run(), a learner loop)",
+    "process_group": "opens a torch.distributed process group or rpc in this process",
+    "no_leaked_processes": "starts processes through a library (TorchRL collectors, multiprocessing)",
+    "starts_processes": "a module- or session-scoped fixture that starts processes requests it",
+    "impala_debug_run": "reads a finished run of impala's debug experiment",
+}
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)
 
 
-def descendants(pid: int) -> set[int]:
-    """PIDs of every live descendant of ``pid`` (from /proc), zombies excluded."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] == "Z":
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
+def pytest_sessionstart(session):
+    # multiprocessing's resource tracker is one helper process per interpreter, started by the first
+    # library that needs it and kept for good: start it now, so no test is blamed for it.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by markers
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if INTEGRATION_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+# ---- what every test gets -------------------------------------------------------------------------
+
+def _refuse(what: str, fixture: str):
+    def refuse(*_a, **_k):
+        raise RuntimeError(f"a quick-tier test {what}: request the `{fixture}` fixture "
+                           f"({INTEGRATION_FIXTURES[fixture]}), which marks it integration")
+    return refuse
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request, monkeypatch):
+    """In a test without an integration fixture, starting a process, opening a process group or
+    running a recipe raises."""
+    if request.node.get_closest_marker("integration"):
+        yield
+        return
+    import torch.distributed as dist
+    import torch.distributed.rpc as rpc
+
+    import distrl.runner
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", _refuse("started a process", "jobs"))
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start",
+                        _refuse("started a process", "no_leaked_processes"))
+    monkeypatch.setattr(dist, "init_process_group", _refuse("opened a process group", "process_group"))
+    monkeypatch.setattr(rpc, "init_rpc", _refuse("started rpc", "process_group"))
+    monkeypatch.setattr(distrl.runner, "run", _refuse("ran a recipe", "in_process"))
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_behind():
+    """Signal handlers restored; no new thread, child process or shared-memory file after a grace."""
+    handlers = {s: signal.getsignal(s) for s in SIGNALS}
+    threads, children, shm = live_threads(), descendants_of_pytest(), shm_files()
+    yield
+    for s, h in handlers.items():
+        signal.signal(s, h)
+    deadline = time.monotonic() + 10
+    while True:
+        left_threads = {t for t in live_threads() - threads if not t.name.startswith("job-watch")}
+        left_children, left_shm = descendants_of_pytest() - children, shm_files() - shm
+        if not (left_threads or left_children or left_shm) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not left_children, f"processes left behind: {sorted(left_children)}"
+    assert not left_shm, f"shared memory left behind: {sorted(map(str, left_shm))}"
+    assert not left_threads, f"threads left behind: {sorted(t.name for t in left_threads)}"
+
+
+def descendants_of_pytest() -> set[int]:
+    return descendants(os.getpid())
+
+
+# ---- integration fixtures -------------------------------------------------------------------------
+
+@pytest.fixture
+def jobs(tmp_path_factory):
+    j = Jobs(tmp_path_factory.mktemp("jobs"))
+    yield j
+    j.close()
+
+
+@pytest.fixture
+def in_process():
+    """``train(argv) -> exit status``: distrl.train.main in this process."""
+    from distrl.train import main
+
+    return main
+
+
+@pytest.fixture
+def training():
+    """Marks a test that runs a learning loop in this process."""
+
+
+@pytest.fixture(scope="session")
+def starts_processes():
+    """Marks the tests that use a wider-scoped fixture which starts processes."""
+
+
+@pytest.fixture
+def process_group():
+    """Marks a test that opens a torch.distributed process group or rpc in this process."""
 
 
 @pytest.fixture
 def no_leaked_processes():
-    """Fails the test if it leaves a child process of pytest behind (after a short grace)."""
+    """For a test whose library starts processes: none of them may outlive it (checked by the
+    autouse fixture; this one kills stragglers so one test's leak cannot hang the next)."""
     before = descendants(os.getpid())
     yield
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        leaked = descendants(os.getpid()) - before
-        if not leaked:
-            return
+    while (left := alive(descendants(os.getpid()) - before)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    raise AssertionError(f"processes left behind: {sorted(leaked)}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
-    env.pop("RANK", None)
-    env.pop("WORLD_SIZE", None)
-    env.update(extra)
-    return env
-
-
-def run_train(args: list[str], nproc: int = 1, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run launch/train.py (under torchrun when ``nproc > 1``); returns the completed process."""
-    if nproc > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
-               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", str(TRAIN), *args]
-    else:
-        cmd = [sys.executable, str(TRAIN), *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env or child_env())
-
-
-#: Keys every recipe's summary.json carries (the foundation issue's run directory).
-SUMMARY_KEYS = {"recipe", "env", "world_size", "roles", "env_frames", "wall_s", "fps", "fps_running", "episodes",
-                "return_mean_100", "eval_return_mean", "policy_lag_mean", "policy_lag_max", "learner_updates",
-                "stop_reason", "target_reached", "min_return_after_target", "best_eval_return_mean", "evals"}
-
-
-def read_summary(run_dir: Path, extra_keys: set[str] = frozenset()) -> dict:
-    """``run_dir/summary.json``, checked to hold :data:`SUMMARY_KEYS` and ``extra_keys``."""
-    summary = json.loads((Path(run_dir) / "summary.json").read_text())
-    missing = (SUMMARY_KEYS | set(extra_keys)) - set(summary)
-    assert not missing, f"summary.json lacks {sorted(missing)}"
-    return summary
-
-
-def hold_args(target: float = 475.0) -> list[str]:
-    """Train options of a run judged on holding ``target``: it is measured, never obeyed."""
-    return ["--target-return", str(target), "--set", "run.early_stop=false"]
-
-
-def assert_held(summary: dict, target: float = 475.0, floor: float = 250.0) -> None:
-    """Learning that holds: the training mean reached ``target``, never fell below ``floor``
-    afterwards, and the last policy (the one a user keeps) evaluates greedily at ``target`` or more."""
-    assert summary["stop_reason"] in ("max_time", "total_frames"), summary["stop_reason"]
-    assert summary["target_reached"] is not None, f"never reached {target}: {summary['return_mean_100']}"
-    assert summary["min_return_after_target"] >= floor, summary["min_return_after_target"]
-    assert summary["eval_return_mean"] >= target, summary["eval_return_mean"]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes left behind: {sorted(left)}"
 
 
 @pytest.fixture(scope="session")
@@ -109,6 +158,12 @@ def impala_debug_run(tmp_path_factory) -> Path:
     """One finished run shared by the tests that read a run directory: impala ``debug`` (the toy
     env, 20k frames) in one process, about 15 s."""
     run = tmp_path_factory.mktemp("trained") / "impala-debug"
-    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
+    j = Jobs(tmp_path_factory.mktemp("jobs"))
+    try:
+        proc = j.train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
+    finally:
+        j.close()
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    read_summary(run)
     return run
+

@@ -35,10 +35,18 @@ def items(values: torch.Tensor) -> TensorDict:
                        keys.BOOTSTRAP_DISCOUNT: torch.ones(n), keys.POLICY_VERSION: torch.zeros(n, dtype=torch.int64)}, [n])
 
 
-def servers(cfg, roles, tmp_path):
-    hub = LocalHub(len(roles))
-    out = {r: ReplayServer(RoleContext(cfg, hub.endpoint(r), r, roles, tmp_path)) for r, n in roles.items() if n == "replay"}
-    return hub, out
+@pytest.fixture
+def servers():
+    """``servers(cfg, roles, tmp_path) -> (hub, {rank: ReplayServer})``; every hub is closed after the test."""
+    hubs = []
+
+    def make(cfg, roles, tmp_path):
+        hubs.append(hub := LocalHub(len(roles)))
+        return hub, {r: ReplayServer(RoleContext(cfg, hub.endpoint(r), r, roles, tmp_path))
+                     for r, n in roles.items() if n == "replay"}
+    yield make
+    for hub in hubs:
+        hub.close()
 
 
 def insert(server: ReplayServer, values: torch.Tensor, priority: torch.Tensor) -> None:
@@ -61,7 +69,7 @@ def test_actor_transitions_carry_the_learner_keys(tmp_path):
     actor.runner.close()
 
 
-def test_two_shards_sample_as_one_buffer(tmp_path):
+def test_two_shards_sample_as_one_buffer(tmp_path, servers):
     """Sharded: shard r drawn with S_r / S, then item i with leaf_i / S_r: P(i) = leaf_i / S, the
     probability one buffer holding every item gives it; weights use the minimum over all shards.
     Frequencies: chi-square over 60k draws, false-failure rate 1e-6 (fixed seed)."""
@@ -112,7 +120,7 @@ def test_rate_limiter_keeps_the_ratio_and_never_holds_both_sides():
     assert SamplesPerInsertLimiter(0, 0, 10).can_insert(10**9)  # off: only min_size applies
 
 
-def test_a_shard_holds_the_learner_and_the_actors(tmp_path):
+def test_a_shard_holds_the_learner_and_the_actors(tmp_path, servers):
     cfg = cfg_for(tmp_path, **{"algo.capacity": 100_000, "algo.spi_tolerance": 4200.0, "algo.samples_per_insert": 2.0,
                                "algo.batch_size": 64, "algo.min_replay_size": 100})
     _, shard = servers(cfg, {0: "learner", 1: "replay"}, tmp_path)
@@ -128,7 +136,7 @@ def test_a_shard_holds_the_learner_and_the_actors(tmp_path):
     assert not bool(s._insert(TensorDict(transitions=items(torch.arange(256.0)), priority=torch.ones(256)))["held"])
 
 
-def test_replay_contents_survive_the_learner_checkpoint(tmp_path):
+def test_replay_contents_survive_the_learner_checkpoint(tmp_path, servers):
     cfg = cfg_for(tmp_path)
     roles = {0: "learner", 1: "replay"}
     model, previous = torch.nn.Linear(4, 2), signal.getsignal(signal.SIGTERM)

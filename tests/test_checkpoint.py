@@ -1,11 +1,11 @@
 """Atomic checkpoints: a crash before the rename leaves the previous one loadable."""
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import torch
 
+from helpers import child_env
 from distrl.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
 
 
@@ -23,11 +23,11 @@ def test_damaged_newest_falls_back(tmp_path):
     assert load_latest_checkpoint(tmp_path)["step"] == 1
 
 
-def test_crash_between_temp_file_and_rename(tmp_path, no_leaked_processes):
+def test_crash_between_temp_file_and_rename(tmp_path, jobs):
     save_checkpoint(tmp_path, 1, {"step": 1})
     code = f"from distrl.checkpoint import save_checkpoint; save_checkpoint({str(tmp_path)!r}, 2, {{'step': 2}})"
-    proc = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "DISTRL_FAULT": "crash_before_rename"})
-    assert proc.returncode == 17  # died mid-save, after the temp file was written
+    job = jobs.start([sys.executable, "-c", code], env=child_env(DISTRL_FAULT="crash_before_rename"))
+    assert job.wait(60) == 17, job.tail()  # died mid-save, after the temp file was written
     assert any(p.name.endswith(".tmp") for p in (tmp_path / "checkpoints").iterdir())
     assert load_latest_checkpoint(tmp_path)["step"] == 1
 

@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_train
 
-
-def test_help_explains_every_option():
-    proc = run_train(["impala", "--help"], timeout=60)
+def test_help_explains_every_option(jobs):
+    proc = jobs.train(["impala", "--help"], timeout=60)
     assert proc.returncode == 0
     for opt in ("--env", "--seed", "--total-frames", "--max-time-s", "--target-return", "--run-dir", "--logger",
                 "--experiment", "--set", "--resume"):
@@ -22,49 +20,49 @@ def test_help_explains_every_option():
     (["impala", "--env", "Pendulum-v1"], "impala supports discrete action spaces"),
     (["impala", "--nproc", "3", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),  # before any process
 ])
-def test_bad_input_is_one_line(args, message, tmp_path):
-    proc = run_train(args + ["--run-dir", str(tmp_path / "run")], timeout=60)
+def test_bad_input_is_one_line(args, message, tmp_path, jobs):
+    proc = jobs.train(args + ["--run-dir", str(tmp_path / "run")], timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
     assert not (tmp_path / "run").exists()  # nothing written, nothing started
 
 
-def test_bad_input_under_torchrun_fails_before_the_group(no_leaked_processes):
-    proc = run_train(["impala", "--env", "NoSuchEnv-v0"], nproc=3, timeout=120)
+def test_bad_input_under_torchrun_fails_before_the_group(jobs):
+    proc = jobs.train(["impala", "--env", "NoSuchEnv-v0"], nproc=3, timeout=120)
     assert proc.returncode != 0
     assert proc.stderr.count("error: unknown env id 'NoSuchEnv-v0'") == 1  # said once, by rank 0
 
 
-def test_print_config(tmp_path):
-    proc = run_train(["impala", "--print-config", "--set", "net.hidden=32,32"], timeout=60)
+def test_print_config(tmp_path, jobs):
+    proc = jobs.train(["impala", "--print-config", "--set", "net.hidden=32,32"], timeout=60)
     assert proc.returncode == 0 and '"hidden": [\n      32,\n      32\n    ]' in proc.stdout
 
 
-def test_env_picks_the_experiment_tuned_for_it():
+def test_env_picks_the_experiment_tuned_for_it(jobs):
     """``vecenv --env Pendulum-v1`` starts from distrl/experiments/vecenv.py's ``pendulum``, not CartPole's
     settings with Pendulum swapped in; an explicit ``--experiment`` wins."""
     import json
 
-    proc = run_train(["vecenv", "--env", "Pendulum-v1", "--print-config"], timeout=60)
+    proc = jobs.train(["vecenv", "--env", "Pendulum-v1", "--print-config"], timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "starting from experiment 'pendulum'" in proc.stderr
     cfg = json.loads(proc.stdout)
     assert cfg["run"]["env"] == "Pendulum-v1" and cfg["algo"]["gamma"] == 0.95
-    proc = run_train(["vecenv", "--env", "Pendulum-v1", "--experiment", "debug", "--print-config"], timeout=60)
+    proc = jobs.train(["vecenv", "--env", "Pendulum-v1", "--experiment", "debug", "--print-config"], timeout=60)
     assert json.loads(proc.stdout)["algo"]["gamma"] != 0.95 and "starting from" not in proc.stderr
 
 
-def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(tmp_path):
+def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(tmp_path, jobs):
     """``--resume`` starts from the run's config.json (a custom network comes back without
     repeating ``--set``); a missing run directory or another recipe's run is a one-line error."""
     import json
 
     run = tmp_path / "run"
     run.mkdir()
-    saved = run_train(["impala", "--experiment", "debug", "--set", "net.hidden=32", "--print-config"], timeout=60)
+    saved = jobs.train(["impala", "--experiment", "debug", "--set", "net.hidden=32", "--print-config"], timeout=60)
     (run / "config.json").write_text(saved.stdout)
-    proc = run_train(["impala", "--resume", "--run-dir", str(run), "--total-frames", "99999", "--print-config"],
+    proc = jobs.train(["impala", "--resume", "--run-dir", str(run), "--total-frames", "99999", "--print-config"],
                      timeout=60)
     cfg = json.loads(proc.stdout)
     assert cfg["net"]["hidden"] == [32] and cfg["run"]["env"] == "distrl/MatchSign-v0"
@@ -73,21 +71,21 @@ def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(t
     for args, message in [(["impala", "--resume", "--run-dir", str(tmp_path / "typo")], "not a run directory"),
                           (["seed", "--resume", "--run-dir", str(run)], "is a 'impala' run, not 'seed'"),
                           (["impala", "--resume", "--run-dir", str(run), "--env", "CartPole-v1"], "not CartPole-v1")]:
-        proc = run_train(args, timeout=60)
+        proc = jobs.train(args, timeout=60)
         assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "typo").exists()
 
 
-def test_a_new_run_never_overwrites_an_old_one(tmp_path, no_leaked_processes):
+def test_a_new_run_never_overwrites_an_old_one(tmp_path, jobs):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text("{}")
     (run / "checkpoints").mkdir()
-    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=60)
+    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=60)
     assert proc.returncode == 2 and "already holds a run: add --resume" in proc.stderr, proc.stderr
     assert (run / "config.json").read_text() == "{}" and not list((run / "checkpoints").iterdir())
     # under torchrun every rank refuses before the group forms (no role starts, so none "dies")
-    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], nproc=3, timeout=60)
+    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run)], nproc=3, timeout=60)
     assert proc.returncode != 0 and "already holds a run" in proc.stderr and "died" not in proc.stdout + proc.stderr
     assert (run / "config.json").read_text() == "{}"
 

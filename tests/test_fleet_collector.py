@@ -12,7 +12,7 @@ from torch import nn
 from torchrl.modules import MLP
 
 import distrl
-from conftest import descendants
+from helpers import descendants
 from distrl.data import keys
 from distrl.fleet_config import fleet_policy
 from distrl.roles.impala_actor import ImpalaActor

@@ -2,7 +2,7 @@
 the experiments inside the package, ``__version__``, the license and the version pins."""
 from __future__ import annotations
 
-import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -10,41 +10,54 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, child_env
+from helpers import ROOT, Jobs, child_env
+
+# What a build must not see or write: the checkout's own outputs and caches.
+NOT_SOURCE = shutil.ignore_patterns(".git", "build", "dist", "runs", "wandb", "*.egg-info", "__pycache__",
+                                    ".pytest_cache", ".whl", ".gl")
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """A wheel of this checkout installed (without its dependencies) into a bare directory."""
+    """A wheel of a copy of this checkout (the build writes nothing into the checkout) installed,
+    without its dependencies, into a bare directory."""
     tmp = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp / "dist")], check=True, timeout=240, capture_output=True)
-    wheel = next((tmp / "dist").glob("distrl-*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp / "site"),
-                    str(wheel)], check=True, timeout=240, capture_output=True)
+    shutil.copytree(ROOT, tmp / "src", ignore=NOT_SOURCE)
+    jobs = Jobs(tmp / "logs")
+    try:
+        build = jobs.start([sys.executable, "-m", "pip", "wheel", tmp / "src", "--no-deps", "--no-build-isolation",
+                            "-q", "-w", tmp / "dist"])
+        assert build.wait(180) == 0, build.tail()
+        wheel = next((tmp / "dist").glob("distrl-*.whl"))
+        install = jobs.start([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", tmp / "site", wheel])
+        assert install.wait(90) == 0, install.tail()
+    finally:
+        jobs.close()
     return tmp / "site"
 
 
-def run_installed(site: Path, args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = child_env(PYTHONPATH=str(site))  # only the wheel's distrl: no checkout on the path
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+def run_installed(jobs: Jobs, site: Path, args: list, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    job = jobs.start(args, cwd=cwd, env=child_env(PYTHONPATH=str(site)))  # only the wheel's distrl, no checkout
+    rc = job.wait(timeout)
+    return subprocess.CompletedProcess(job.cmd, rc, job.stdout, job.stderr)
 
 
-def test_the_wheel_runs_without_a_checkout(installed, tmp_path):
+@pytest.mark.timeout(720)  # the wheel (at most 270 s) and the runs below (at most 330 s), with room
+def test_the_wheel_runs_without_a_checkout(installed, tmp_path, jobs):
     import distrl
 
-    proc = run_installed(installed, [sys.executable, "-c", "import distrl; print(distrl.__file__, distrl.__version__)"],
+    proc = run_installed(jobs, installed, [sys.executable, "-c", "import distrl; print(distrl.__file__, distrl.__version__)"],
                          tmp_path)
     where, version = proc.stdout.split()
     assert where.startswith(str(installed)) and version == distrl.__version__
-    proc = run_installed(installed, [str(installed / "bin" / "distrl"), "--version"], tmp_path)
+    proc = run_installed(jobs, installed, [str(installed / "bin" / "distrl"), "--version"], tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == f"distrl {distrl.__version__}", proc.stderr
     # the console command, with an experiment from inside the package, trains and writes its run
-    proc = run_installed(installed, [str(installed / "bin" / "distrl"), "train", "impala", "--experiment", "debug",
-                                     "--total-frames", "3000", "--run-dir", "run"], tmp_path, timeout=180)
+    proc = run_installed(jobs, installed, [str(installed / "bin" / "distrl"), "train", "impala", "--experiment", "debug",
+                                     "--total-frames", "3000", "--run-dir", "run"], tmp_path, timeout=150)
     assert proc.returncode == 0 and (tmp_path / "run" / "summary.json").is_file(), proc.stdout + proc.stderr
     # the module torchrun runs (-m distrl.train), here without torchrun
-    proc = run_installed(installed, [sys.executable, "-m", "distrl.train", "seed", "--experiment", "debug_lstm",
+    proc = run_installed(jobs, installed, [sys.executable, "-m", "distrl.train", "seed", "--experiment", "debug_lstm",
                                      "--print-config"], tmp_path)
     assert proc.returncode == 0 and '"core": "lstm"' in proc.stdout, proc.stderr
 

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from distrl.plots import load_series, plot_runs
 
 
@@ -37,10 +36,10 @@ def test_runs_with_different_metrics_share_one_figure(tmp_path):
         plot_runs([tmp_path / "seed"], tmp_path / "x.png", x="updates")
 
 
-def test_cli_writes_the_png_and_rejects_a_missing_run_in_one_line(tmp_path):
+def test_cli_writes_the_png_and_rejects_a_missing_run_in_one_line(tmp_path, jobs):
     write_run(tmp_path / "r", "vecenv", [{"step": 10, "time": 0.0, "learner/fps": 1.0}])
     plot = [sys.executable, str(ROOT / "launch" / "plot.py")]
-    ok = subprocess.run([*plot, str(tmp_path / "r"), "--out", str(tmp_path / "c.png")], capture_output=True, text=True)
-    assert ok.returncode == 0 and (tmp_path / "c.png").exists(), ok.stderr
-    bad = subprocess.run([*plot, str(tmp_path / "nope")], capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no metrics.jsonl" in bad.stderr
+    ok = jobs.start([*plot, str(tmp_path / "r"), "--out", str(tmp_path / "c.png")])
+    assert ok.wait(120) == 0 and (tmp_path / "c.png").exists(), ok.tail()
+    bad = jobs.start([*plot, str(tmp_path / "nope")])
+    assert bad.wait(120) == 2 and bad.stderr.count("\n") == 1 and "no metrics.jsonl" in bad.stderr

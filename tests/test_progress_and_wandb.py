@@ -1,6 +1,8 @@
 """The progress line's budget and ETA, and what W&B receives (a fake WandbLogger: no wandb start)."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from distrl.architectures.impala import default_config
@@ -10,17 +12,24 @@ from distrl.logging.tracker import RunTracker
 
 
 class Clock:
+    """The tracker's ``time`` module as the tests see it: ``monotonic()`` reads ``t``, which the test
+    moves; everything else is the real module (only the tracker's own name is replaced, never
+    ``time.monotonic`` for the whole interpreter)."""
+
     def __init__(self):
         self.t = 1000.0
 
-    def __call__(self) -> float:
+    def monotonic(self) -> float:
         return self.t
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
 
 
 @pytest.fixture
 def clock(monkeypatch):
     c = Clock()
-    monkeypatch.setattr(tracker_module.time, "monotonic", c)
+    monkeypatch.setattr(tracker_module, "time", c)
     return c
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from conftest import ROOT
+from helpers import ROOT
 from distrl.train import console, main
 
 PAGE = ROOT / "docs" / "torchrl.md"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from conftest import read_summary, run_train
+from helpers import read_summary
 from distrl.data import keys
 from distrl.envs.gym import is_factory
 from distrl.models import ActorCritic
@@ -129,24 +129,24 @@ def test_the_policy_free_roles_vector_env_steps_the_factory_like_gymnasium():
 
 
 @pytest.mark.parametrize("recipe", ["seed", "sf", "a3c"])
-def test_the_policy_free_recipes_learn_the_toy_env_from_a_factory(recipe, tmp_path, no_leaked_processes):
+def test_the_policy_free_recipes_learn_the_toy_env_from_a_factory(recipe, tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train([recipe, "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], timeout=150)
+    proc = jobs.train([recipe, "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], timeout=150)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["env"] == TOY_VECTOR and s["episodes"] > 0 and s["learner_updates"] > 0
     assert s["eval_return_mean"] >= 19.0  # greedy, on the factory's env: uniform scores 10
 
 
-def test_the_error_is_one_line_on_real_stderr_and_nothing_starts(tmp_path):
-    proc = run_train(["impala", "--env", "tests.door1_factories:raises", "--run-dir", str(tmp_path / "run")], timeout=60)
+def test_the_error_is_one_line_on_real_stderr_and_nothing_starts(tmp_path, jobs):
+    proc = jobs.train(["impala", "--env", "tests.door1_factories:raises", "--run-dir", str(tmp_path / "run")], timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "run").exists()
 
 
-def test_world_size_one_learns_the_toy_env_through_the_collector(tmp_path, no_leaked_processes):
+def test_world_size_one_learns_the_toy_env_through_the_collector(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["impala", "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], timeout=120)
+    proc = jobs.train(["impala", "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["env"] == TOY_VECTOR and s["stop_reason"] == "total_frames" and s["episodes"] > 0
@@ -154,9 +154,9 @@ def test_world_size_one_learns_the_toy_env_through_the_collector(tmp_path, no_le
     assert s["learner_updates"] > 0 and s["counters"].get("rejected_trajectories", 0) == 0
 
 
-def test_torchrun_three_processes_through_the_collector(tmp_path, no_leaked_processes):
+def test_torchrun_three_processes_through_the_collector(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["impala", "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], nproc=3,
+    proc = jobs.train(["impala", "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], nproc=3,
                      timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)

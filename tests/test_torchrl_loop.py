@@ -6,7 +6,7 @@ import threading
 from experiments.torchrl_loop import train
 
 
-def test_the_torchrl_loop_learns_the_toy_env():
+def test_the_torchrl_loop_learns_the_toy_env(training):
     before = set(threading.enumerate())  # earlier tests' idle threads are theirs, not this fleet's
     # MatchSign: 20 steps, reward 1 for matching the sign; uniform play scores 10, the best 20.
     r = train(env="distrl/MatchSign-v0", total_frames=6_400, envs_per_actor=8, unroll_length=20, lr=3e-3,

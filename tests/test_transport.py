@@ -10,7 +10,6 @@ import os
 import queue
 import select
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,51 +23,21 @@ sys.path.insert(0, str(Path(__file__).parent))
 import transport_worker as tw  # noqa: E402
 
 from distrl.transport import LocalHub, PeerLostError, RpcTransport, TransportError  # noqa: E402
+from helpers import ROOT, alive, descendants, free_port, process_table  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).parent / "transport_worker.py"
-WAIT = 120  # seconds a rank may take to report: importing torch on 2 oversubscribed cores is slow
+WAIT = 60  # seconds a rank may take to report: importing torch on 2 oversubscribed cores is slow
+# Each test's own limit: the longest chain of inner waits (three ranks' results and exits) fits in it,
+# so a failing wait is reported and the group killed before pytest-timeout fires.
+LIMIT = 3 * (WAIT + 20) + 60
 
 
 # ---------------------------------------------------------------- process groups for rpc
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def proc_stats():
-    """(pid, fields of /proc/<pid>/stat after the command name) of every process."""
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            yield int(entry), Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-
-
 def child_pids() -> set[int]:
     """Live (or unreaped) children of this process."""
-    return {pid for pid, f in proc_stats() if int(f[1]) == os.getpid()}
-
-
-def descendants(root: int) -> set[int]:
-    """Every process below ``root`` (torchrun's ranks live in sessions of their own)."""
-    children: dict[int, list[int]] = {}
-    for pid, f in proc_stats():
-        children.setdefault(int(f[1]), []).append(pid)
-    out, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child)
-    return out
-
-
-def alive(pids: set[int]) -> set[int]:
-    """Those of ``pids`` that still run (zombies count as gone)."""
-    return {pid for pid, f in proc_stats() if pid in pids and f[0] != "Z"}
+    return {pid for pid, (parent, _, _) in process_table().items() if parent == os.getpid()}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -153,7 +122,7 @@ class Group:
 
 
 @pytest.fixture
-def groups():
+def groups(starts_processes):
     """Start groups with ``groups(...)``; all are killed, reaped and checked at teardown."""
     started: list[Group] = []
 
@@ -167,7 +136,7 @@ def groups():
 
 
 @pytest.fixture(scope="module")
-def rpc_checks():
+def rpc_checks(starts_processes):
     """The shared checks, run once by rank 0 of a two-rank rpc group against rank 1."""
     g = Group("checks", 2)
     try:
@@ -179,27 +148,28 @@ def rpc_checks():
 # ---------------------------------------------------------------- both backends
 
 
-@pytest.mark.timeout(180)
 @pytest.mark.parametrize("check", list(tw.CHECKS))
-@pytest.mark.parametrize("backend", ["local", "rpc"])
-def test_shared_checks(backend, check, request):
-    if backend == "local":
-        hub = LocalHub(2)
-        caller, callee = hub.endpoint(0), hub.endpoint(1)
-        tw.serve_standard(callee, threading.Event(), queue.Queue())
-        for t in (caller, callee):
-            t.start()
-        try:
-            tw.CHECKS[check](caller, 1)
-        finally:
-            caller.close()
-            callee.close()
-    else:
-        driver, server = request.getfixturevalue("rpc_checks")
-        assert driver[check] == "ok", driver[check]
-        assert driver["close_s"] < 10 and server["close_s"] < 10, (driver, server)
-        if check == "roundtrip_td":
-            print(f"rpc round trip, small TensorDict: {driver['rtt_ms']:.2f} ms")
+def test_shared_checks_local(check):
+    hub = LocalHub(2)
+    caller, callee = hub.endpoint(0), hub.endpoint(1)
+    tw.serve_standard(callee, threading.Event(), queue.Queue())
+    for t in (caller, callee):
+        t.start()
+    try:
+        tw.CHECKS[check](caller, 1)
+    finally:
+        caller.close()
+        callee.close()
+
+
+@pytest.mark.timeout(LIMIT)
+@pytest.mark.parametrize("check", list(tw.CHECKS))
+def test_shared_checks_rpc(check, rpc_checks):
+    driver, server = rpc_checks
+    assert driver[check] == "ok", driver[check]
+    assert driver["close_s"] < 10 and server["close_s"] < 10, (driver, server)
+    if check == "roundtrip_td":
+        print(f"rpc round trip, small TensorDict: {driver['rtt_ms']:.2f} ms")
 
 
 @pytest.mark.timeout(30)
@@ -238,7 +208,7 @@ def test_rpc_guards_without_a_group(monkeypatch):
 # ---------------------------------------------------------------- rpc failure modes
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(LIMIT)
 def test_rpc_sigkilled_peer_is_lost_fast(groups):
     g = groups("kill", 2)
     res = g.result(0)
@@ -251,19 +221,20 @@ def test_rpc_sigkilled_peer_is_lost_fast(groups):
     assert g.procs[0].wait(20) == 0
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(LIMIT)
 def test_rpc_sigstopped_peer_times_out(groups):
     g = groups("stop", 2, env={"DISTRL_TEST_CLOSE_TIMEOUT": "4"})
     res = g.result(0)
     print(f"SIGSTOP noticed by a 1.0 s call timeout after {res['detect_s']:.2f} s; close() with the "
           f"stopped peer took {res['close_s']:.2f} s")
-    assert res["error"] == "CallTimeoutError" and 0.9 <= res["detect_s"] < 3.0, res
+    # not before the call timeout; after it by no more than a loaded machine's scheduling delay
+    assert res["error"] == "CallTimeoutError" and 0.9 <= res["detect_s"] < 1.0 + 10, res
     assert res["lost"] == [] and res["resumed"] == "none", res
-    assert res["close_s"] < 4 + 1, res
+    assert res["close_s"] < 4 + 10, res
     assert g.procs[0].wait(20) == 0
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(LIMIT)
 def test_rpc_start_names_a_rank_that_never_starts(groups):
     init_timeout = 8.0  # wide enough for the ranks that do start to import torch on 2 busy cores
     env = {"DISTRL_TEST_INIT_TIMEOUT": str(init_timeout)}
@@ -274,11 +245,11 @@ def test_rpc_start_names_a_rank_that_never_starts(groups):
             res = g.result(r)
             print(f"start() failed after {res['start_s']:.1f} s: {res['start_error']}")
             assert f"rank {missing} ({tw.ROLES[missing]}) did not start" in res["start_error"], res
-            assert res["start_s"] < init_timeout + 1, res
+            assert init_timeout * 0.9 <= res["start_s"] < init_timeout + 10, res
             assert g.procs[r].wait(20) == 0
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(LIMIT)
 def test_rpc_start_survives_a_torchrun_restart(groups):
     # torchrun's shared store keeps the first round's rpc addresses, and a plain init_rpc of
     # the second round tries to connect to the dead ranks; start() must not.
@@ -288,7 +259,7 @@ def test_rpc_start_survives_a_torchrun_restart(groups):
     assert g.procs[0].wait(30) == 0, g.stderr(0)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(LIMIT)
 def test_rpc_idle_agent_uses_no_cpu(groups):
     g = groups("idle", 2)
     g.wait_line(0, "READY", WAIT)
@@ -299,7 +270,9 @@ def test_rpc_idle_agent_uses_no_cpu(groups):
     span = time.monotonic() - start
     shares = [(cpu_seconds(p) - b) / span for p, b in zip(pids, before)]
     print("idle CPU share per rank: " + ", ".join(f"{100 * s:.1f}%" for s in shares))
-    assert max(shares) < 0.02, shares
+    # a busy-polling agent burns ~100% of a core (facts: TensorPipe's default transports); an idle one
+    # a few timer wake-ups. Its own CPU time, not wall time, so other load does not inflate it.
+    assert max(shares) < 0.10, shares
     g.procs[0].stdin.write(b"go\n")
     g.procs[0].stdin.flush()
     for r in g.procs:
@@ -307,7 +280,7 @@ def test_rpc_idle_agent_uses_no_cpu(groups):
         assert g.procs[r].wait(20) == 0
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(LIMIT)
 def test_rpc_many_concurrent_calls_do_not_deadlock(groups):
     g = groups("stress", 3)
     start = time.monotonic()

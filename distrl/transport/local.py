@@ -34,6 +34,11 @@ class LocalHub:
         """The transport of ``rank`` inside this hub."""
         return LocalTransport(self, rank, timeout)
 
+    def close(self) -> None:
+        """Close every rank at once and let the pool's threads end (what closing each endpoint does)."""
+        self.closed = [True] * self.world_size
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
 
 class LocalTransport(Transport):
     """One rank's endpoint of a :class:`LocalHub`."""
