@@ -5,13 +5,18 @@ the newest being the final policy, and ``best.pt``, the best-evaluated one). :fu
 rebuilds the recipe's network from them and wraps it in TorchRL modules, so it runs wherever a
 TorchRL policy does (``env.rollout(policy=...)``, a ``Collector``):
 
-* actor-critic recipes (``impala``, ``seed`` with the MLP core, ``a3c``, ``vecenv``): a
+* actor-critic recipes (``impala``, ``seed`` with the MLP core, ``sf``, ``a3c``, ``vecenv``): a
   ``ProbabilisticActor`` over the policy network; observation normalisation (``vecenv`` with
   ``algo.normalize_obs``) is inside it, as the learner evaluated it. Discrete actions are a
-  ``OneHotCategorical`` (GymEnv's default one-hot encoding) or a ``Categorical`` when the given
-  ``action_spec`` says so; continuous ones an ``IndependentNormal`` with the learned
-  state-independent scale, projected into a ``Bounded`` spec as distrl's own env adapter clips them.
+  ``Categorical`` (indices) or a ``OneHotCategorical``; continuous ones an ``IndependentNormal``
+  with the learned state-independent scale, projected into a ``Bounded`` spec as distrl's own env
+  adapter clips them.
 * ``apex``: TorchRL's ``QValueActor`` over the Q-network (greedy; no sampling).
+
+Discrete actions are written as the training env took them: the learner records its TorchRL env's
+encoding (``OneHot`` or ``Categorical``) in every checkpoint (``action_encoding``). A run on a
+gymnasium id, or a checkpoint from before distrl recorded it, gives one-hot actions, GymEnv's
+default. An ``action_spec`` given to :func:`load_policy` overrides both.
 
 Greedy is the mode of the distribution (``InteractionType.DETERMINISTIC``), what every distrl
 evaluation plays. As with any TorchRL actor, a ``set_exploration_type`` context overrides it, and a
@@ -35,6 +40,7 @@ from distrl.data import keys
 from distrl.envs import mock, partial  # noqa: F401  (distrl's own env ids resolve in a TorchRL GymEnv too)
 
 CHECKPOINTS = ("best", "last")
+ACTION_ENCODINGS = ("one_hot", "categorical")  #: a checkpoint's ``action_encoding``, when it has one
 
 
 def _fail(msg: str) -> NoReturn:
@@ -78,15 +84,17 @@ def _dims(state: dict, prefix: str) -> tuple[int, int]:
     return weights[0].shape[1], weights[-1].shape[0]
 
 
-def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_dim: int, env_id: str) -> TensorSpec:
-    """The action spec the actor writes to: the user's, else one-hot ``[A]`` (GymEnv's default for
-    discrete actions), else the gymnasium id's Box bounds (unbounded for an id gymnasium lacks)."""
+def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_dim: int, env_id: str,
+          encoding: Optional[str]) -> TensorSpec:
+    """The action spec the actor writes to: the user's, else for discrete actions the training env's
+    ``encoding`` (``Categorical`` indices, or ``OneHot`` ``[A]``: GymEnv's default and the answer when
+    none was recorded), else the gymnasium id's Box bounds (unbounded for an id gymnasium lacks)."""
     if isinstance(action_spec, Composite):
         action_spec = action_spec[keys.ACTION]
     if action_spec is not None:
         return action_spec
     if num_actions is not None:
-        return OneHot(num_actions)
+        return Categorical(num_actions) if encoding == "categorical" else OneHot(num_actions)
     try:
         import gymnasium as gym
 
@@ -117,7 +125,7 @@ def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]
         continuous = "log_std" in state
         num_actions, action_dim = (None, out) if continuous else (out, 1)
         model = make_actor_critic(obs_dim, num_actions, action_dim, net, normalize_obs=bool(algo.get("normalize_obs")))
-    elif recipe in ("impala", "seed", "a3c"):
+    elif recipe in ("impala", "seed", "sf", "a3c"):
         obs_dim, num_actions = _dims(state, "policy.")
         model, action_dim = ActorCritic(obs_dim, num_actions, net), 1
     else:
@@ -131,8 +139,8 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
     """The policy a distrl run trained, as a TorchRL actor (see the module docstring).
 
     Reads ``observation`` ``[*B, F]`` (``algo.obs_key`` for a ``vecenv`` run on a factory env) and
-    writes ``action`` (``[*B, A]`` one-hot, ``[*B]`` indices for a ``Categorical`` spec, or
-    ``[*B, A]`` floats), plus ``logits`` / ``loc``, ``scale`` and ``action_log_prob`` (actor-critics)
+    writes ``action`` (``[*B]`` indices or ``[*B, A]`` one-hot, as the training env took them or
+    ``action_spec`` says; ``[*B, A]`` floats), plus ``logits`` / ``loc``, ``scale`` and ``action_log_prob`` (actor-critics)
     or ``action_value`` ``[*B, A]`` (apex).
 
     Args:
@@ -140,7 +148,7 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
         checkpoint: ``best`` (default), ``last`` or a checkpoint file (:func:`load_run`).
         sample: sample actions by default instead of playing the mode (actor-critics only).
         action_spec: the env's action spec (``env.action_spec``); chooses one-hot or index actions
-            and the bounds continuous actions are projected into.
+            (default: the training env's encoding) and the bounds continuous actions are projected into.
         device: where the actor's parameters live.
     """
     cfg, state = load_run(run_dir, checkpoint)
@@ -148,7 +156,10 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
         _fail(f"{checkpoint} checkpoint of {run_dir} holds no model")
     model, num_actions, action_dim = _build_model(cfg, state["model"])
     model.to(device)
-    spec = _spec(action_spec, num_actions, action_dim, cfg["run"]["env"]).to(device)
+    encoding = state.get("action_encoding")  # absent from checkpoints written before it was recorded
+    if encoding is not None and encoding not in ACTION_ENCODINGS:
+        _fail(f"{checkpoint} checkpoint of {run_dir} has action_encoding {encoding!r}, not one of {ACTION_ENCODINGS}")
+    spec = _spec(action_spec, num_actions, action_dim, cfg["run"]["env"], encoding).to(device)
     obs_key = cfg.get("algo", {}).get("obs_key", keys.OBSERVATION) if cfg["recipe"] == "vecenv" else keys.OBSERVATION
     if cfg["recipe"] == "apex":
         if sample:
@@ -195,17 +206,23 @@ def export_main(argv: list[str]) -> int:
     p.add_argument("--checkpoint", default="best",
                    help="best (default: checkpoints/best.pt), last (the final policy) or a checkpoint file")
     p.add_argument("--sample", action="store_true", help="sample actions by default instead of the greedy mode")
-    p.add_argument("--categorical-actions", action="store_true",
-                   help="discrete actions as indices (GymEnv(categorical_action_encoding=True)), not one-hot")
+    # Without either flag, discrete actions are encoded as the training env took them (load_policy).
+    encoding = p.add_mutually_exclusive_group()
+    encoding.add_argument("--categorical-actions", action="store_true",
+                          help="discrete actions as indices (GymEnv(categorical_action_encoding=True)) whatever "
+                               "the training env took (default: as it took them; one-hot for a gymnasium id)")
+    encoding.add_argument("--one-hot-actions", action="store_true",
+                          help="discrete actions one-hot (GymEnv's default) whatever the training env took")
     args = p.parse_args(argv)
     spec = None
     try:
-        if args.categorical_actions:
+        if args.categorical_actions or args.one_hot_actions:
             cfg, state = load_run(args.run_dir, args.checkpoint)
             _, num_actions, _ = _build_model(cfg, state["model"])
             if num_actions is None:
-                _fail("--categorical-actions: the run's policy has continuous actions")
-            spec = Categorical(num_actions)
+                flag = "--categorical-actions" if args.categorical_actions else "--one-hot-actions"
+                _fail(f"{flag}: the run's policy has continuous actions")
+            spec = Categorical(num_actions) if args.categorical_actions else OneHot(num_actions)
         out = export_policy(args.run_dir, args.out, checkpoint=args.checkpoint, sample=args.sample, action_spec=spec)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -2,25 +2,31 @@
 
 Checkpoints of every supported recipe are written here with random weights (no training), and
 the TorchRL rollout of the loaded actor must give, episode for episode, the greedy returns of
-distrl's own evaluation of the same network. One real run (impala ``debug``, one process) checks
-the whole path against its ``summary.json``.
+distrl's own evaluation of the same network. Runs on a TorchRL env factory get their checkpoint
+from a learner's own ``LearnerSession`` (what records the env's action encoding at training time),
+still without training: the loaded actor must write actions as that env takes them, one-hot or
+indices. One real run (impala ``debug``, one process) checks the whole path against its
+``summary.json``.
 """
 from __future__ import annotations
 
 import pytest
 import torch
 from torchrl.collectors import Collector
-from torchrl.data import Categorical
-from torchrl.envs import GymEnv
+from torchrl.data import Categorical, OneHot
+from torchrl.envs import GymEnv, SerialEnv, StepCounter, TransformedEnv
 
 import distrl
 from conftest import read_summary
+from distrl.architectures.base import RoleContext
 from distrl.checkpoint import save_checkpoint
 from distrl.cli import experiment_config
 from distrl.config import override
 from distrl.envs.gym import evaluate
 from distrl.models import ActorCritic, QNetwork
 from distrl.policies import make_actor_critic
+from distrl.roles.session import LearnerSession
+from distrl.roles.vecenv_learner import VecEnvLearner
 from distrl.train import console
 
 EVAL_SEED = 10_000  # every learner evaluates from run.seed + 10_000 (run.seed is 0 here)
@@ -61,6 +67,52 @@ def actor_critic(recipe: str):
     return model
 
 
+def q_network():
+    torch.manual_seed(4)
+    model = QNetwork(4, 2, experiment_config("apex", "debug").net)
+    sharpen(model.q[-1])
+    return model
+
+
+# ---- runs on a TorchRL env factory (``--env module:function``), named by this module's path ----
+
+def cartpole_categorical():
+    """The issue's env: index actions (``Categorical``) behind a transform."""
+    return TransformedEnv(GymEnv("CartPole-v1", categorical_action_encoding=True), StepCounter())
+
+
+def cartpole_one_hot():
+    """GymEnv's default encoding (``OneHot``) behind a transform."""
+    return TransformedEnv(GymEnv("CartPole-v1"), StepCounter())
+
+
+def serial_cartpole_categorical(env_id, num_envs, device, seed):
+    """A vecenv ``algo.env_factory`` (``fn(env_id, num_envs, device, seed)``) with index actions."""
+    env = SerialEnv(num_envs, lambda: GymEnv(env_id, categorical_action_encoding=True))
+    env.set_seed(seed)
+    return env
+
+
+FACTORIES = {"cartpole_categorical": cartpole_categorical, "cartpole_one_hot": cartpole_one_hot}
+
+
+def learner_run(tmp_path, recipe: str, model: torch.nn.Module, factory: str):
+    """A run on ``factory`` whose checkpoint the learner's session wrote, as in training."""
+    cfg = override(experiment_config(recipe, "debug"), **{"run.env": f"{__name__}:{factory}", "run.logger": "none"})
+    run = tmp_path / recipe
+    run.mkdir()
+    (run / "config.json").write_text(cfg.to_json())
+    session = LearnerSession(RoleContext(cfg, None, 0, {0: "learner"}, run))
+    session.checkpoint(model, torch.optim.Adam(model.parameters()))
+    session.tracker.writer.close()
+    return run
+
+
+def greedy_returns(model: torch.nn.Module, episodes: int) -> list[float]:
+    net = model if isinstance(model, QNetwork) else model.policy
+    return evaluate(lambda o: net(o), "CartPole-v1", episodes, EVAL_SEED, torch.device("cpu"))
+
+
 @pytest.mark.parametrize("recipe", ["impala", "seed", "a3c"])
 def test_actor_critic_recipes_roll_out_as_distrl_evaluates(tmp_path, recipe):
     model = actor_critic(recipe)
@@ -82,6 +134,62 @@ def test_index_actions_through_a_categorical_spec(tmp_path):
     exported = torch.load(tmp_path / "p.pt", weights_only=False)
     assert isinstance(exported.spec["action"], Categorical)
     assert torchrl_returns(exported, "CartPole-v1", 3, env=GymEnv("CartPole-v1", categorical_action_encoding=True)) == expected
+
+
+@pytest.mark.parametrize("recipe, factory, spec", [
+    ("impala", "cartpole_categorical", Categorical), ("impala", "cartpole_one_hot", OneHot),
+    ("seed", "cartpole_categorical", Categorical), ("sf", "cartpole_categorical", Categorical),
+    ("a3c", "cartpole_categorical", Categorical),
+    ("apex", "cartpole_categorical", Categorical), ("apex", "cartpole_one_hot", OneHot),
+])
+def test_the_policy_writes_actions_as_the_training_env_took_them(tmp_path, recipe, factory, spec):
+    model = q_network() if recipe == "apex" else actor_critic(recipe)
+    policy = distrl.load_policy(learner_run(tmp_path, recipe, model, factory))
+    assert torchrl_returns(policy, "CartPole-v1", 3, env=FACTORIES[factory]()) == greedy_returns(model, 3)
+    assert isinstance(policy.spec["action"], spec)
+
+
+def test_export_policy_follows_the_recorded_encoding_and_a_flag_overrides_it(tmp_path, capsys):
+    model = actor_critic("impala")
+    run, expected = learner_run(tmp_path, "impala", model, "cartpole_categorical"), greedy_returns(model, 3)
+    assert console(["export-policy", str(run), str(tmp_path / "p.pt")]) == 0
+    exported = torch.load(tmp_path / "p.pt", weights_only=False)
+    assert torchrl_returns(exported, "CartPole-v1", 3, env=cartpole_categorical()) == expected
+    assert console(["export-policy", str(run), str(tmp_path / "oh.pt"), "--one-hot-actions"]) == 0
+    one_hot = torch.load(tmp_path / "oh.pt", weights_only=False)
+    assert isinstance(one_hot.spec["action"], OneHot)
+    assert torchrl_returns(one_hot, "CartPole-v1", 3, env=cartpole_one_hot()) == expected
+    both = ["export-policy", str(run), str(tmp_path / "x.pt"), "--one-hot-actions", "--categorical-actions"]
+    with pytest.raises(SystemExit) as status:
+        console(both)
+    assert status.value.code == 2 and "not allowed with" in capsys.readouterr().err
+
+
+def test_a_checkpoint_without_the_encoding_loads_one_hot_as_before(tmp_path):
+    run = fake_run(tmp_path, "impala", actor_critic("impala"), **{"run.env": f"{__name__}:cartpole_categorical"})
+    assert isinstance(distrl.load_policy(run).spec["action"], OneHot)  # what distrl gave before recording it
+    state = torch.load(next((run / "checkpoints").glob("ckpt_*.pt")), weights_only=False)
+    save_checkpoint(run, 2, state | {"action_encoding": "ordinal"})
+    with pytest.raises(ValueError, match="action_encoding 'ordinal'"):
+        distrl.load_policy(run)
+
+
+def test_vecenv_records_its_torchrl_env_encoding(tmp_path):
+    cfg = override(experiment_config("vecenv", "debug"),
+                   **{"run.env": "CartPole-v1", "algo.env_factory": f"{__name__}:serial_cartpole_categorical",
+                      "algo.num_envs": 2})
+    (tmp_path / "config.json").write_text(cfg.to_json())
+    learner = VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
+    try:
+        sharpen([m for m in learner.model.policy.modules() if isinstance(m, torch.nn.Linear)][-1])
+        learner.session.checkpoint(learner.model, learner.optim)
+    finally:
+        learner.session.tracker.writer.close()
+        learner.env.close()
+    policy = distrl.load_policy(tmp_path)
+    env = GymEnv("CartPole-v1", categorical_action_encoding=True)
+    assert torchrl_returns(policy, "CartPole-v1", 3, env=env) == greedy_returns(learner.model, 3)
+    assert isinstance(policy.spec["action"], Categorical)
 
 
 def test_vecenv_policy_includes_its_observation_normalisation(tmp_path):
@@ -114,9 +222,7 @@ def test_vecenv_gaussian_policy_is_greedy_and_clipped_to_the_bounds(tmp_path):
 
 
 def test_apex_gives_a_greedy_qvalue_actor(tmp_path):
-    torch.manual_seed(4)
-    model = QNetwork(4, 2, experiment_config("apex", "debug").net)
-    sharpen(model.q[-1])
+    model = q_network()
     run = fake_run(tmp_path, "apex", model)
     expected = evaluate(lambda o: model(o), "CartPole-v1", 3, EVAL_SEED, torch.device("cpu"))
     assert torchrl_returns(distrl.load_policy(run), "CartPole-v1", 3) == expected

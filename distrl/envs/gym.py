@@ -27,6 +27,9 @@ class EnvInfo:
     obs_dim: int
     num_actions: int | None  # None for continuous actions
     action_dim: int
+    #: how a TorchRL env takes discrete actions: "one_hot" (``OneHot``) or "categorical" (indices);
+    #: None for a gymnasium id and for continuous actions
+    action_encoding: str | None = None
 
 
 def is_factory(env: str) -> bool:

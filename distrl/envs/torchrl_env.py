@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 
 import torch
 from tensordict import TensorDictBase
-from torchrl.data import Categorical, OneHot
+from torchrl.data import Categorical, OneHot, TensorSpec
 from torchrl.envs import EnvBase, SerialEnv
 
 from distrl.data import keys
@@ -134,7 +134,7 @@ def _info(spec: str, env: EnvBase) -> EnvInfo:
                          f"{list(feature_shape)} {obs.dtype} (add a FlattenObservation or DoubleToFloat transform)")
     action = env.action_spec
     if isinstance(action, (Categorical, OneHot)) and action.shape[batch:] in ((), (action.space.n,)):
-        return EnvInfo(int(feature_shape[0]), int(action.space.n), 1)
+        return EnvInfo(int(feature_shape[0]), int(action.space.n), 1, action_encoding(action))
     if action.dtype.is_floating_point and len(action.shape[batch:]) == 1:
         return EnvInfo(int(feature_shape[0]), None, int(action.shape[-1]))
     raise ValueError(f"--env {spec}: distrl trains on one discrete action (Categorical or OneHot) or a flat "
@@ -151,6 +151,13 @@ def end_flags(nxt: TensorDictBase, shape: tuple[int, ...]) -> tuple[torch.Tensor
     truncated = nxt.get("truncated", None)
     truncated = done & ~terminated if truncated is None else truncated.reshape(shape).bool()
     return done, terminated, truncated
+
+
+def action_encoding(spec: TensorSpec) -> str | None:
+    """How an action spec takes discrete actions: ``"one_hot"`` (``OneHot``, GymEnv's default),
+    ``"categorical"`` (``Categorical`` indices), or None (not discrete). Checkpoints record it for
+    ``load_policy``."""
+    return "one_hot" if isinstance(spec, OneHot) else "categorical" if isinstance(spec, Categorical) else None
 
 
 def one_hot_actions(env: EnvBase) -> bool:

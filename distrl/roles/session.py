@@ -22,6 +22,7 @@ from tensordict import TensorDict
 from distrl.architectures.base import RoleContext
 from distrl.checkpoint import load_latest_checkpoint, save_best, save_checkpoint
 from distrl.data import keys
+from distrl.envs.gym import env_info, is_factory
 from distrl.logging.metrics import MetricsWriter
 from distrl.logging.timing import TimeBudget
 from distrl.logging.tracker import RunTracker
@@ -73,6 +74,11 @@ class LearnerSession:
         self.evaluate: Optional[Callable[[], list[float]]] = None
         self._confirm_after = 0  # episode count before which no new confirmation is tried
         self._trained = None  # (model, optimizer), known from restore(), for the SIGTERM checkpoint
+        #: how the training env takes discrete actions ("one_hot" or "categorical" for a TorchRL env,
+        #: None for a gymnasium id), saved in every checkpoint so ``load_policy`` writes actions the
+        #: same way; from ``--env module:function`` here, set by a learner whose env it builds (vecenv)
+        env = self.cfg.run.env
+        self.action_encoding: Optional[str] = env_info(env).action_encoding if is_factory(env) else None
         if threading.current_thread() is threading.main_thread():
             # Preemption: checkpoint at the next tick, then stop (the handler itself only flags).
             signal.signal(signal.SIGTERM, lambda *_: self._sigterm.set())
@@ -194,7 +200,7 @@ class LearnerSession:
         state: dict[str, Any] = {
             "model": model.state_dict(), "optim": optim.state_dict(), "tracker": self.tracker.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-            "config": self.cfg.to_dict(), "wandb_id": self._wandb_id,
+            "config": self.cfg.to_dict(), "wandb_id": self._wandb_id, "action_encoding": self.action_encoding,
         }
         if self.extra_state is not None:
             state["extra"] = self.extra_state()

@@ -23,7 +23,8 @@ from tensordict import TensorDict
 from distrl import faults
 from distrl.algorithms.ppo import UPDATE_STATS, gae, normalize_advantage, ppo_update, world_size
 from distrl.architectures.base import RoleContext
-from distrl.envs.batched import NativeEnv, evaluate_greedy, make_batched_env
+from distrl.envs.batched import NativeEnv, TorchRLEnv, evaluate_greedy, make_batched_env
+from distrl.envs.torchrl_env import action_encoding
 from distrl.logging.timing import TimeBudget
 from distrl.models import resolve_device
 from distrl.policies import make_actor_critic
@@ -77,6 +78,8 @@ class VecEnvLearner:
         # 64 us on these CPUs), a tenth of a minibatch's whole cost for CartPole's small MLPs.
         self.optim = torch.optim.Adam(self.model.parameters(), lr=a.lr, eps=1e-5, fused=True)
         self.session = LearnerSession(ctx) if self.rank == 0 else None
+        if self.session is not None and isinstance(env, TorchRLEnv):  # checkpoints say how the env takes actions
+            self.session.action_encoding = action_encoding(env.env.action_spec)
         # Rank 0's session turns SIGTERM into a checkpoint and a stop; the other ranks only flag it
         # and pass it on through the stop agreement, so a preempted job ends in step, checkpointed.
         self._sigterm = threading.Event()
