@@ -110,6 +110,10 @@ def listening(pids: set[int]) -> set[str]:
     return out
 
 
+#: how /proc/net/tcp{,6} writes 127.0.0.1 (and ::1, ::ffff:127.0.0.1) at the start of an address
+LOOPBACK = ("0100007F:", "00000000000000000000000001000000:", "0000000000000000FFFF00000100007F:")
+
+
 def shm_files() -> set[Path]:
     """distrl's shared-memory directories that exist now."""
     from distrl.data.shm import SHM_ROOT
@@ -117,8 +121,17 @@ def shm_files() -> set[Path]:
     return set(SHM_ROOT.glob("distrl-*"))
 
 
-def live_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.is_alive()}
+def live_threads(prefix: str = "") -> set[threading.Thread]:
+    """This process's live threads whose name starts with ``prefix``."""
+    return {t for t in threading.enumerate() if t.is_alive() and t.name.startswith(prefix)}
+
+
+def threads_left(before: set[threading.Thread], prefix: str = "distrl", timeout: float = 5.0) -> set[threading.Thread]:
+    """Threads named ``prefix...`` started since ``before`` and still alive after up to ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while (left := live_threads(prefix) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 # ---- jobs ---------------------------------------------------------------------------------------

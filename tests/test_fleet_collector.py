@@ -3,8 +3,6 @@ weights back through ``update_policy_weights_``, honours ``total_frames`` and le
 from __future__ import annotations
 
 import os
-import threading
-import time
 
 import pytest
 import torch
@@ -12,26 +10,12 @@ from torch import nn
 from torchrl.modules import MLP
 
 import distrl
-from helpers import descendants
+from helpers import LOOPBACK, descendants, listening, live_threads, threads_left
 from distrl.data import keys
 from distrl.fleet_config import fleet_policy
 from distrl.roles.impala_actor import ImpalaActor
 
 TOY = dict(env="distrl/MatchSign-v0", envs_per_actor=4, unroll_length=10)  # 40 frames per actor message
-
-
-def fleet_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("distrl")}
-
-
-def wait_gone(before: set[threading.Thread], timeout: float = 5.0) -> set[threading.Thread]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = {t for t in fleet_threads() - before if t.is_alive()}
-        if not left:
-            return left
-        time.sleep(0.05)
-    return left
 
 
 def test_batches_are_b_t_with_torchrl_keys_and_the_policy_version():
@@ -81,23 +65,23 @@ def test_weights_pushed_through_update_policy_weights_reach_the_actors():
 
 
 def test_total_frames_ends_iteration_and_stops_the_actors():
-    before = fleet_threads()
+    before = live_threads()
     collector = distrl.FleetCollector(**TOY, frames_per_batch=80, total_frames=200)
     assert len(collector) == 3  # whole batches, rounded up as TorchRL's collectors do
     assert len(list(collector)) == 3 and collector.frames == 240
-    assert not wait_gone(before), "the fleet's threads outlived the budget"
+    assert not threads_left(before), "the fleet's threads outlived the budget"
     with pytest.raises(RuntimeError, match="shut down"):
         iter(collector).__next__()
 
 
 def test_shutdown_mid_iteration_leaves_no_thread():
-    before = fleet_threads()
+    before = live_threads()
     collector = distrl.FleetCollector(**TOY, queue_size=1)
     for _ in collector:
         break  # the actors are blocked on a full queue now: shutdown must still end them
     collector.shutdown()
     collector.shutdown()  # idempotent
-    assert not wait_gone(before)
+    assert not threads_left(before)
 
 
 def test_bad_arguments_fail_in_one_line():
@@ -113,19 +97,17 @@ def test_bad_arguments_fail_in_one_line():
         distrl.FleetCollector(**TOY, put_timeout_s=40.0)
     with pytest.raises(ValueError, match="actors' MLP"):  # a 32-wide network cannot go into the actors
         distrl.FleetCollector(MLP(in_features=1, out_features=2, num_cells=[32]), **TOY)
-    before = fleet_threads()
+    before = live_threads()
     with distrl.FleetCollector(**TOY) as collector:
         with pytest.raises(ValueError, match="shapes"):
             collector.update_policy_weights_({"w": torch.zeros(3)})
-    assert not wait_gone(before)
+    assert not threads_left(before)
 
 
 def test_actor_processes_over_rpc(no_leaked_processes):
     """world_size=3: two actor processes, this one rank 0; versions rise, every socket of the fleet
     listens on loopback, nothing is left after, the user's environment variables included (a leaked
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE changed how every later torchrun job named its run dir)."""
-    from test_launch import LOOPBACK, _listening
-
     environ = dict(os.environ)
     with distrl.FleetCollector(**TOY, world_size=3, frames_per_batch=80, total_frames=2_000, queue_size=2,
                                init_timeout_s=60.0) as collector:
@@ -135,7 +117,7 @@ def test_actor_processes_over_rpc(no_leaked_processes):
             versions.append(int(batch[keys.POLICY_VERSION].min()))
             collector.update_policy_weights_()
             if len(versions) == 5:
-                sockets = _listening(descendants(os.getpid()) | {os.getpid()})
+                sockets = listening(descendants(os.getpid()) | {os.getpid()})
     assert versions[0] == 0 and versions[-1] >= 10, versions
     assert sockets and all(s.startswith(LOOPBACK) for s in sockets), sockets
     assert dict(os.environ) == environ

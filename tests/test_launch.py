@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, TRAIN, descendants, free_port, listening, read_summary, train_cmd
+from helpers import LOOPBACK, ROOT, TRAIN, descendants, free_port, listening, read_summary, train_cmd
 
 
 def test_default_run_dirs_differ_between_jobs_with_the_same_torchrun_id(tmp_path, jobs):
@@ -58,9 +58,6 @@ def test_slurm_script_is_valid_bash_and_uses_the_c10d_rendezvous(jobs):
     for needed in ("#SBATCH --nodes", "srun", "torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint", "--rdzv-id",
                    "-m distrl.train", "TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         assert needed in text, needed
-
-
-LOOPBACK = ("0100007F:", "00000000000000000000000001000000:", "0000000000000000FFFF00000100007F:")
 
 
 @pytest.mark.parametrize("launch", ["nproc", "torchrun"])

@@ -2,7 +2,6 @@
 (``distrl.ReplayServiceBuffer.local``: real ``ReplayServer`` shards on threads, no torchrun)."""
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -10,6 +9,7 @@ import torch
 from tensordict import TensorDict
 
 import distrl
+from helpers import live_threads, threads_left
 
 
 def items(start: int, n: int, **extra) -> TensorDict:
@@ -24,14 +24,10 @@ def wait_len(rb, n: int, limit: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def replay_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("distrl-replay")]
-
-
 def test_extend_sample_and_priorities_over_two_shards():
     torch.manual_seed(0)
     with distrl.ReplayServiceBuffer.local(capacity=64, shards=2, alpha=1.0, beta=1.0, batch_size=32) as rb:
-        assert len(replay_threads()) == 2
+        assert len(live_threads("distrl-replay")) == 2
         for k in range(4):  # round robin: 2 batches of 10 per shard
             rb.extend(items(10 * k, 10, td_error=torch.ones(10)))
         wait_len(rb, 40)
@@ -52,7 +48,7 @@ def test_extend_sample_and_priorities_over_two_shards():
         rb.sample()  # the split over shards follows the totals of the last replies: refresh them
         share = (rb.sample(256)["x"] == 7).float().mean()
         assert share > 0.5, share
-    assert replay_threads() == []
+    assert not threads_left(set(), "distrl-replay")
 
 
 def test_new_items_get_the_largest_priority_and_bad_use_is_one_line():
