@@ -79,9 +79,10 @@ class LearnerSession:
         #: same way; from ``--env module:function`` here, set by a learner whose env it builds (vecenv)
         env = self.cfg.run.env
         self.action_encoding: Optional[str] = env_info(env).action_encoding if is_factory(env) else None
+        self._previous_sigterm = None  # the caller's handler, given back by finish()
         if threading.current_thread() is threading.main_thread():
             # Preemption: checkpoint at the next tick, then stop (the handler itself only flags).
-            signal.signal(signal.SIGTERM, lambda *_: self._sigterm.set())
+            self._previous_sigterm = signal.signal(signal.SIGTERM, lambda *_: self._sigterm.set())
 
     # ---- stop rule and liveness -----------------------------------------------------------------
     def should_stop(self) -> bool:
@@ -302,6 +303,9 @@ class LearnerSession:
                   flush=True)
         if self.tracker.writer is not None:
             self.tracker.writer.close()
+        # a run inside someone's process leaves their SIGTERM handler as it found it
+        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
         if self.cfg.run.logger != "none":
             self._plot_curves()
         ev = summary["eval_return_mean"]

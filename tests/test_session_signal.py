@@ -1,0 +1,26 @@
+"""A learner session inside someone's process takes SIGTERM for its checkpoint-and-stop, and gives
+the caller's handler back when it finishes."""
+from __future__ import annotations
+
+import signal
+
+import torch
+
+from distrl.architectures.base import RoleContext
+from distrl.architectures.impala import default_config
+from distrl.config import override
+from distrl.roles.session import LearnerSession
+
+
+def test_finish_gives_the_callers_sigterm_handler_back(tmp_path):
+    def mine(*_):
+        pass
+
+    signal.signal(signal.SIGTERM, mine)
+    cfg = override(default_config(), **{"run.logger": "none", "run.eval_episodes": 0})
+    session = LearnerSession(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
+    assert signal.getsignal(signal.SIGTERM) is not mine  # the session's own: checkpoint, then stop
+    model = torch.nn.Linear(2, 2)
+    session.finish("total_frames", [], model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert signal.getsignal(signal.SIGTERM) is mine
+
