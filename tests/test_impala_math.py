@@ -9,6 +9,7 @@ after t; a termination also drops gamma V(x_{t+1}). The policy gradient uses
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -138,17 +139,92 @@ def test_on_policy_ratio_is_one():
                                "value_mean", "logit_range"}
 
 
-def test_normalized_advantage_loss():
-    """With normalisation the policy term uses (A - mean A) / std A over the batch."""
-    torch.manual_seed(1)
-    model = ActorCritic(4, 2)
-    batch = random_batch(seed=3)
-    out = impala_loss(model, batch, 0.99, 1.0, 1.0, 0.5, 0.0, normalize_advantage=True)
-    logits, value = model(batch[keys.OBSERVATION])
-    log_pi = torch.log_softmax(logits, -1).gather(-1, batch[keys.ACTION].unsqueeze(-1))
+def sharpened_model(obs_dim: int, num_actions: int, seed: int) -> ActorCritic:
+    """An ``ActorCritic`` with its policy head not shrunk to near-uniform, so that the ratios
+    pi/mu spread on both sides of the clipping thresholds and the entropy has a gradient."""
+    torch.manual_seed(seed)
+    model = ActorCritic(obs_dim, num_actions)
     with torch.no_grad():
-        adv, _ = vtrace_targets(0.99, log_pi, batch[keys.ACTION_LOG_PROB].unsqueeze(-1), value,
-                                model.value(batch[keys.NEXT_OBSERVATION]), batch[keys.REWARD], batch[keys.DONE],
-                                batch[keys.TERMINATED])
-        adv = (adv - adv.mean()) / adv.std()
-    torch.testing.assert_close(out["loss_policy"], -(adv * log_pi).mean().detach(), atol=1e-5, rtol=1e-5)
+        model.policy[-1].weight.mul_(100.0)
+        model.policy[-1].bias.normal_()
+    return model
+
+
+def _f64(x: float) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float64)
+
+
+def slow_impala_loss(model, batch, gamma, rho_bar, c_bar, value_coef, entropy_coef, normalize, reward_scale):
+    """IMPALA's loss from :func:`slow_vtrace` and per-step python sums, in float64 (``model`` is a
+    float64 copy). Returns a dict of float64 scalars named as ``impala_loss``'s; ``loss`` has its graph.
+
+        A_s, v_s       from slow_vtrace on rewards reward_scale * r_s, both held constant
+        A_s <- (A_s - mean A) / (std A + 1e-8)    if normalize, std with Bessel's n - 1
+        loss = -1/n sum A_s log pi(a_s|x_s) + value_coef/n sum (v_s - V(x_s))^2 / 2 - entropy_coef/n sum H_s
+    """
+    B, T = batch.batch_size
+    log_pi, V, H, A, vs, ratio, gaps = [], [], [], [], [], [], []
+    for b in range(B):
+        logits, values = model(batch[keys.OBSERVATION][b].double())  # [T, A], [T, 1]
+        with torch.no_grad():
+            V_next = model.value(batch[keys.NEXT_OBSERVATION][b].double())[:, 0].tolist()
+        lp = torch.log_softmax(logits, -1)
+        lp_a = [lp[t, batch[keys.ACTION][b, t]] for t in range(T)]
+        log_mu = batch[keys.ACTION_LOG_PROB][b].double().tolist()
+        adv, v = slow_vtrace(gamma, [x.item() for x in lp_a], log_mu, values[:, 0].tolist(), V_next,
+                             [reward_scale * x for x in batch[keys.REWARD][b, :, 0].tolist()],
+                             batch[keys.DONE][b, :, 0].tolist(), batch[keys.TERMINATED][b, :, 0].tolist(), rho_bar, c_bar)
+        for t in range(T):
+            log_pi.append(lp_a[t])
+            H.append(-(lp[t].exp() * lp[t]).sum())
+            V.append(values[t, 0])
+            ratio.append(math.exp(lp_a[t].item() - log_mu[t]))
+            gaps.append(max(logits[t].tolist()) - min(logits[t].tolist()))
+        A += adv
+        vs += v
+    n = len(A)
+    mean_A = sum(A) / n
+    std_A = math.sqrt(sum((a - mean_A) ** 2 for a in A) / (n - 1))
+    if normalize:
+        A = [(a - mean_A) / (std_A + 1e-8) for a in A]
+    L_pi = -sum(A[s] * log_pi[s] for s in range(n)) / n
+    L_v = sum((vs[s] - V[s]) ** 2 / 2 for s in range(n)) / n
+    H_mean = sum(H) / n
+    return {"loss": L_pi + value_coef * L_v - entropy_coef * H_mean, "loss_policy": L_pi, "loss_value": L_v,
+            "entropy": H_mean, "rho_mean": _f64(sum(ratio) / n), "advantage_std": _f64(std_A),
+            "value_mean": _f64(sum(x.item() for x in V) / n), "logit_range": _f64(sum(gaps) / n)}
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("rho_bar,c_bar", [(1.2, 0.9), (0.9, 1.2)])
+def test_loss_and_its_reported_terms_match_the_slow_loop(rho_bar, c_bar, normalize):
+    """Every scalar ``impala_loss`` returns and the gradient of ``loss`` against
+    :func:`slow_impala_loss` (V-trace by eq. (1)'s loops, float64, autograd of the hand-written
+    loss), off-policy with ratios pi/mu spread over [0.2, 5] so that ``rho_bar`` and ``c_bar``
+    both clip (and differ: swapping them changes the result), episode ends of both kinds,
+    ``reward_scale`` 0.5, with and without advantage normalisation.
+
+    Tolerances: float32 against float64; a few hundred float32 ops deep, rtol 1e-5 and atol 1e-6
+    on O(1) values leave room for a different reduction order."""
+    model = sharpened_model(4, 2, seed=1)
+    batch = random_batch(seed=3)
+    done, term = batch[keys.DONE], batch[keys.TERMINATED]
+    assert term.any() and (done & ~term).any()  # both kinds of episode end cut a trace
+    with torch.no_grad():  # behaviour log-probs log mu = log pi + noise: ratios on both sides of 1
+        logits, _ = model(batch[keys.OBSERVATION])
+        log_pi = torch.log_softmax(logits, -1).gather(-1, batch[keys.ACTION].unsqueeze(-1))[..., 0]
+        g = torch.Generator().manual_seed(4)
+        batch[keys.ACTION_LOG_PROB] = log_pi + (torch.rand(log_pi.shape, generator=g) * 3.2 - 1.6)
+    gamma, vc, ec, scale = 0.97, 0.5, 0.1, 0.5
+    out = impala_loss(model, batch, gamma, rho_bar, c_bar, vc, ec, normalize_advantage=normalize, reward_scale=scale)
+    grads = torch.autograd.grad(out["loss"], list(model.parameters()))
+
+    model64 = copy.deepcopy(model).double()
+    want = slow_impala_loss(model64, batch, gamma, rho_bar, c_bar, vc, ec, normalize, scale)
+    expected = torch.autograd.grad(want["loss"], list(model64.parameters()))
+    assert set(out.keys()) == set(want)
+    for name, w in want.items():
+        torch.testing.assert_close(out[name].double(), w.detach(), rtol=1e-5, atol=1e-6,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+    for got, w in zip(grads, expected):
+        torch.testing.assert_close(got.double(), w, rtol=1e-5, atol=1e-6)

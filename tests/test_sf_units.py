@@ -4,9 +4,9 @@ loop, the doorbells' records, and the rollout worker's double buffering against 
 a fake inference rank."""
 from __future__ import annotations
 
+import copy
+import math
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,7 +16,6 @@ import torch
 from tensordict import TensorDict
 
 from distrl.algorithms.appo import appo_loss, vtrace_pg_advantage
-from distrl.algorithms.impala import vtrace_targets
 from distrl.architectures import get_recipe
 from distrl.architectures.base import RoleContext
 from distrl.config import override
@@ -25,7 +24,6 @@ from distrl.experiments.sf import debug
 from distrl.models import ActorCritic
 from distrl.roles import sf_doorbell as bell
 from distrl.roles.sf_learner import drop_lagged
-from distrl.roles.sf_rollout_worker import SFRolloutWorker
 from distrl.roles.sf_slots import (
     PARAM_SEQ, STOP, SlotError, SlotPool, publish_params, read_params, rollout_layout,
 )
@@ -47,9 +45,8 @@ def test_shared_memory_is_seen_across_handles_and_outlives_its_files(tmp_path):
 
 
 def test_directories_of_dead_owners_are_swept(tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    stale = tmp_path / f"distrl-sf-{dead.pid}-0123456789ab"
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can hold this pid
+    stale = tmp_path / f"distrl-sf-{dead}-0123456789ab"
     live = tmp_path / f"distrl-sf-{os.getpid()}-0123456789ab"
     for d in (stale, live):
         d.mkdir()
@@ -152,10 +149,183 @@ def test_next_values_equal_the_critic_on_every_next_observation_of_a_real_unroll
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
 
 
+def slow_vtrace_targets(gamma, ratio, V, V_next, r, done, term, rho_bar, c_bar):
+    """V-trace targets of one env's ``[T]`` lists by Espeholt et al. (2018), eq. (1):
+    ``v_s = V(x_s) + sum_{t>=s} gamma^{t-s} (prod_{i=s}^{t-1} c_i) rho_t (r_t + gamma V(x_{t+1}) - V(x_t))``,
+    ``rho_t = min(rho_bar, pi/mu)``, ``c_i = min(c_bar, pi/mu)``; an episode end at ``t`` stops the
+    sum after ``t``, a termination also drops ``gamma V(x_{t+1})``."""
+    T = len(r)
+    rho = [min(rho_bar, x) for x in ratio]
+    c = [min(c_bar, x) for x in ratio]
+    delta = [rho[t] * (r[t] + gamma * (0.0 if term[t] else V_next[t]) - V[t]) for t in range(T)]
+    v = []
+    for s in range(T):
+        total, trace = 0.0, 1.0
+        for t in range(s, T):
+            total += gamma ** (t - s) * trace * delta[t]
+            if done[t]:
+                break
+            trace *= c[t]
+        v.append(V[s] + total)
+    return v
+
+
+def slow_gae(gamma, lam, V, V_next, r, done, term):
+    """GAE (Schulman et al., 2016) of one env's ``[T]`` lists: ``A_t = sum_{l>=0} (gamma lambda)^l
+    delta_{t+l}``, ``delta_t = r_t + gamma V(x_{t+1}) - V(x_t)`` (no ``V(x_{t+1})`` after a
+    termination), the sum stopped after an episode end; the value target is ``A_t + V(x_t)``."""
+    T = len(r)
+    delta = [r[t] + gamma * (0.0 if term[t] else V_next[t]) - V[t] for t in range(T)]
+    adv = []
+    for t in range(T):
+        total = 0.0
+        for k in range(t, T):
+            total += (gamma * lam) ** (k - t) * delta[k]
+            if done[k]:
+                break
+        adv.append(total)
+    return adv, [adv[t] + V[t] for t in range(T)]
+
+
+def _f64(x: float) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float64)
+
+
+def slow_appo_loss(model, batch, algo):
+    """APPO's loss by per-step python sums, float64 (``model`` a float64 copy); the critic is run on
+    every next observation. Returns float64 scalars named as ``appo_loss``'s; ``loss`` has its graph.
+
+    Targets ``v_s`` and advantages ``A_s``, held constant, on rewards ``reward_scale * r_s``:
+    V-trace's ``v_s`` (:func:`slow_vtrace_targets`) with ``A_s = r_s + gamma v'_{s+1} - V(x_s)``,
+    ``v'_{s+1} = v_{s+1}`` inside the episode and unroll, else ``V(x_{s+1})`` (0 after a
+    termination); or :func:`slow_gae`. With ``rho_s = pi(a_s|x_s) / mu(a_s|x_s)`` (PPO's ratio):
+
+        L_clip = -1/n sum min(rho_s A_s, clip(rho_s, 1 - eps, 1 + eps) A_s)
+        L_v    =  1/n sum (V(x_s) - v_s)^2 / 2;   H = 1/n sum H(pi(x_s))
+        loss   = L_clip + value_coef L_v - entropy_coef H
+        approx_kl = 1/n sum ((rho_s - 1) - log rho_s);  clip_fraction = 1/n #{|rho_s - 1| > eps}
+    """
+    B, T = batch.batch_size
+    log_pi, log_mu, ratio, V, H, A, targets = [], [], [], [], [], [], []
+    for b in range(B):
+        logits, values = model(batch[keys.OBSERVATION][b].double())
+        with torch.no_grad():
+            V_next = model.value(batch[keys.NEXT_OBSERVATION][b].double())[:, 0].tolist()
+        lp = torch.log_softmax(logits, -1)
+        lp_a = [lp[t, batch[keys.ACTION][b, t]] for t in range(T)]
+        mu = batch[keys.ACTION_LOG_PROB][b].double().tolist()
+        rho = [math.exp(lp_a[t].item() - mu[t]) for t in range(T)]
+        Vb = values[:, 0].tolist()
+        r = [algo.reward_scale * x for x in batch[keys.REWARD][b, :, 0].tolist()]
+        done, term = batch[keys.DONE][b, :, 0].tolist(), batch[keys.TERMINATED][b, :, 0].tolist()
+        if algo.vtrace:
+            v = slow_vtrace_targets(algo.gamma, rho, Vb, V_next, r, done, term, algo.rho_bar, algo.c_bar)
+            for s in range(T):
+                v_next = V_next[s] if (done[s] or s == T - 1) else v[s + 1]
+                A.append(r[s] + algo.gamma * (0.0 if term[s] else v_next) - Vb[s])
+            targets += v
+        else:
+            adv, target = slow_gae(algo.gamma, algo.gae_lambda, Vb, V_next, r, done, term)
+            A += adv
+            targets += target
+        log_pi += lp_a
+        log_mu += mu
+        ratio += rho
+        V += [values[t, 0] for t in range(T)]
+        H += [-(lp[t].exp() * lp[t]).sum() for t in range(T)]
+    n, eps = len(A), algo.clip_eps
+    mean_A = sum(A) / n
+    std_A = math.sqrt(sum((a - mean_A) ** 2 for a in A) / (n - 1))
+    if algo.normalize_advantage:
+        A = [(a - mean_A) / (std_A + 1e-8) for a in A]
+    L_clip = 0.0
+    for s in range(n):
+        rho_s = (log_pi[s] - log_mu[s]).exp()  # with its graph through log pi
+        L_clip = L_clip - torch.minimum(rho_s * A[s], rho_s.clamp(1 - eps, 1 + eps) * A[s]) / n
+    L_v = sum((V[s] - targets[s]) ** 2 / 2 for s in range(n)) / n
+    H_mean = sum(H) / n
+    return {"loss": L_clip + algo.value_coef * L_v - algo.entropy_coef * H_mean, "loss_policy": L_clip,
+            "loss_value": L_v, "entropy": H_mean,
+            "approx_kl": _f64(sum((x - 1) - math.log(x) for x in ratio) / n),
+            "clip_fraction": _f64(sum(abs(x - 1) > eps for x in ratio) / n),
+            "advantage_std": _f64(std_A), "value_mean": _f64(sum(x.item() for x in V) / n)}
+
+
+def appo_batch(model, B=4, T=6, F=2, seed=0, log_ratio=0.0) -> TensorDict:
+    """Whole unrolls as a rollout worker writes them: ``next.observation[:, t]`` is
+    ``observation[:, t+1]`` except at episode ends and the last step. Episode ends: a termination
+    at (0, 2), a truncation at (1, 3), a termination at the unroll's last step (2, T-1). Behaviour
+    log-probs are the model's plus ``U(-log_ratio, log_ratio)``."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(B, T, F, generator=g)
+    done = torch.zeros(B, T, 1, dtype=torch.bool)
+    term = torch.zeros(B, T, 1, dtype=torch.bool)
+    for b, t, is_term in ((0, 2, True), (1, 3, False), (2, T - 1, True)):
+        done[b, t], term[b, t] = True, is_term
+    next_obs = torch.cat([obs[:, 1:], torch.zeros(B, 1, F)], dim=1)
+    fresh = done[..., 0].clone()
+    fresh[:, -1] = True
+    next_obs[fresh] = torch.randn(int(fresh.sum()), F, generator=g)  # true final observations
+    with torch.no_grad():
+        logp = torch.log_softmax(model.policy(obs), -1)
+    action = torch.randint(0, logp.shape[-1], (B, T), generator=g)
+    log_mu = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1) + (torch.rand(B, T, generator=g) * 2 - 1) * log_ratio
+    return TensorDict({keys.OBSERVATION: obs, keys.ACTION: action, keys.ACTION_LOG_PROB: log_mu,
+                       keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
+                       keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, "reward": torch.randn(B, T, 1, generator=g),
+                                              "done": done, "terminated": term}, batch_size=[B, T])},
+                      batch_size=[B, T])
+
+
+def sharpened_model(obs_dim: int, num_actions: int, seed: int) -> ActorCritic:
+    """An ``ActorCritic`` whose policy head is not shrunk to near-uniform (so the entropy term has a
+    gradient and behaviour/target ratios spread)."""
+    torch.manual_seed(seed)
+    model = ActorCritic(obs_dim, num_actions)
+    with torch.no_grad():
+        model.policy[-1].weight.mul_(100.0)
+        model.policy[-1].bias.normal_()
+    return model
+
+
+@pytest.mark.parametrize("vtrace,normalize", [(True, False), (True, True), (False, False)])
+def test_appo_loss_matches_a_slow_loop_off_policy(vtrace, normalize):
+    """Every scalar ``appo_loss`` returns and the gradient of ``loss`` against :func:`slow_appo_loss`
+    (float64; autograd of the hand-written loss), on lagged data: ratios pi/mu over [0.55, 1.8],
+    so PPO's clip acts on both sides and V-trace's ``rho_bar = 1.1`` and ``c_bar = 0.95`` both clip
+    and differ (swapping them changes the targets); terminations and a truncation inside the
+    unroll and at its end; ``reward_scale`` 0.5; with and without advantage normalisation; and
+    GAE in place of V-trace.
+
+    Tolerances: float32 against float64 a few hundred ops deep, rtol 1e-5 and atol 1e-6 on O(1)
+    values."""
+    algo = override(debug(), **{"algo.vtrace": vtrace, "algo.normalize_advantage": normalize, "algo.rho_bar": 1.1,
+                                "algo.c_bar": 0.95, "algo.reward_scale": 0.5, "algo.entropy_coef": 0.1}).algo
+    model = sharpened_model(2, 3, seed=0)
+    batch = appo_batch(model, log_ratio=0.6)
+    ratio = (torch.log_softmax(model.policy(batch[keys.OBSERVATION]), -1).gather(
+        -1, batch[keys.ACTION].unsqueeze(-1)).squeeze(-1) - batch[keys.ACTION_LOG_PROB]).exp().detach()
+    assert (ratio > 1 + algo.clip_eps).any() and (ratio < 1 - algo.clip_eps).any()
+    assert ((ratio > algo.c_bar) & (ratio < algo.rho_bar)).any()
+    out = appo_loss(model, batch, algo)
+    grads = torch.autograd.grad(out["loss"], list(model.parameters()))
+
+    model64 = copy.deepcopy(model).double()
+    want = slow_appo_loss(model64, batch, algo)
+    expected = torch.autograd.grad(want["loss"], list(model64.parameters()))
+    assert set(out.keys()) == set(want)
+    for name, w in want.items():
+        torch.testing.assert_close(out[name].double(), w.detach(), rtol=1e-5, atol=1e-6,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+    for got, w in zip(grads, expected):
+        torch.testing.assert_close(got.double(), w, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("vtrace", [True, False])
 def test_appo_loss_on_policy(vtrace):
-    """On-policy data (behaviour = target): PPO's ratio is 1, nothing is clipped, and the
-    V-trace targets are the n-step returns."""
+    """On-policy data (behaviour = target): PPO's ratio is 1 and nothing is clipped; with V-trace
+    the value loss regresses on the plain n-step returns ``R_s = sum_{k>=s} gamma^{k-s} r_k +
+    gamma^{T-s} V(x_T)`` (a python loop here; no episode ends), at every step of the unroll."""
     algo = override(debug(), **{"algo.vtrace": vtrace}).algo
     model = ActorCritic(2, 3)
     B, T = 4, 5
@@ -168,7 +338,7 @@ def test_appo_loss_on_policy(vtrace):
     batch = TensorDict({keys.OBSERVATION: obs, keys.ACTION: action,
                         keys.ACTION_LOG_PROB: logp.gather(-1, action.unsqueeze(-1)).squeeze(-1),
                         keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
-                        keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, "reward": torch.ones(B, T, 1),
+                        keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, "reward": torch.randn(B, T, 1),
                                                "done": flags, "terminated": flags}, batch_size=[B, T])},
                        batch_size=[B, T])
     out = appo_loss(model, batch, algo)
@@ -176,13 +346,16 @@ def test_appo_loss_on_policy(vtrace):
     assert out["clip_fraction"] == 0 and out["approx_kl"].abs() < 1e-6
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
     if vtrace:  # rho = 1 everywhere: V-trace's targets are the plain n-step returns
-        v = model.value(obs).detach()
         with torch.no_grad():
-            nv = model.value(batch[keys.NEXT_OBSERVATION])
-        _, vs = vtrace_targets(algo.gamma, torch.zeros(B, T, 1), torch.zeros(B, T, 1), v, nv,
-                               batch[keys.REWARD] * algo.reward_scale, flags, flags)
-        want = batch[keys.REWARD][:, -1] * algo.reward_scale + algo.gamma * nv[:, -1]
-        assert torch.allclose(vs[:, -1], want, atol=1e-6)
+            V = model.value(obs)[..., 0].double()
+            V_T = model.value(next_obs[:, -1])[..., 0].double()
+        r = batch[keys.REWARD][..., 0].double() * algo.reward_scale
+        loss_value = 0.0
+        for b in range(B):
+            for s in range(T):
+                R = sum(algo.gamma ** (k - s) * r[b, k].item() for k in range(s, T)) + algo.gamma ** (T - s) * V_T[b].item()
+                loss_value += (R - V[b, s].item()) ** 2 / 2 / (B * T)
+        assert out["loss_value"].item() == pytest.approx(loss_value, rel=1e-5, abs=1e-7)
 
 
 # ---------------------------------------------------------------- doorbells

@@ -1,6 +1,9 @@
-"""The pure-torch prioritized sampler against the formula (a slow loop), against sampling
-frequencies (a chi-square test), inside a TorchRL replay buffer, and against TorchRL's own
-``PrioritizedSampler`` where its C++ extension loads (skipped where it does not: torch 2.13.0+cpu).
+"""The pure-torch prioritized sampler against the formula (a slow loop), against an independent
+brute-force sampler (numpy prefix sums and ``searchsorted``: exact leaves found, priorities,
+probabilities and weights), against sampling frequencies (a chi-square test and a Bernstein bound
+per item, both against the brute force's probabilities), and inside a TorchRL replay buffer.
+(TorchRL's own ``PrioritizedSampler`` cannot serve as the reference: its C++ extension does not
+load with torch 2.13.0+cpu.)
 
 Schaul et al. (2016): P(i) = p_i^alpha / sum_k p_k^alpha, p_i = |delta_i| + eps,
 w_i = (N P(i))^-beta / max_j (N P(j))^-beta.
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -67,26 +71,6 @@ def test_probabilities_and_weights_match_the_formula(capacity, fanout):
     assert math.isclose(float(sampler.tree.total), sum((abs(d) + eps) ** alpha for d in raw), rel_tol=1e-12)
 
 
-def test_sampling_frequencies_match_the_probabilities():
-    """Chi-square goodness of fit, 200k draws over 64 items with priorities spanning 1000x. Under
-    the null the statistic exceeds the threshold with probability 1e-6 (a false failure one run in
-    a million); the seed is fixed, so the outcome is the same on every run of this code."""
-    g = torch.Generator().manual_seed(1)
-    n, draws = 64, 200_000
-    sampler = SumTreeSampler(n, alpha=0.7, beta=0.5, eps=1e-6, fanout=4)
-    sampler._rng = g
-    sampler.extend(torch.arange(n))
-    sampler.update_priority(torch.arange(n), torch.logspace(-2, 1, n, dtype=torch.float64))
-    counts = torch.zeros(n, dtype=torch.float64)
-    for _ in range(draws // 20_000):
-        counts += torch.bincount(sampler.sample(Storage(n), 20_000)[0], minlength=n).double()
-    expected = sampler.probabilities(torch.arange(n)) * draws
-    chi2 = float(((counts - expected) ** 2 / expected).sum())
-    df = n - 1
-    p_value = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(chi2 / 2)))
-    assert p_value > 1e-6, (chi2, p_value)
-
-
 def test_plugs_into_a_torchrl_replay_buffer_with_fifo_eviction():
     capacity = 32
     sampler = SumTreeSampler(capacity, alpha=1.0, beta=1.0, eps=1e-6)
@@ -141,27 +125,144 @@ def test_tree_never_picks_an_empty_or_padding_leaf():
     assert tree.find(torch.tensor([0.5, 2.0])).tolist() == [0, 49]
 
 
-def _torchrl_sampler(capacity, alpha, beta, eps):
-    from torchrl.data.replay_buffers.samplers import PrioritizedSampler
+class BruteForceReplay:
+    """Proportional prioritization written out (Schaul et al., 2016, section 3.3 and Algorithm 1)
+    over numpy arrays, with no tree: what :class:`SumTreeSampler` must compute.
 
-    try:
-        s = PrioritizedSampler(capacity, alpha=alpha, beta=beta, eps=eps)
-        s._sum_tree  # noqa: B018  (the trees are built lazily on some versions)
-        return s
-    except Exception as e:  # the C++ extension does not load with this torch build
-        pytest.skip(f"TorchRL's PrioritizedSampler needs torchrl._torchrl, which does not load here: {e}")
+    ``delta[i]`` is item ``i``'s raw priority ``|delta_i|``; a new item gets the largest raw
+    priority seen so far (1 before any), so it is sampled at least once before its TD error is
+    known. Item ``i`` is drawn for a mass ``m`` in ``[0, sum_k p_k^alpha)`` when
+    ``c_{i-1} <= m < c_i``, ``c_i = sum_{k<=i} p_k^alpha`` (prefix sums over the slots in order,
+    0 for an empty slot).
+    """
+
+    def __init__(self, capacity: int, alpha: float, beta: float, eps: float):
+        self.alpha, self.beta, self.eps = alpha, beta, eps
+        self.delta = np.full(capacity, np.nan)  # nan: an empty slot
+        self.max_delta = 1.0
+
+    def extend(self, index) -> None:
+        for i in index:
+            self.delta[i] = self.max_delta
+
+    def update(self, index, delta) -> None:
+        for i, d in zip(index, delta):  # one by one: a repeated index keeps its last write
+            self.delta[i] = d
+            self.max_delta = max(self.max_delta, abs(d))
+
+    @property
+    def N(self) -> int:
+        return int((~np.isnan(self.delta)).sum())
+
+    def p_alpha(self) -> np.ndarray:
+        """``p_i^alpha`` per slot, 0 for an empty one."""
+        return np.where(np.isnan(self.delta), 0.0, (np.abs(np.nan_to_num(self.delta)) + self.eps) ** self.alpha)
+
+    def P(self) -> np.ndarray:
+        pa = self.p_alpha()
+        return pa / pa.sum()
+
+    def w(self) -> np.ndarray:
+        """``(N P(i))^-beta / max_j (N P(j))^-beta`` per slot (nan for an empty one)."""
+        P = self.P()
+        stored = ~np.isnan(self.delta)
+        raw = np.full(P.shape, np.nan)
+        raw[stored] = (self.N * P[stored]) ** -self.beta
+        return raw / np.nanmax(raw)
+
+    def find(self, mass: np.ndarray) -> np.ndarray:
+        """The item drawn for each ``mass``: the first ``i`` with ``c_i > m``."""
+        return np.searchsorted(np.cumsum(self.p_alpha()), mass, side="right")
 
 
-def test_agrees_with_torchrls_prioritized_sampler():
+@pytest.mark.parametrize("capacity,fanout", [(1, 2), (7, 2), (50, 16), (300, 16), (1000, 3)])
+def test_find_is_the_brute_force_prefix_search_exactly(capacity, fanout):
+    """``SumTree.find(m)`` against ``searchsorted`` on numpy prefix sums of the leaves, at every
+    leaf's left edge ``c_{i-1}`` (which belongs to leaf ``i``), at midpoints and at uniform masses,
+    with empty leaves between the filled ones (never found). Leaves are multiples of 1/8 below 5,
+    so every sum is exact in float64 whatever the order of additions: equality is exact."""
+    rng = np.random.default_rng(capacity)
+    filled = np.sort(rng.choice(capacity, size=max(1, capacity * 2 // 3), replace=False))
+    values = rng.integers(1, 40, size=filled.size) / 8
+    tree = SumTree(capacity, fanout)
+    tree.set(torch.from_numpy(filled), torch.from_numpy(values))
+    leaves = np.zeros(capacity)
+    leaves[filled] = values
+    c = np.cumsum(leaves)
+    assert float(tree.total) == c[-1]
+    left = c[filled] - values  # c_{i-1} of each filled leaf
+    mass = np.concatenate([left, left + values / 2, rng.uniform(0, c[-1], 1000)])
+    want = np.searchsorted(c, mass, side="right")
+    got = tree.find(torch.from_numpy(mass)).numpy()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got[:filled.size], filled)  # the left edge is the leaf's own
+    assert np.isin(got, filled).all()
+
+
+@pytest.mark.parametrize("fanout", [16, 3])
+def test_sampler_matches_the_brute_force_replay(fanout):
+    """Priorities, probabilities, the tree's total and the sampled items' weights after a history
+    of writes (new items at the running maximum, updates with repeated indices, new items after
+    updates, a partly filled buffer), against :class:`BruteForceReplay`. Float64 throughout except
+    the weights the sampler returns as float32 (rtol 1e-6 is ~10 float32 ulps); the float64 sums
+    differ only in the order of additions (rtol 1e-12)."""
     capacity, alpha, beta, eps = 200, 0.6, 0.4, 1e-4
-    theirs = _torchrl_sampler(capacity, alpha, beta, eps)
-    ours = SumTreeSampler(capacity, alpha, beta, eps)
-    storage = LazyTensorStorage(capacity)
-    storage.set(torch.arange(150), TensorDict(x=torch.zeros(150), batch_size=[150]))
-    priority = torch.rand(150, dtype=torch.float64) * 3
-    for s in (theirs, ours):
-        s.extend(torch.arange(150))
-        s.update_priority(torch.arange(150), priority)
-    index, info = theirs.sample(storage, 256)
-    ours_w = torch.pow(ours.probabilities(index) / (ours.tree.min / ours.tree.total), -beta)
-    torch.testing.assert_close(ours_w.float(), torch.as_tensor(info["priority_weight"]).float(), rtol=1e-4, atol=0)
+    g, rng = torch.Generator().manual_seed(fanout), np.random.default_rng(fanout)
+    sampler, ref = SumTreeSampler(capacity, alpha, beta, eps, fanout), BruteForceReplay(capacity, alpha, beta, eps)
+    sampler._rng = g
+    for step in range(4):
+        new = np.arange(40 * step, 40 * step + 40)  # 40 new items, then updates to the stored ones
+        sampler.extend(torch.from_numpy(new))
+        ref.extend(new)
+        idx = rng.integers(0, new[-1] + 1, size=60)  # repeats: the last write wins
+        delta = rng.exponential(2.0, size=60) * rng.choice([-1, 1], size=60)  # raw TD errors, either sign
+        sampler.update_priority(torch.from_numpy(idx), torch.from_numpy(delta))
+        ref.update(idx, delta)
+    stored = np.arange(ref.N)  # 160 of 200
+    assert sampler.max_priority == ref.max_delta
+    np.testing.assert_allclose(float(sampler.tree.total), ref.p_alpha().sum(), rtol=1e-12)
+    np.testing.assert_allclose(sampler.tree[torch.from_numpy(stored)].numpy(), ref.p_alpha()[stored], rtol=1e-12)
+    np.testing.assert_allclose(sampler.probabilities(torch.from_numpy(stored)).numpy(), ref.P()[stored], rtol=1e-12)
+    index, info = sampler.sample(Storage(ref.N), 4096)
+    assert index.max() < ref.N
+    np.testing.assert_allclose(info["priority_weight"].numpy(), ref.w()[index.numpy()], rtol=1e-6)
+
+
+def bernstein_radius(n: int, P: np.ndarray, delta: float) -> np.ndarray:
+    """``t_i`` with ``Pr(|X_i - n P_i| >= t_i) <= delta / len(P)`` for ``X_i ~ Binomial(n, P_i)``:
+    Bernstein's inequality ``Pr(|X - np| >= t) <= 2 exp(-t^2 / (2 (n p (1-p) + t/3)))`` solved for
+    ``t`` (a union bound over the items makes ``delta`` the chance of any false failure)."""
+    L = math.log(2 * len(P) / delta)
+    var = n * P * (1 - P)
+    return L / 3 + np.sqrt(L * L / 9 + 2 * L * var)
+
+
+def test_sampling_frequencies_match_the_brute_force_probabilities():
+    """200k draws over a 100-of-128 filled buffer (fan-out 4: four levels) with priorities spanning
+    1000x, against the brute force's ``P(i)`` (not the sampler's own): empty slots never drawn,
+    every item within its Bernstein radius (:func:`bernstein_radius`), and the chi-square
+    statistic's p-value above 1e-6. Either bound fails a correct sampler with probability at most
+    1e-6; the seed is fixed, so the outcome is the same on every run of this code. A sampler that
+    drew a neighbour of the right item would miss by ~2000 draws (median) against radii of 60-600."""
+    capacity, n_items, draws = 128, 100, 200_000
+    alpha, beta, eps = 0.7, 0.5, 1e-6
+    sampler, ref = SumTreeSampler(capacity, alpha, beta, eps, fanout=4), BruteForceReplay(capacity, alpha, beta, eps)
+    sampler._rng = torch.Generator().manual_seed(3)
+    items = np.arange(n_items)
+    delta = np.random.default_rng(3).permutation(np.logspace(-2, 1, n_items))  # not monotone in the index
+    sampler.extend(torch.from_numpy(items))
+    sampler.update_priority(torch.from_numpy(items), torch.from_numpy(delta))
+    ref.extend(items)
+    ref.update(items, delta)
+    counts = np.zeros(capacity)
+    for _ in range(draws // 20_000):
+        counts += np.bincount(sampler.sample(Storage(n_items), 20_000)[0].numpy(), minlength=capacity)
+    P = ref.P()
+    assert counts[n_items:].sum() == 0  # empty slots
+    expected = P[:n_items] * draws
+    miss = np.abs(counts[:n_items] - expected)
+    assert (miss < bernstein_radius(draws, P[:n_items], 1e-6)).all(), int(np.argmax(miss / bernstein_radius(draws, P[:n_items], 1e-6)))
+    chi2 = float(((counts[:n_items] - expected) ** 2 / expected).sum())
+    df = n_items - 1
+    p_value = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(chi2 / 2, dtype=torch.float64)))
+    assert p_value > 1e-6, (chi2, p_value)
