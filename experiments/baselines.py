@@ -13,17 +13,27 @@ Layouts, all collecting only (no learning) with the recipes' 2x64 policy MLP on 
 
 The env-only limit is ``procs`` processes each stepping ``SyncVectorEnv(max n)`` with random
 actions and no policy at all: no RL system on this machine collects faster than that.
+
+Timing (``experiments/measure.py``, shared by every benchmark): one torch thread in this process
+before the first layout is built (the collector's workers get one each, TorchRL's default), and
+every layout timed by the wall clock from its first batch on (worker start, first resets and the
+first batch left out), as distrl's runs are by ``fps_running``. The limit is wall-clock too: each
+process's steps over its own seconds, summed.
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-ENV_ID = "CartPole-v1"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # distrl and experiments/ from this checkout
+
+from experiments.measure import ENV_ID, one_thread  # noqa: E402
 
 
 def _vector_env(n: int):
@@ -59,33 +69,33 @@ def _wrapped_vector_env(n: int):
 
 
 def _measure(collector, frames: int) -> float:
+    """Frames per wall-clock second after the first batch, over ``frames`` frames."""
     try:
         it = iter(collector)
-        next(it)  # warm-up: worker start, first resets
+        next(it)  # left out, as distrl's first batch is: worker start, first resets
         start, done = time.perf_counter(), 0
         while done < frames:
             done += next(it).numel()
         return done / (time.perf_counter() - start)
     finally:
         collector.shutdown()
+        one_thread()  # a MultiSyncCollector's shutdown gives this process its threads back
 
 
 def collector_fps(make_env: Callable, envs_per_worker: int, workers: int, frames: int) -> float:
     """Frames/s of TorchRL collecting alone: ``MultiSyncCollector`` over ``workers`` processes, or a
     plain ``Collector`` in this process when ``workers == 0``."""
-    import torch
     from torchrl.collectors import Collector, MultiSyncCollector
 
+    one_thread()  # before the first layout is built, not after it
     policy = _policy()
     batch = max(workers, 1) * envs_per_worker * max(64 // max(envs_per_worker // 8, 1), 8)
     if workers == 0:
         collector = Collector(make_env(), policy, frames_per_batch=batch, total_frames=-1)
-    else:
-        collector = MultiSyncCollector([lambda: make_env()] * workers, policy, frames_per_batch=batch, total_frames=-1)
-    try:
-        return _measure(collector, frames)
-    finally:
-        torch.set_num_threads(1)
+    else:  # one thread here and one in each worker, as distrl's processes have
+        collector = MultiSyncCollector([lambda: make_env()] * workers, policy, frames_per_batch=batch, total_frames=-1,
+                                       num_threads=1, num_sub_threads=1)
+    return _measure(collector, frames)
 
 
 def layouts(envs: tuple[int, ...] = (64, 256), procs: int = 2) -> dict[str, Callable[[int], float]]:
@@ -141,6 +151,7 @@ def report(frames: int, envs: tuple[int, ...] = (64, 256), procs: int = 2) -> tu
         print(f"  torchrl {name:52s} {fps:10,.0f} frames/s ({fps / limit:5.1%} of the limit){mark}", flush=True)
     print(f"  env-only limit: {procs} processes x SyncVectorEnv({max(envs)}), random actions {limit:10,.0f} steps/s",
           flush=True)
+    print("  (wall-clock rates; the layouts from their first batch on)", flush=True)
     return best, layouts[best], limit
 
 
@@ -150,6 +161,7 @@ def main() -> None:
     ap.add_argument("--envs", default="64,256", help="envs per worker of the vector-env layouts")
     ap.add_argument("--procs", type=int, default=2, help="collector worker processes (and env-only processes)")
     args = ap.parse_args()
+    one_thread()
     report(args.frames, tuple(int(n) for n in args.envs.split(",")), args.procs)
 
 

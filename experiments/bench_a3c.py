@@ -1,13 +1,20 @@
 """Benchmark: A3C against A2C on CartPole-v1, the same launch with ``algo.sync`` off and on.
 
     python experiments/bench_a3c.py [--seeds 0-4] [--max-time-s 120] [--nproc 3] [--out runs/bench_a3c]
-                                    [--modes a3c a2c] [--set algo.lr=3e-4 ...]
+                                    [--modes a3c a2c] [--collector-frames 150000] [--set algo.lr=3e-4 ...]
 
 Each mode is a seed sweep (:mod:`distrl.sweep`, what ``launch/sweep.py`` runs): one ``torchrun
 --nproc-per-node=3`` run per seed, ``--max-time-s`` of training, no early stop, the target 475 as a
 measurement only. Per mode it prints the sweep's figures (reached, held, time to target, final
 greedy evaluation) and what A3C adds from each seed's ``summary.json``: staleness (mean, max),
-gradients dropped, updates per second. Seeds run one at a time (they share the machine's cores).
+gradients dropped, updates per second (over the whole run), trained frames/s. Seeds run one at
+a time (they share the machine's cores).
+
+Speed is timed as ``experiments/measure.py`` says: TorchRL's layouts of ``experiments/baselines.py``
+and the env-only limit before the sweeps, TorchRL's best layout again after them (the higher
+figure is the one to beat); each seed's trained frames/s is ``fps_running`` (wall clock, from the
+server's first applied gradient to its last, the frames of dropped gradients left out), and each
+mode's median over seeds is held against TorchRL's best layout.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from distrl.sweep import aggregate, run_sweep, write_outputs  # noqa: E402
+from experiments.measure import Yardstick  # noqa: E402
 from launch.sweep import parse_seeds  # noqa: E402
 
 EXPERIMENT = {"a3c": "default", "a2c": "a2c"}
@@ -43,7 +51,8 @@ def staleness_figures(out: Path, seeds: list[int]) -> list[dict]:
             s = json.loads((out / f"seed_{seed}" / "summary.json").read_text())
         except OSError:
             continue
-        rows.append({k: s[k] for k in ("staleness_mean", "staleness_max", "dropped_stale_gradients", "updates_per_s")})
+        rows.append({k: s[k] for k in ("staleness_mean", "staleness_max", "dropped_stale_gradients", "updates_per_s",
+                                       "fps_running", "frames_dropped")})
     return rows
 
 
@@ -54,11 +63,15 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=3, help="torchrun processes: 1 server + workers")
     ap.add_argument("--target", type=float, default=475.0, help="training-mean return measured as the target")
     ap.add_argument("--modes", nargs="+", default=["a3c", "a2c"], choices=list(EXPERIMENT))
+    ap.add_argument("--collector-frames", type=int, default=150_000,
+                    help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_a3c", help="sweep outputs, one folder per mode")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every run (repeatable), as launch/train.py's --set")
     args = ap.parse_args()
-    lines = []
+    yard = Yardstick(args.collector_frames)
+    yard.before()
+    lines, speeds = [], {}
     for mode in args.modes:
         out = args.out / mode
         train_args = ["--experiment", EXPERIMENT[mode], "--env", "CartPole-v1", "--max-time-s", str(args.max_time_s),
@@ -67,17 +80,24 @@ def main() -> None:
         results = run_sweep("a3c", args.seeds, out, args.nproc, 1, args.target, args.max_time_s, train_args)
         write_outputs(out, results, f"a3c ({mode}), CartPole-v1, {args.nproc} processes", " ".join(sys.argv))
         agg, extra = aggregate(results), staleness_figures(out, args.seeds)
+        speeds[mode] = [e["fps_running"] for e in extra if e["fps_running"] is not None]
         lines.append(
             f"| {mode} | {agg['reached']}/{agg['seeds']} | {agg['held']}/{agg['seeds']} "
             f"| {spread([r['time_to_target_s'] for r in results])} | {spread([r['final_eval'] for r in results])} "
             f"| {spread([r['min_return_after_target'] for r in results])} "
             f"| {spread([e['staleness_mean'] for e in extra])} | {max((e['staleness_max'] for e in extra), default='n/a')} "
             f"| {sum(e['dropped_stale_gradients'] for e in extra)} | {spread([e['updates_per_s'] for e in extra])} "
-            f"| {spread([r['fps'] for r in results])} |")
+            f"| {spread(speeds[mode])} | {sum(e['frames_dropped'] for e in extra):,} |")
+    yard.after()
     print("\n| mode | reached | held | time to target s | final greedy eval | lowest mean after | staleness mean "
-          "| staleness max | dropped | updates/s | frames/s |\n|---|---|---|---|---|---|---|---|---|---|---|")
+          "| staleness max | dropped | updates/s | trained frames/s | frames dropped |\n" + "|---" * 12 + "|")
     print("\n".join(lines))
-    print(f"(medians with min-max over seeds; held as distrl.sweep counts it; per-seed tables in {args.out}/*/sweep.md)")
+    print(f"(medians with min-max over seeds; held as distrl.sweep counts it; per-seed tables in {args.out}/*/sweep.md;"
+          f" trained frames/s: wall clock from the first applied gradient, dropped ones left out)")
+    for mode, fps in speeds.items():
+        if fps:
+            med = statistics.median(fps)
+            print(f"  {mode}: median {med:,.0f} trained frames/s = {yard.ratio(med)}")
 
 
 if __name__ == "__main__":

@@ -3,40 +3,35 @@ on training fps that those costs put on a machine with ``--cores`` cores.
 
     python experiments/bench_costs.py [--cores 2] [--envs 32,128,256] [--seconds 3]
 
-Each stage runs alone on one thread (``torch.set_num_threads(1)``), one after another:
+Each stage runs alone on one thread (``torch.set_num_threads(1)``), one after another, one call
+left out, then called for ``--seconds`` of wall time (``experiments/measure.py``'s ``timed``):
 
 - ``env``: gymnasium ``SyncVectorEnv(B)`` stepped with pre-sampled actions (no policy);
 - ``actor``: distrl's :class:`~distrl.roles.env_runner.EnvRunner` unrolling with the 2x64 policy in numpy
   (env + policy forward + sampling + the trajectory's bookkeeping), as an impala actor does;
 - ``learn``: one impala update (V-trace loss, backward, per-tower clip, Adam) per ``B x T`` frames.
 
-A pipeline that trains on every frame it collects spends at least ``actor + learn`` CPU-seconds
-per frame, whatever its layout, so ``cores / (actor + learn)`` bounds its training fps on this
-machine (transport, serialisation and scheduling only lower it). The script prints that ceiling
-beside the env-only one (``cores / env``).
+Each stage's cost is printed twice: microseconds of this process's CPU time per frame
+(``time.process_time``), and of wall time (``time.perf_counter``), which is higher by whatever
+share of the core other jobs took. A pipeline that trains on every frame it collects spends at
+least ``actor + learn`` CPU-seconds per frame, whatever its layout, so ``cores / (actor + learn)``
+(CPU figures) bounds its training fps on this machine (transport, serialisation and scheduling
+only lower it). The script prints that ceiling beside the env-only one (``cores / env``).
 """
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # distrl from this checkout, installed or not
 
-
-def _timed(fn, seconds: float) -> tuple[int, float]:
-    """Calls ``fn`` (which returns its frame count) until ``seconds`` pass; ``(frames, elapsed)``."""
-    fn()  # warm-up
-    frames, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        frames += fn()
-    return frames, time.perf_counter() - start
+from experiments.measure import Rate, one_thread, timed  # noqa: E402
 
 
-def stage_costs(B: int, T: int, seconds: float) -> dict[str, float]:
-    """Microseconds of CPU per frame of each stage, ``B`` envs, unrolls of ``T`` steps."""
+def stage_costs(B: int, T: int, seconds: float) -> dict[str, Rate]:
+    """Each stage's :class:`Rate` (frames by wall and CPU time), ``B`` envs, unrolls of ``T`` steps."""
     import numpy as np
     import torch
 
@@ -47,7 +42,7 @@ def stage_costs(B: int, T: int, seconds: float) -> dict[str, float]:
     from distrl.numpy_policy import NumpyPolicy
     from distrl.roles.env_runner import EnvRunner
 
-    torch.set_num_threads(1)
+    one_thread()
     env = make_vector_env("CartPole-v1", B, 0)
     actions = np.random.default_rng(0).integers(0, 2, size=(64, B))
 
@@ -81,10 +76,7 @@ def stage_costs(B: int, T: int, seconds: float) -> dict[str, float]:
         optim.step()
         return B * T
 
-    costs = {}
-    for name, fn in (("env", env_steps), ("actor", unroll), ("learn", learn)):
-        frames, elapsed = _timed(fn, seconds)
-        costs[name] = elapsed / frames * 1e6
+    costs = {name: timed(fn, seconds) for name, fn in (("env", env_steps), ("actor", unroll), ("learn", learn))}
     env.close()
     runner.close()
     return costs
@@ -97,13 +89,16 @@ def main() -> None:
     ap.add_argument("--unroll", type=int, default=16, help="steps per unroll (T); the learner's batch is B x T")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds each stage runs")
     args = ap.parse_args()
-    print(f"{'B':>5} {'T':>4} {'env us/frame':>13} {'actor us/frame':>15} {'learn us/frame':>15} "
-          f"{'env-only ceiling':>17} {'train ceiling':>14}  ({args.cores} cores)")
+    print(f"us per frame, CPU time of this process (wall time in brackets); ceilings from the CPU figures, "
+          f"{args.cores} cores")
+    print(f"{'B':>5} {'T':>4} {'env':>16} {'actor':>16} {'learn':>16} {'env-only ceiling':>17} {'train ceiling':>14}")
     for B in (int(b) for b in args.envs.split(",")):
         c = stage_costs(B, args.unroll, args.seconds)
-        env_ceiling = args.cores / c["env"] * 1e6
-        train_ceiling = args.cores / (c["actor"] + c["learn"]) * 1e6
-        print(f"{B:>5} {args.unroll:>4} {c['env']:>13.2f} {c['actor']:>15.2f} {c['learn']:>15.2f} "
+        cpu = {k: r.us_per_frame("cpu") for k, r in c.items()}
+        cell = lambda k: f"{cpu[k]:.2f} ({c[k].us_per_frame('wall'):.2f})"  # noqa: E731
+        env_ceiling = args.cores / cpu["env"] * 1e6
+        train_ceiling = args.cores / (cpu["actor"] + cpu["learn"]) * 1e6
+        print(f"{B:>5} {args.unroll:>4} {cell('env'):>16} {cell('actor'):>16} {cell('learn'):>16} "
               f"{env_ceiling:>15,.0f}/s {train_ceiling:>12,.0f}/s", flush=True)
 
 

@@ -3,7 +3,9 @@ batch, whole and by part, and what each of distrl's replacements saves against t
 
     python experiments/bench_learner.py [--batch 64] [--unroll 32] [--repeats 200]
 
-One process, one thread, in this order (compare within one run: the machines are shared):
+One process, one thread, in this order (compare within one run: the machines are shared); every
+figure is the median wall time of one call after ten left out (``experiments/measure.py``'s
+``median_wall_ms``: a median, so a burst of load from other jobs moves it less than a mean):
 1. the update as sf's learner makes it (loss, backward, per-tower clip, Adam), and its parts;
 2. the stock calls beside distrl's: ``nn.Tanh`` against :class:`distrl.models.Tanh` (the MLP
    forward), TorchRL's ``vtrace_advantage_estimate`` against :func:`distrl.algorithms.impala.vtrace_targets`,
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -27,18 +28,7 @@ from distrl.algorithms.impala import vtrace_targets  # noqa: E402
 from distrl.architectures.sf import SFConfig  # noqa: E402
 from distrl.data import keys  # noqa: E402
 from distrl.models import ActorCritic, Tanh, clip_towers  # noqa: E402
-
-
-def median_ms(fn, repeats: int) -> float:
-    """Median wall time of ``fn()`` in ms, after a warm-up."""
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * sorted(times)[len(times) // 2]
+from experiments.measure import median_wall_ms as median_ms, one_thread  # noqa: E402
 
 
 def cartpole_batch(B: int, T: int, g: torch.Generator) -> TensorDict:
@@ -58,7 +48,7 @@ def main() -> None:
     ap.add_argument("--unroll", type=int, default=32, help="steps per trajectory (algo.unroll_length)")
     ap.add_argument("--repeats", type=int, default=200)
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    one_thread()
     g = torch.Generator().manual_seed(0)
     batch, algo = cartpole_batch(args.batch, args.unroll, g), SFConfig()
     model = ActorCritic(4, 2)
@@ -77,7 +67,7 @@ def main() -> None:
         appo_loss(model, batch, algo)["loss"].backward()
 
     total = median_ms(update, args.repeats)
-    print(f"sf learner update on [{args.batch}, {args.unroll}] ({rows} rows): {total:.2f} ms "
+    print(f"sf learner update on [{args.batch}, {args.unroll}] ({rows} rows), median wall time: {total:.2f} ms "
           f"({1e3 * total / rows:.2f} us a frame)")
     loss_ms = median_ms(lambda: appo_loss(model, batch, algo), args.repeats)
     print(f"  loss (forward, V-trace, PPO terms): {loss_ms:.2f} ms; with backward {median_ms(backward, args.repeats):.2f} ms")
@@ -85,7 +75,7 @@ def main() -> None:
 
     obs = batch[keys.OBSERVATION]
     with torch.no_grad():
-        print("stock call against distrl's (ms):")
+        print("stock call against distrl's (ms, median wall time):")
         ours = median_ms(lambda: model(obs), args.repeats)
         stock = ActorCritic(4, 2)
         for mlp in (stock.policy, stock.value):

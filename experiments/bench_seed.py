@@ -5,12 +5,16 @@ side, and the crossover in network size where central batched inference wins.
                                      [--sizes 64,64 256,256 512,512,512 1024,1024,1024] [--size-time-s 20]
                                      [--plot crossover.png]
 
-All in one invocation on this machine (compare ratios within one run: the machines are shared):
+All in one invocation on this machine (compare ratios within one run: the machines are shared),
+timed as ``experiments/measure.py`` says: one thread a process, every fps a wall-clock rate of
+trained frames from the first batch on (``fps_running`` of ``summary.json``; TorchRL's layouts
+likewise from their first batch):
 1. TorchRL's collectors in every layout of ``experiments/baselines.py`` (collecting only) and
-   the env-only limit; the best layout found is the one the ratios use;
+   the env-only limit;
 2. ``seed`` and ``impala`` under ``torchrun --nproc-per-node=3`` on CartPole-v1 with their
    default configs, ``--frames`` frames each: fps, policy lag, bytes per env step;
-3. for each ``--sizes`` entry (``net.hidden``), ``seed`` and ``impala`` with that network, the
+3. TorchRL's best layout once more; the ratios are against the higher of its two figures;
+4. for each ``--sizes`` entry (``net.hidden``), ``seed`` and ``impala`` with that network, the
    same 3 processes, ``--size-time-s`` seconds of training each: fps against network size.
 """
 from __future__ import annotations
@@ -22,13 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.baselines import report  # noqa: E402
-from experiments.bench_impala import train_summary  # noqa: E402
+from experiments.measure import Yardstick, train, trained_fps  # noqa: E402
 
 
 def side_by_side(seed: dict, impala: dict) -> str:
-    rows = [("training fps", "fps", "{:,.0f}"), ("policy lag mean (updates)", "policy_lag_mean", "{:.2f}"),
-            ("policy lag max", "policy_lag_max", "{}"),
+    rows = [("trained fps, from the first batch", "fps_running", "{:,.0f}"), ("over the whole run", "fps", "{:,.0f}"),
+            ("policy lag mean (updates)", "policy_lag_mean", "{:.2f}"), ("policy lag max", "policy_lag_max", "{}"),
             ("bytes on the wire per env step", "bytes_per_env_step", "{:,.1f}"),
             ("learner updates", "learner_updates", "{:,}")]
     out = [f"{'':34s}{'seed':>14s}{'impala':>14s}"]
@@ -44,33 +47,35 @@ def side_by_side(seed: dict, impala: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=600_000, help="training frames of each side-by-side run")
-    ap.add_argument("--collector-frames", type=int, default=100_000, help="frames the collector gathers")
+    ap.add_argument("--collector-frames", type=int, default=100_000,
+                    help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)")
     ap.add_argument("--sizes", nargs="*", default=["64,64", "256,256", "512,512,512", "1024,1024,1024"],
                     help="net.hidden of each crossover point (none: skip the crossover)")
     ap.add_argument("--size-time-s", type=float, default=20.0, help="seconds of training per crossover run")
     ap.add_argument("--plot", help="also draw the crossover (fps against network size) to this PNG")
     args = ap.parse_args()
 
-    best, ref, limit = report(args.collector_frames)
-    print(f"(ratios below: against {best})")
-    seed = train_summary("seed", args.frames)
-    print(f"distrl seed, torchrun 3 procs (training):   {seed['fps']:10,.0f} frames/s "
-          f"= {seed['fps'] / ref:.2f}x the best layout, {seed['fps'] / limit:5.1%} of the limit", flush=True)
-    impala = train_summary("impala", args.frames)
-    print(f"distrl impala, torchrun 3 procs (training): {impala['fps']:10,.0f} frames/s "
-          f"= {impala['fps'] / ref:.2f}x the best layout, {impala['fps'] / limit:5.1%} of the limit\n", flush=True)
+    yard = Yardstick(args.collector_frames)
+    yard.before()
+    seed, impala = train("seed", args.frames), train("impala", args.frames)
+    yard.after()
+    print(f"ratios, trained frames/s from the first batch against {yard.best}:")
+    print(yard.line("distrl seed, torchrun 3 procs (training)  ", seed))
+    print(yard.line("distrl impala, torchrun 3 procs (training)", impala) + "\n", flush=True)
     print(side_by_side(seed, impala), flush=True)
 
     if args.sizes:
-        print(f"\nfps against network size (net.hidden; 3 processes; {args.size_time_s:.0f} s of training each)")
+        print(f"\ntrained fps from the first batch against network size (net.hidden; 3 processes; "
+              f"{args.size_time_s:.0f} s of training each)")
         print(f"{'net.hidden':>18s}{'seed fps':>12s}{'impala fps':>12s}{'seed/impala':>13s}"
               f"{'seed B/step':>13s}{'impala B/step':>15s}", flush=True)
         points = []
         for hidden in args.sizes:
             extra = ["--max-time-s", str(args.size_time_s), "--set", f"net.hidden={hidden}"]
-            s, i = (train_summary(r, 10**9, extra=extra) for r in ("seed", "impala"))
-            points.append((hidden, s["fps"], i["fps"]))
-            print(f"{hidden:>18s}{s['fps']:>12,.0f}{i['fps']:>12,.0f}{s['fps'] / i['fps']:>12.2f}x"
+            s, i = (train(r, 10**9, extra=extra) for r in ("seed", "impala"))
+            sf, ifps = trained_fps(s), trained_fps(i)
+            points.append((hidden, sf, ifps))
+            print(f"{hidden:>18s}{sf:>12,.0f}{ifps:>12,.0f}{sf / ifps:>12.2f}x"
                   f"{s['bytes_per_env_step']:>13,.1f}{i['bytes_per_env_step']:>15,.1f}", flush=True)
         if args.plot:
             plot_crossover(points, args.plot)
@@ -89,7 +94,7 @@ def plot_crossover(points: list[tuple[str, float, float]], out: str) -> None:
     ax.plot(xs, [p[1] for p in points], "o-", label="seed (batched inference on the learner)")
     ax.plot(xs, [p[2] for p in points], "s-", label="impala (inference on each actor)")
     ax.set_xticks(list(xs), [p[0] for p in points])
-    ax.set(xlabel="net.hidden", ylabel="training env frames / s (log)", yscale="log",
+    ax.set(xlabel="net.hidden", ylabel="trained env frames / s from the first batch (log)", yscale="log",
            title="SEED against IMPALA by network size, 3 processes")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -1,37 +1,43 @@
 """Benchmark: vecenv's end-to-end PPO training env-steps/s on torch CartPole, against the raw
-batched env (the limit) and against the same PPO on gymnasium's ``SyncVectorEnv``.
+batched env (the limit), against the same PPO on gymnasium's ``SyncVectorEnv``, and against
+TorchRL's best collector layout collecting gymnasium CartPole alone.
 
-    python experiments/bench_vecenv.py [--rounds 4] [--seconds 2] [--compile] [--threads 2] [--nproc 2]
+    python experiments/bench_vecenv.py [--rounds 4] [--seconds 2] [--frames 3000000]
+                                       [--collector-frames 150000] [--compile] [--threads 2] [--nproc 2]
 
-Everything runs in this one invocation, and the in-process rows are measured in short windows,
-round robin, best window reported, so a burst of load from other jobs on these shared machines
-hits every row alike. Rows:
+Everything runs in this one invocation, timed as ``experiments/measure.py`` says. The in-process
+rows are measured in ``--rounds`` windows of ``--seconds`` each, round robin, after two steps left
+out (warm-up, compilation), and every row reports its best window, so a burst of load from other
+jobs on these shared machines hits every row alike. Rows:
 
 1. raw env: ``TorchCartPole.step_autoreset`` on pre-sampled actions, ``B = algo.num_envs``;
-2. vecenv PPO: the default experiment's learner loop (rollout, GAE, PPO epochs, statistics),
-   after two warm-up updates, in this process;
+2. vecenv PPO: the default experiment's learner loop (rollout, GAE, PPO epochs, statistics), in
+   this process;
 3. the same PPO (same learner code and config) with the env swapped for gymnasium's
    ``SyncVectorEnv`` of ``B`` CPU envs (``distrl.envs.batched:gym_vector_env``);
 4. the same PPO on ``SyncVectorEnv`` sized as CleanRL's ``ppo.py`` (4 envs x 128 steps), the
    usual way to run PPO on CPU envs;
-5. the whole command ``launch/train.py vecenv``: its summary.json fps (start-up excluded, first
-   updates included) and its best 2 s progress-line window, comparable to the rows above;
-6. optional: ``--compile`` (env dynamics and policy sampling through ``torch.compile``),
-   ``--threads N`` (intra-op threads), ``--nproc N`` (torchrun, N data-parallel ranks).
+5. optional, in the same round robin: ``--compile`` (env dynamics and policy sampling through
+   ``torch.compile``), ``--threads N`` (PPO with N intra-op threads during its windows);
+6. the whole command ``launch/train.py vecenv`` for ``--frames`` frames (and with ``--nproc N``,
+   torchrun with N data-parallel ranks): ``summary.json``'s ``fps_running`` (trained frames from
+   the first update to the last: start-up and first update left out) and its best progress-line
+   window (``run.log_interval_s``, 2 s), comparable to the rows above.
 
-Each row prints wall-clock steps/s and steps per CPU-second of this process (the machines are
-shared: when other jobs take the cores, the wall figure falls and the CPU figure does not).
+Each in-process row prints wall-clock steps/s and steps per CPU-second of this process (the
+machines are shared: when other jobs take the cores, the wall figure falls and the CPU figure does
+not). The whole command is wall clock only, and it is the figure held against TorchRL: TorchRL's
+layouts of ``experiments/baselines.py`` and the env-only limit (gymnasium's ``SyncVectorEnv``)
+before everything else, TorchRL's best layout again at the end, the higher figure the one to beat,
+both sides timed from their first batch.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,30 +48,36 @@ import torch  # noqa: E402
 from distrl.architectures.base import RoleContext  # noqa: E402
 from distrl.config import Config, override  # noqa: E402
 from distrl.experiments.vecenv import default  # noqa: E402
+from experiments.measure import Rate, Yardstick, one_thread, timed, train as train_command, trained_fps  # noqa: E402
 
 
 class Meter:
-    """Something that steps: ``step()`` does ``frames`` env-steps. Measured in short windows,
-    round robin with the other meters, so a burst of load from other jobs hits every row alike."""
+    """Something that steps: ``step()`` does ``frames`` env-steps, with ``threads`` torch threads.
+    Measured in short windows, round robin with the other meters, so a burst of load from other
+    jobs hits every row alike."""
 
-    def __init__(self, name: str, step, frames: int, close=lambda: None):
-        self.name, self.step, self.frames, self.close = name, step, frames, close
-        self.wall: list[float] = []
-        self.cpu: list[float] = []
+    def __init__(self, name: str, step, frames: int, close=lambda: None, threads: int = 1):
+        self.name, self.step, self.frames, self.close, self.threads = name, step, frames, close, threads
+        self.windows: list[Rate] = []
 
-    def window(self, seconds: float) -> None:
-        calls, w0, c0 = 0, time.perf_counter(), time.process_time()
-        while time.perf_counter() - w0 < seconds:
-            self.step()
-            calls += 1
-        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-        self.wall.append(calls * self.frames / wall)
-        self.cpu.append(calls * self.frames / max(cpu, 1e-9))
+    def _step(self) -> int:
+        self.step()
+        return self.frames
+
+    def window(self, seconds: float, warmup: int = 0) -> None:
+        """One window of ``seconds`` after ``warmup`` steps left out; ``seconds == 0``: warm-up only."""
+        torch.set_num_threads(self.threads)
+        try:
+            rate = timed(self._step, seconds, warmup)
+        finally:
+            torch.set_num_threads(1)
+        if seconds:
+            self.windows.append(rate)
 
     @property
     def best(self) -> tuple[float, float]:
         """The least disturbed window: highest wall rate, highest CPU rate."""
-        return max(self.wall), max(self.cpu)
+        return max(w.wall for w in self.windows), max(w.cpu for w in self.windows)
 
 
 def raw_env(num_envs: int, compile_dynamics: bool = False) -> Meter:
@@ -90,7 +102,7 @@ def raw_env(num_envs: int, compile_dynamics: bool = False) -> Meter:
                  step, 8 * num_envs)
 
 
-def train(name: str, cfg: Config) -> Meter:
+def train(name: str, cfg: Config, threads: int = 1) -> Meter:
     """The vecenv learner's loop with ``cfg`` (one ``iterate()`` = one update), in this process."""
     from distrl.roles.vecenv_learner import VecEnvLearner
 
@@ -103,22 +115,17 @@ def train(name: str, cfg: Config) -> Meter:
         learner.env.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    return Meter(name, learner.iterate, cfg.algo.frames_per_rank, close)
+    return Meter(name, learner.iterate, cfg.algo.frames_per_rank, close, threads)
 
 
-def command(frames: int, nproc: int = 1) -> tuple[float, float]:
-    """``launch/train.py vecenv`` (under torchrun when ``nproc > 1``): ``(fps of summary.json, best
-    progress-line window's fps)``; the summary's figure averages over the run, start included."""
+def command(frames: int, nproc: int = 1) -> tuple[dict, float]:
+    """``launch/train.py vecenv`` (under torchrun when ``nproc > 1``): ``(summary.json, best
+    progress-line window's fps)``."""
     with tempfile.TemporaryDirectory() as tmp:
-        launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-                  if nproc > 1 else [sys.executable])
-        cmd = [*launch, str(ROOT / "launch" / "train.py"), "vecenv", "--total-frames", str(frames), "--logger", "none",
-               "--run-dir", tmp, "--set", "run.target_return=none", "--set", "run.eval_episodes=0"]
-        subprocess.run(cmd, cwd=ROOT, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        s = train_command("vecenv", frames, nproc, ["--set", "run.target_return=none"], run_dir=Path(tmp))
         rows = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
         windows = [r["learner/fps"] for r in rows[1:-1]] or [float("nan")]  # first and last are partial
-        return json.loads((Path(tmp) / "summary.json").read_text())["fps"], max(windows)
+        return s, max(windows)
 
 
 def main() -> None:
@@ -126,11 +133,15 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0, help="length of one measuring window")
     ap.add_argument("--rounds", type=int, default=4, help="windows per row, round robin; the best is reported")
     ap.add_argument("--frames", type=int, default=3_000_000, help="frames of the launch/train.py rows")
+    ap.add_argument("--collector-frames", type=int, default=150_000,
+                    help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)")
     ap.add_argument("--compile", action="store_true", help="also measure torch.compile of env and policy")
-    ap.add_argument("--threads", type=int, default=0, help="also measure training with this many torch threads")
+    ap.add_argument("--threads", type=int, default=0, help="also measure PPO with this many torch threads")
     ap.add_argument("--nproc", type=int, default=0, help="also measure torchrun with this many ranks")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    yard = Yardstick(args.collector_frames)
+    yard.before()
+    one_thread()
     cfg = default()
     b, t = cfg.algo.num_envs, cfg.algo.rollout_length
     gym = {"algo.env_factory": "distrl.envs.batched:gym_vector_env"}
@@ -141,18 +152,14 @@ def main() -> None:
     if args.compile:
         meters += [raw_env(b, compile_dynamics=True), train("vecenv PPO, algo.compile=true",
                                                              override(cfg, **{"algo.compile": True}))]
+    if args.threads:
+        meters.append(train(f"vecenv PPO, {args.threads} torch threads",
+                            override(cfg, **{"run.torch_threads": args.threads}), threads=args.threads))
     for m in meters:  # warm-up (and compilation) outside the windows
-        m.step(), m.step()
+        m.window(0.0, warmup=2)
     for _ in range(args.rounds):
         for m in meters:
             m.window(args.seconds)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-        m = train(f"vecenv PPO, {args.threads} torch threads", override(cfg, **{"run.torch_threads": args.threads}))
-        m.step()
-        m.window(args.seconds * 2)
-        meters.append(m)
-        torch.set_num_threads(1)
     for m in meters:
         m.close()
 
@@ -162,17 +169,24 @@ def main() -> None:
     rows = {m.name: m.best for m in meters}
     for name, (wall, cpu) in rows.items():
         print(f"  {name:58s} {wall:>12,.0f} | {cpu:>12,.0f}", flush=True)
-    print("  whole command, 1 thread a rank; summary.json fps | best 2 s progress window")
+    print("  whole command, 1 thread a rank, wall clock: trained frames/s from the first update | best 2 s "
+          "progress window")
     runs = [("launch/train.py vecenv", 1)] + ([(f"torchrun {args.nproc} ranks x B={b}", args.nproc)] if args.nproc else [])
+    summaries = {}
     for name, nproc in runs:
-        mean, best = command(args.frames, nproc)
-        print(f"  {name:58s} {mean:>12,.0f} | {best:>12,.0f}", flush=True)
-    print("ratios (wall | CPU):")
+        summaries[name], best = command(args.frames, nproc)
+        print(f"  {name:58s} {trained_fps(summaries[name]):>12,.0f} | {best:>12,.0f}", flush=True)
+    yard.after()
+    print("ratios of the in-process rows, best windows (wall | CPU):")
     for name in (sync, clean, "raw env step_autoreset (the limit)"):
         print(f"  vecenv PPO / {name:56s} {rows[ppo][0] / rows[name][0]:8.3g}x | {rows[ppo][1] / rows[name][1]:8.3g}x")
     if args.compile:
         c = rows["vecenv PPO, algo.compile=true"]
         print(f"  compiled / eager PPO {c[0] / rows[ppo][0]:8.3g}x | {c[1] / rows[ppo][1]:8.3g}x")
+    print(f"ratios of the whole command, trained frames/s from the first update against {yard.best} (the limit of "
+          f"torch CartPole is the raw env row, not gymnasium's env-only limit):")
+    for name, s in summaries.items():
+        print(yard.line(name, s, of_limit=False))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,10 @@ class RunTracker:
 
     def __init__(self, cfg: Config, run_dir: Path, roles: Mapping[int, str], writer: Optional[MetricsWriter]):
         self.cfg, self.run_dir, self.roles, self.writer = cfg, Path(run_dir), dict(roles), writer
+        #: frames the learner trained on (the stop rule's, the rates' and summary.json's frames);
+        #: frames it received and did not train on are counted apart, in ``frames_dropped``
         self.env_frames = 0
+        self.frames_dropped = 0
         self.episodes = 0
         self.updates = 0
         self.returns: collections.deque[float] = collections.deque(maxlen=100)
@@ -50,9 +53,9 @@ class RunTracker:
         self._last_report = self.start
         self._frames_at_report = 0
         self._frames_at_start = 0  # frames of earlier runs of a resumed job (the rate is this run's)
-        # (time, frames) when this run's first and latest frames arrived: the running rate
-        # excludes the start-up (processes, envs, first resets), as TorchRL's collectors are
-        # measured after their first batch (experiments/baselines.py)
+        # (time, trained frames) at this run's first and latest batch: the running rate excludes
+        # the start-up (processes, envs, first resets) and the first batch, as TorchRL's
+        # collectors are measured after their first batch (experiments/baselines.py)
         self._first_frames: Optional[tuple[float, int]] = None
         self._last_frames: Optional[tuple[float, int]] = None
         self._window: dict[str, list[float]] = collections.defaultdict(list)
@@ -67,10 +70,18 @@ class RunTracker:
 
     # ---- counting -------------------------------------------------------------------------
     def add_frames(self, n: int) -> None:
+        """``n`` frames the learner trains on: a batch it cut (impala, seed, sf), a gradient it
+        applied (a3c), a rollout it learned from (vecenv), transitions stored in its replay (apex)."""
         self.env_frames += int(n)
         self._last_frames = (time.monotonic(), self.env_frames)
         if self._first_frames is None:
             self._first_frames = self._last_frames
+
+    def drop_frames(self, n: int) -> None:
+        """``n`` frames the learner received and did not train on (rows past sf's lag cap, a
+        gradient past A3C's staleness cap): in ``summary.json``'s ``frames_dropped``, never in
+        ``env_frames`` or the rates."""
+        self.frames_dropped += int(n)
 
     def add_episodes(self, returns: Iterable[float]) -> None:
         target = self.cfg.run.target_return
@@ -119,8 +130,8 @@ class RunTracker:
 
     @property
     def fps_running(self) -> Optional[float]:
-        """Frames/s from this run's first frames to its latest: the start-up and the wind-down
-        left out (``None`` until two batches came)."""
+        """Trained frames/s from this run's first batch to its latest: the start-up, the first
+        batch and the wind-down left out (``None`` until two batches came)."""
         if self._first_frames is None or self._last_frames[0] <= self._first_frames[0]:
             return None
         return (self._last_frames[1] - self._first_frames[1]) / (self._last_frames[0] - self._first_frames[0])
@@ -196,8 +207,8 @@ class RunTracker:
         out: dict[str, Any] = {
             "recipe": self.cfg.recipe, "env": self.cfg.run.env, "world_size": len(self.roles),
             "roles": {str(r): role for r, role in sorted(self.roles.items())},
-            "env_frames": self.env_frames, "wall_s": round(wall, 3), "fps": round(self.env_frames / max(wall, 1e-9), 1),
-            "fps_running": num(self.fps_running),
+            "env_frames": self.env_frames, "frames_dropped": self.frames_dropped, "wall_s": round(wall, 3),
+            "fps": round(self.env_frames / max(wall, 1e-9), 1), "fps_running": num(self.fps_running),
             "episodes": self.episodes, "return_mean_100": num(self.return_mean_100),
             "eval_return_mean": num(sum(eval_returns) / len(eval_returns)) if eval_returns else None,
             "eval_episodes": len(eval_returns), "policy_lag_mean": num(self.lag_mean),
@@ -216,15 +227,16 @@ class RunTracker:
     # ---- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "env_frames": self.env_frames, "episodes": self.episodes, "updates": self.updates,
-            "returns": list(self.returns), "lag_sum": self.lag_sum, "lag_count": self.lag_count,
-            "lag_max": self.lag_max, "lag_hist": dict(self.lag_hist), "counters": dict(self.counters),
+            "env_frames": self.env_frames, "frames_dropped": self.frames_dropped, "episodes": self.episodes,
+            "updates": self.updates, "returns": list(self.returns), "lag_sum": self.lag_sum,
+            "lag_count": self.lag_count, "lag_max": self.lag_max, "lag_hist": dict(self.lag_hist), "counters": dict(self.counters),
             "wall_s": self.wall_s, "target_reached": self.target_reached,
             "min_return_after_target": self.min_return_after_target, "evals": self.evals, "best_eval": self.best_eval,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.env_frames, self.episodes, self.updates = state["env_frames"], state["episodes"], state["updates"]
+        self.frames_dropped = state.get("frames_dropped", 0)  # absent from older checkpoints
         self.returns.extend(state["returns"])
         self.lag_sum, self.lag_count, self.lag_max = state["lag_sum"], state["lag_count"], state["lag_max"]
         self.lag_hist.update(state["lag_hist"])

@@ -7,7 +7,8 @@ newest published parameters when the caller's are older; every gradient is appli
 loop. Staleness, the server's version when a gradient is applied minus the version it was
 computed from, is the policy lag of this recipe: it goes to the tracker's lag statistics (one
 count per gradient) and to ``summary.json`` as ``staleness_*``. A gradient older than
-``algo.max_staleness`` is dropped and counted.
+``algo.max_staleness`` is dropped and counted. The run's frames (``env_frames``, the rates, the
+stop rule) are those of the gradients applied; a dropped gradient's go to ``frames_dropped``.
 
 A2C (``algo.sync``): a round closes once every live worker has sent one gradient computed from
 the current version; their mean is applied, and workers ask ``pull`` for the new version before
@@ -114,13 +115,13 @@ class ParameterServer:
 
     # ---- the loop --------------------------------------------------------------------------
     def _take(self, timeout: float) -> Optional[TensorDict]:
-        """One gradient off the queue (its frames and episodes counted), or ``None`` after ``timeout``."""
+        """One gradient off the queue (its episodes counted; its frames once it is applied), or
+        ``None`` after ``timeout``."""
         try:
             msg = self.queue.get(timeout=timeout)
         except queue.Empty:
             return None
         tracker = self.session.tracker
-        tracker.add_frames(int(msg[keys.FRAMES]))
         tracker.add_episodes(msg[keys.EPISODE_RETURNS].tolist())
         tracker.observe({f"worker/{k}": float(v) for k, v in msg[keys.WORKER_STATS].items()})
         return msg
@@ -137,7 +138,7 @@ class ParameterServer:
                 if int(msg[keys.POLICY_VERSION]) == self.version:
                     self.round[int(msg[keys.WORKER_RANK])] = msg
                 else:  # cannot happen with live workers (they wait for each version): count it
-                    self.session.tracker.counters["dropped_stale_gradients"] += 1
+                    self._drop(msg)
             live = self.workers - self.ctx.transport.lost_peers()
             if self.round and live <= self.round.keys():
                 batch, self.round = list(self.round.values()), {}
@@ -145,21 +146,28 @@ class ParameterServer:
             if msg is None:
                 return None
 
+    def _drop(self, msg: TensorDict) -> None:
+        tracker = self.session.tracker
+        tracker.counters["dropped_stale_gradients"] += 1
+        tracker.drop_frames(int(msg[keys.FRAMES]))
+
     def apply(self, msgs: list[TensorDict]) -> None:
         """Apply the mean of the gradients in ``msgs`` that are not too stale; count the others.
+        The frames counted are the applied gradients' (what the update trained on).
 
         The policy and value towers are clipped apart (:func:`distrl.models.clip_towers`), as the
         impala learner does: under one global clip the value gradient sets the norm."""
         tracker = self.session.tracker
         cap = self.algo.max_staleness
-        kept, staleness = [], []
+        kept, staleness, frames = [], [], 0
         for m in msgs:
             s = self.version - int(m[keys.POLICY_VERSION])
             if cap is not None and s > cap:
-                tracker.counters["dropped_stale_gradients"] += 1
+                self._drop(m)
                 continue
             kept.append(m[keys.GRADIENT])
             staleness.append(s)
+            frames += int(m[keys.FRAMES])
         if not kept:
             return
         grad = torch.stack(kept).mean(0).to(self.device) if len(kept) > 1 else kept[0].to(self.device)
@@ -172,6 +180,7 @@ class ParameterServer:
             return
         self.optim.step()
         tracker.updates += 1
+        tracker.add_frames(frames)
         self._publish()
         tracker.add_lag(torch.tensor(staleness))
         tracker.observe({"parameter_server/grad_norm": float(grad_norm),

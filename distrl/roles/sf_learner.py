@@ -10,7 +10,8 @@ slots: one and a spare per group), ``inference_stats`` and ``bye``. Full slots c
 learner's doorbell (``SLOT`` channel, ``distrl/roles/sf_doorbell.py``), read by the loop itself
 whenever it needs rows: it copies the oldest handed-in slot out, frees it, answers each worker
 owed a spare as slots come free, drops rows older than ``algo.max_policy_lag`` updates
-(counted), and takes one APPO step per ``algo.batch_size`` rows. A handed-in slot waits for the
+(counted in ``frames_dropped``, never in the frames and rates: those are the rows trained on), and
+takes one APPO step per ``algo.batch_size`` rows. A handed-in slot waits for the
 loop; its worker needs the spare only ``T`` steps later, so it waits only when the learner is
 behind: the backpressure.
 """
@@ -175,7 +176,6 @@ class SFLearner:
         self._give_spares()
         tracker = self.session.tracker
         tracker.add_episodes(rows[keys.NEXT, keys.EPISODE_RETURN][rows[keys.DONE]].tolist())
-        tracker.add_frames(rows.numel())
         rows = self._within_lag(rows)
         if rows.shape[0]:
             self._rows.append(rows)
@@ -184,7 +184,7 @@ class SFLearner:
     def _next_batch(self) -> Optional[TensorDict]:
         """``algo.batch_size`` rows within the lag cap: rows are checked as they arrive and again
         when the batch is cut (rows left over from the last batch have aged); older ones are
-        dropped and counted."""
+        dropped and counted. The frames counted are the batch's: what the update trains on."""
         while sum(r.shape[0] for r in self._rows) < self.algo.batch_size:
             if not self._take_slot() and self.session.should_stop():
                 return None
@@ -192,12 +192,16 @@ class SFLearner:
         batch, rest = rows[: self.algo.batch_size], rows[self.algo.batch_size:]
         self._rows = [rest] if rest.shape[0] else []
         batch = self._within_lag(batch)
-        return batch.to(self.device, non_blocking=True) if batch.shape[0] else None
+        if not batch.shape[0]:
+            return None
+        self.session.tracker.add_frames(batch.numel())
+        return batch.to(self.device, non_blocking=True)
 
     def _within_lag(self, rows: TensorDict) -> TensorDict:
         kept, dropped = drop_lagged(rows, self.session.tracker.updates, self.algo.max_policy_lag)
-        if dropped:
+        if dropped:  # samples are frames: a row is T env steps of one env
             self.session.tracker.counters["samples_dropped_for_lag"] += dropped
+            self.session.tracker.drop_frames(dropped)
         return kept
 
     def _update(self, batch: TensorDict) -> None:
