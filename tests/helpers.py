@@ -35,15 +35,15 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def train_cmd(args: list[str], nproc: int = 1, *, nnodes: int = 1, node_rank: int = 0,
-              port: Optional[int] = None) -> list[str]:
-    """``python launch/train.py ARGS`` for one process, else torchrun with the c10d rendezvous on
-    127.0.0.1 (no ``--rdzv-id``: the job's run id is torchrun's ``none``)."""
+def train_cmd(args: list, nproc: int = 1, *, nnodes: int = 1, node_rank: int = 0, port: Optional[int] = None,
+              script: Path = TRAIN) -> list[str]:
+    """``python SCRIPT ARGS`` (launch/train.py by default) for one process, else torchrun with the
+    c10d rendezvous on 127.0.0.1 (no ``--rdzv-id``: the job's run id is torchrun's ``none``)."""
     if nproc == 1 and nnodes == 1:
-        return [sys.executable, str(TRAIN), *args]
+        return [sys.executable, str(script), *map(str, args)]
     return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
             f"--node-rank={node_rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port or free_port()}",
-            str(TRAIN), *args]
+            str(script), *map(str, args)]
 
 
 # ---- the process table ----------------------------------------------------------------------------

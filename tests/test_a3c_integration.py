@@ -7,16 +7,17 @@ import json
 
 import pytest
 
-from conftest import child_env, read_summary, run_train
+from helpers import child_env, read_summary
 
 A3C_KEYS = {"staleness_mean", "staleness_max", "staleness_hist", "gradients_applied", "dropped_stale_gradients",
             "updates_per_s", "sync"}
 
 
-def test_world_size_one_learns_the_toy_env(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(180)
+def test_world_size_one_learns_the_toy_env(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["a3c", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = jobs.train(["a3c", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run, A3C_KEYS)
     assert s["roles"] == {"0": "parameter_server", "1": "worker", "2": "worker"} and s["world_size"] == 3
     assert s["stop_reason"] == "total_frames" and s["env_frames"] >= 20_000
@@ -28,19 +29,22 @@ def test_world_size_one_learns_the_toy_env(tmp_path, no_leaked_processes):
 
 
 @pytest.mark.parametrize("experiment", ["debug", "debug_a2c"])
-@pytest.mark.timeout(200)
-def test_torchrun_three_processes_a_killed_worker_does_not_stop_the_server(tmp_path, experiment, no_leaked_processes):
+@pytest.mark.timeout(240)
+def test_torchrun_three_processes_a_killed_worker_does_not_stop_the_server(tmp_path, experiment, jobs):
     run = tmp_path / "run"
     env = child_env(DISTRL_FAULT="kill@2:15", DISTRL_FAULT_LOG=str(tmp_path / "faults.jsonl"))
-    proc = run_train(["a3c", "--experiment", experiment, "--run-dir", str(run)],
-                     nproc=3, env=env, timeout=180)
+    proc = jobs.train(["a3c", "--experiment", experiment, "--run-dir", str(run)], nproc=3, env=env, timeout=180)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     s = read_summary(run, A3C_KEYS)
     assert s["lost_ranks"]["2"]["role"] == "worker" and s["stop_reason"] == "total_frames"
     assert out.count("[learner] lost rank 2 (worker)") == 1
     killed = json.loads((tmp_path / "faults.jsonl").read_text().splitlines()[0])["time"]
-    assert s["lost_ranks"]["2"]["time"] - killed < 1.0
+    detect = s["lost_ranks"]["2"]["time"] - killed
+    print(f"\nkilled worker declared lost after {detect * 1000:.0f} ms")
+    # a lost connection is noticed (tens of ms when idle), not the 30 s call timeout; 5 s of room
+    # for 3 processes on 2 busy cores, as the reliability tests allow
+    assert 0 <= detect < 5.0, detect
     assert s["eval_return_mean"] >= 19.0  # rank 1 alone went on learning
     assert s["sync"] == (experiment == "debug_a2c")
     if s["sync"]:  # every applied gradient came from the version it was applied to

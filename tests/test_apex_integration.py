@@ -2,14 +2,17 @@
 replay shard, 2 actors)."""
 from __future__ import annotations
 
-from conftest import read_summary, run_train
+import pytest
+
+from helpers import read_summary
 
 APEX_KEYS = {"replay_sampled", "replay_size", "learner_wait_sample_s", "learner_update_s"}
 
 
-def test_world_size_one_learns_the_toy_env(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(180)
+def test_world_size_one_learns_the_toy_env(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["apex", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
+    proc = jobs.train(["apex", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run, APEX_KEYS)
     assert s["roles"] == {"0": "learner", "1": "replay", "2": "actor", "3": "actor"}
@@ -19,10 +22,11 @@ def test_world_size_one_learns_the_toy_env(tmp_path, no_leaked_processes):
     assert list((run / "checkpoints").glob("ckpt_*.pt"))
 
 
-def test_torchrun_four_processes_two_actors_one_shard(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(240)
+def test_torchrun_four_processes_two_actors_one_shard(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["apex", "--experiment", "debug", "--run-dir", str(run), "--logger", "csv",
-                      "--set", "run.log_interval_s=1"], nproc=4, timeout=180)
+    proc = jobs.train(["apex", "--experiment", "debug", "--run-dir", str(run), "--logger", "csv",
+                       "--set", "run.log_interval_s=1"], nproc=4, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run, APEX_KEYS)
     assert s["roles"] == {"0": "learner", "1": "replay", "2": "actor", "3": "actor"}

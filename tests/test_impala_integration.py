@@ -1,17 +1,16 @@
 """IMPALA end to end: one process on the local transport, and torchrun with 3 processes."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from conftest import assert_held, hold_args, read_summary, run_train
+from helpers import assert_held, hold_args, read_metrics, read_summary
 
 
-def test_world_size_one_learns_the_toy_env(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(180)
+def test_world_size_one_learns_the_toy_env(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["roles"] == {"0": "learner", "1": "actor", "2": "actor"} and s["world_size"] == 3
     assert s["stop_reason"] == "total_frames" and s["env_frames"] >= 20_000
@@ -22,25 +21,29 @@ def test_world_size_one_learns_the_toy_env(tmp_path, no_leaked_processes):
     assert "[impala] frames" in proc.stdout  # progress line
 
 
-def test_torchrun_three_processes_with_wandb_offline(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(240)
+def test_torchrun_three_processes_with_wandb_offline(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run), "--logger", "wandb"], nproc=3, timeout=180)
+    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run), "--logger", "wandb"], nproc=3,
+                      timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["roles"] == {"0": "learner", "1": "actor", "2": "actor"}
     assert s["eval_return_mean"] >= 19.0
     assert list((run / "wandb").glob("offline-run-*")), "no offline W&B run written"
     assert (run / "curves.png").exists()  # a run that logs draws its learning curves
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run)
     assert rows and all(k.count("/") == 1 for row in rows for k in row if k not in ("step", "time"))
 
 
-@pytest.mark.slow
-def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(300)
+def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, jobs):
     """The README's run without early stop: CartPole-v1 reaches 475 (10-seed sweep: docs/impala.md)
-    and keeps it to the end of the budget, judged by the last policy's greedy evaluation."""
+    and keeps it to the end of the budget, judged by the last policy's greedy evaluation. Floor
+    350: the lowest training mean after 475 was 419.6 over docs/impala.md's 10-seed sweeps, 392.9
+    and 438.5 in two runs of this test at load 4-7."""
     run = tmp_path / "run"
-    proc = run_train(["impala", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "75",
-                      "--run-dir", str(run), "--logger", "none"], nproc=3, timeout=280)
+    proc = jobs.train(["impala", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "75",
+                       "--run-dir", str(run), "--logger", "none"], nproc=3, timeout=220)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert_held(read_summary(run))
+    assert_held(read_summary(run), floor=350.0)

@@ -2,11 +2,9 @@
 3 processes, and the byte count impala reports for comparison."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from conftest import assert_held, hold_args, read_summary as read_common_summary, run_train
+from helpers import assert_held, hold_args, read_metrics, read_summary as read_common_summary
 
 SEED_KEYS = {"bytes_per_env_step", "inference_batch_fill_mean", "inference_latency_ms_mean",
              "inference_latency_ms_p95", "inference_compute_ms_mean", "inference_batches"}
@@ -18,33 +16,41 @@ def read_summary(run_dir) -> dict:
 
 
 def check_measured(s: dict) -> None:
-    """The figures the issue asks for are there and plausible."""
+    """The figures the issue asks for are there and consistent with each other."""
     assert s["inference_batch_fill_mean"] >= 1.0 and s["inference_batches"] > 0
-    assert 0 < s["inference_latency_ms_mean"] <= s["inference_latency_ms_p95"] * 10
+    # A request waits at least for its own batch's compute (it arrived before the batch started),
+    # and a batch holds at least one request: mean latency x mean fill >= mean compute. A latency
+    # in the wrong unit or taken from the wrong start fails this; measured here, debug run: 6.0 ms
+    # x 2.0 requests against 3.3 ms. The p95 is over the last 10k requests, the mean over all,
+    # so no order between them is certain: printed, not asserted.
+    latency, compute = s["inference_latency_ms_mean"], s["inference_compute_ms_mean"]
+    print(f"\ninference: latency {latency} ms mean, {s['inference_latency_ms_p95']} ms p95; "
+          f"compute {compute} ms a batch; fill {s['inference_batch_fill_mean']}")
+    assert compute > 0 and latency * s["inference_batch_fill_mean"] >= compute, (latency, compute)
     # obs (4 B) + reward (4) + done flags (2) in, action (4) out per env step, plus small headers
     assert 14 <= s["bytes_per_env_step"] < 40
     assert 0 <= s["policy_lag_mean"] < 5
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("experiment", ["debug", "debug_lstm"])
-def test_world_size_one_learns_the_toy_env(experiment, tmp_path, no_leaked_processes):
+def test_world_size_one_learns_the_toy_env(experiment, tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["seed", "--experiment", experiment, "--run-dir", str(run)], timeout=100)
+    proc = jobs.train(["seed", "--experiment", experiment, "--run-dir", str(run)], timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["roles"] == ROLES and s["stop_reason"] == "total_frames"
     assert s["eval_return_mean"] >= 19.0, s  # uniform play scores 10, perfect 20
     check_measured(s)
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run)
     assert any("inference/batch_fill" in r and "learner/bytes_per_env_step" in r for r in rows)
     assert list((run / "checkpoints").glob("ckpt_*.pt"))
 
 
-@pytest.mark.timeout(180)
-def test_torchrun_three_processes(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(240)
+def test_torchrun_three_processes(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["seed", "--experiment", "debug", "--run-dir", str(run)], nproc=3, timeout=160)
+    proc = jobs.train(["seed", "--experiment", "debug", "--run-dir", str(run)], nproc=3, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["roles"] == ROLES and s["world_size"] == 3
@@ -52,24 +58,24 @@ def test_torchrun_three_processes(tmp_path, no_leaked_processes):
     check_measured(s)
 
 
-@pytest.mark.timeout(120)
-def test_impala_reports_bytes_on_the_wire(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(180)
+def test_impala_reports_bytes_on_the_wire(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=100)
+    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    s = json.loads((run / "summary.json").read_text())
+    s = read_common_summary(run, {"bytes_per_env_step"})
     # a trajectory step carries obs and next obs, action, log-prob, version, reward and flags
     # (~40 B), and every reply carries the parameters of both networks
     assert s["bytes_per_env_step"] > 40
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, no_leaked_processes):
+def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, jobs):
     """CartPole-v1 without early stop: reaches 475 (10-seed sweep: docs/seed.md) and keeps it to
-    the end of the budget, judged by the last policy's greedy evaluation."""
+    the end of the budget, judged by the last policy's greedy evaluation. Floor 325: the lowest
+    training mean after 475 was 375.7 over that sweep's 10 seeds (397.2 with 4 processes)."""
     run = tmp_path / "run"
-    proc = run_train(["seed", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "150",
-                      "--run-dir", str(run), "--logger", "none"], nproc=3, timeout=330)
+    proc = jobs.train(["seed", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "150",
+                       "--run-dir", str(run), "--logger", "none"], nproc=3, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert_held(read_summary(run))
+    assert_held(read_summary(run), floor=325.0)

@@ -6,7 +6,6 @@ their parameters with a one-process update computed here.
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +17,7 @@ from tensordict import TensorDict
 from distrl.algorithms.ppo import normalize_advantage, ppo_update
 from distrl.data import keys
 from distrl.policies import CategoricalActorCritic, GaussianActorCritic
+from helpers import train_cmd
 
 HP = SimpleNamespace(epochs=3, num_minibatches=1, clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, max_grad_norm=0.5)
 N = 48  # samples per rank
@@ -58,14 +58,11 @@ def reduction_order_noise(continuous: bool) -> float:
                for _ in range(3))
 
 
-@pytest.mark.timeout(150)
-def test_two_ranks_take_the_one_rank_update_and_stay_identical(tmp_path, no_leaked_processes):
-    from conftest import ROOT, child_env, free_port
-
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{free_port()}", __file__, str(tmp_path)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=140, env=child_env())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+@pytest.mark.timeout(210)
+def test_two_ranks_take_the_one_rank_update_and_stay_identical(tmp_path, jobs):
+    # this file under torchrun (helpers.train_cmd builds launch/train.py's command only)
+    job = jobs.start(train_cmd([tmp_path], nproc=2, script=Path(__file__)))
+    assert job.wait(150) == 0, job.tail()
     for continuous in (False, True):
         one_rank = update_on(fixed_batch(continuous), continuous)
         ranks = [torch.load(tmp_path / f"fixed_{continuous}_{r}.pt") for r in range(2)]

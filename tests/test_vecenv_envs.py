@@ -9,7 +9,9 @@ import torch
 from distrl.architectures import get_recipe
 from distrl.architectures.base import RoleContext
 from distrl.config import override
-from distrl.envs.batched import NativeEnv, TorchRLEnv, evaluate_greedy, load_factory, make_batched_env
+from distrl.envs.batched import (
+    NativeEnv, TorchRLEnv, evaluate_greedy, gym_serial_env, load_factory, make_batched_env,
+)
 from distrl.roles.vecenv_learner import VecEnvLearner
 from distrl.runner import plan
 
@@ -36,18 +38,47 @@ def test_generic_torchrl_path_steps_exactly_like_the_native_one(env_id, steps):
     generic.close()
 
 
-def test_serial_gym_env_trains_through_the_whole_loop(tmp_path):
-    """Gymnasium CartPole in TorchRL's SerialEnv (one-hot actions, CPU envs): two updates, then
-    the greedy evaluation through the same factory, and a summary."""
+def first_episode_returns(env, greedy, steps: int = 500) -> list[float]:
+    """Return of each env's first episode under ``greedy``, stepped by TorchRL's own ``rollout``
+    (not by distrl's adapter): the reference for the learner's evaluation."""
+    def policy(td):
+        index = greedy(td.get("observation").float())
+        return td.set("action", torch.nn.functional.one_hot(index, 2))
+
+    with torch.no_grad():
+        td = env.rollout(steps, policy=policy, break_when_any_done=False)
+    reward, done = td.get(("next", "reward"))[..., 0], td.get(("next", "done"))[..., 0]
+    before_first_end = (done.long().cumsum(-1) - done.long()) == 0  # steps up to and with the first end
+    return (reward * before_first_end).sum(-1).tolist()
+
+
+def test_serial_gym_env_trains_through_the_whole_loop(tmp_path, training):
+    """Gymnasium CartPole in TorchRL's SerialEnv (one-hot actions, CPU envs): two updates that move
+    the parameters, then the greedy evaluation of the trained policy through the same factory, and
+    a summary. Two updates teach CartPole nothing, so no return bar can tell a working loop from a
+    broken one (random play scores ~22, the untrained greedy policy ~9): the updates are checked
+    on the parameters, the evaluation against TorchRL's own rollout of the final policy."""
     cfg = override(get_recipe("vecenv").default_config(), **{
         "run.logger": "none", "run.eval_episodes": 2, "run.total_frames": 2 * 4 * 8, "run.target_return": None,
         "algo.env_factory": "distrl.envs.batched:gym_serial_env", "algo.num_envs": 4, "algo.rollout_length": 8,
         "algo.num_minibatches": 2, "algo.epochs": 1})
     learner = VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
     assert isinstance(learner.env, TorchRLEnv) and learner.env.one_hot
+    before = {k: v.clone() for k, v in learner.model.state_dict().items()}
     summary = learner.run()
     assert summary["env_frames"] == 64 and summary["stop_reason"] == "total_frames"
-    assert summary["eval_episodes"] == 2 and summary["eval_return_mean"] >= 8  # CartPole lasts >= 8 steps
+    # 2 updates x 1 epoch x 2 minibatches: 4 Adam steps, and every weight matrix moved
+    steps = learner.optim.state_dict()["state"].get(0, {}).get("step")
+    assert steps == 4, f"Adam took {steps} steps, not 4"
+    moved = {k for k, v in learner.model.state_dict().items() if not torch.equal(v, before[k])}
+    assert {k for k in before if k.endswith("weight")} <= moved, sorted(set(before) - moved)
+    # the evaluation is the final policy's greedy play on fresh envs of the same factory (seed + 10000)
+    env = gym_serial_env("CartPole-v1", 2, CPU, cfg.run.seed + 10_000)
+    try:
+        want = first_episode_returns(env, learner.model.greedy)
+    finally:
+        env.close()
+    assert summary["eval_episodes"] == 2 and summary["eval_return_mean"] == sum(want) / 2, (summary, want)
     # 1 epoch of 2 minibatches: the second minibatch is used one optimizer step after the rollout
     assert json.loads((tmp_path / "summary.json").read_text())["policy_lag_max"] == 1
 

@@ -1,17 +1,15 @@
 """vecenv end to end through launch/train.py: one process, torchrun with 2 ranks, the CLI's errors."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from conftest import assert_held, child_env, hold_args, read_summary, run_train
+from helpers import assert_held, child_env, hold_args, read_metrics, read_summary
 
 
-@pytest.mark.timeout(120)
-def test_world_size_one_debug_learns_cartpole(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(180)
+def test_world_size_one_debug_learns_cartpole(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = run_train(["vecenv", "--experiment", "debug", "--run-dir", str(run)], timeout=110)
+    proc = jobs.train(["vecenv", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["roles"] == {"0": "learner"} and s["world_size"] == 1
@@ -25,28 +23,33 @@ def test_world_size_one_debug_learns_cartpole(tmp_path, no_leaked_processes):
     assert "[vecenv] frames" in proc.stdout
 
 
-@pytest.mark.timeout(150)
-def test_torchrun_two_ranks_and_sigterm_on_one_of_them(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(210)
+def test_torchrun_two_ranks_and_sigterm_on_one_of_them(tmp_path, jobs):
     """Two data-parallel ranks through the CLI; rank 1 is preempted (SIGTERM) at its 12th update.
     Its flag reaches rank 0 through the stop agreement: both leave after the same update, rank 0
     checkpoints and writes the summary, nothing hangs. (The plain total_frames stop at world size
     2 runs in tests/test_vecenv_ddp.py.)"""
     run = tmp_path / "run"
-    proc = run_train(["vecenv", "--experiment", "debug", "--run-dir", str(run), "--total-frames", "100000000"],
-                     nproc=2, timeout=140, env=child_env(DISTRL_FAULT="sigterm@1:12"))
+    proc = jobs.train(["vecenv", "--experiment", "debug", "--run-dir", str(run), "--total-frames", "100000000"],
+                      nproc=2, timeout=150, env=child_env(DISTRL_FAULT="sigterm@1:12"))
     out = proc.stdout + proc.stderr
     assert "[fault] injecting sigterm on rank 1 at step 12" in out, out[-3000:]
+    # A preempted run exits 143 (docs/reliability.md) from rank 0, rank 1 exits 0; torchrun counts
+    # any non-zero rank as a failed job and exits 1 (so --max-restarts would resume it).
+    assert proc.returncode == 1 and "[rank 0] learner ended with exit status 143" in proc.stdout, out[-3000:]
+    assert "[rank 1]" not in proc.stdout, out[-3000:]  # its supervisor speaks only of a failure
     s = read_summary(run)
     assert s["roles"] == {"0": "learner", "1": "learner"} and s["world_size"] == 2
     assert s["stop_reason"] == "sigterm" and s["env_frames"] == 13 * 2 * 256 * 16  # both ranks' envs, 13 updates
-    assert s["eval_return_mean"] >= 30 and s["policy_lag_max"] == 15
+    # random play scores ~22, the untrained greedy policy ~9; these 13 updates reached 445
+    assert s["eval_return_mean"] >= 100 and s["policy_lag_max"] == 15
     assert list((run / "checkpoints").glob("ckpt_*.pt"))
     assert proc.stdout.count("[vecenv] done") == 1  # only rank 0 keeps the books
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run)
     assert rows and all(k.count("/") == 1 for row in rows for k in row if k not in ("step", "time"))
 
 
-def test_resume_restores_model_optimizer_and_counters(tmp_path):
+def test_resume_restores_model_optimizer_and_counters(tmp_path, training):
     """In process: a run's final checkpoint, reloaded with --resume, gives back the model (with
     the observation statistics), the optimizer state and the frame count the lr schedule uses."""
     import torch
@@ -69,21 +72,23 @@ def test_resume_restores_model_optimizer_and_counters(tmp_path):
     again.session.tracker.writer.close()
 
 
-def test_cli_error_is_one_line(tmp_path):
-    proc = run_train(["vecenv", "--env", "LunarLander-v3", "--run-dir", str(tmp_path / "r")], timeout=60)
+@pytest.mark.timeout(120)
+def test_cli_error_is_one_line(tmp_path, jobs):
+    proc = jobs.train(["vecenv", "--env", "LunarLander-v3", "--run-dir", str(tmp_path / "r")], timeout=60)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "algo.env_factory" in lines[0], proc.stderr
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(200)
-def test_cartpole_reaches_475_and_holds_it(tmp_path, no_leaked_processes):
+@pytest.mark.timeout(180)
+def test_cartpole_reaches_475_and_holds_it(tmp_path, jobs):
     """The default experiment without early stop: reaches 475 (10-seed sweep: docs/vecenv.md) and
-    keeps it to the end of the budget, judged by the last policy's greedy evaluation."""
+    keeps it to the end of the budget, judged by the last policy's greedy evaluation. Floor 450:
+    the lowest training mean after 475 was 473.9 over that sweep's 10 seeds, 479 over 4 more. 60 s:
+    475 comes at 3-7 s on quiet cores, at 32 s in a run here at load 9."""
     run = tmp_path / "run"
-    proc = run_train(["vecenv", "--env", "CartPole-v1", *hold_args(), "--run-dir", str(run), "--logger", "none",
-                      "--max-time-s", "45"], timeout=190)
+    proc = jobs.train(["vecenv", "--env", "CartPole-v1", *hold_args(), "--run-dir", str(run), "--logger", "none",
+                       "--max-time-s", "60"], timeout=130)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert_held(read_summary(run))
+    assert_held(read_summary(run), floor=450.0)
 
