@@ -10,9 +10,9 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "load_policy": "distrl.trained_policy",
     "export_policy": "distrl.trained_policy",
-    "SumTreeSampler": "distrl.sum_tree",
-    "ReplayServiceBuffer": "distrl.replay_service",
-    "FleetCollector": "distrl.fleet_collector",
+    "SumTreeSampler": "distrl.replay.sum_tree",
+    "ReplayServiceBuffer": "distrl.replay.buffer",
+    "FleetCollector": "distrl.fleet.collector",
 }
 __all__ = ["__version__", *_EXPORTS]
 

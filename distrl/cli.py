@@ -1,33 +1,35 @@
 """The command line of ``distrl train`` (and ``launch/train.py``): options -> a validated
 :class:`~distrl.config.Config`.
 
-The config comes from an experiment function (``distrl/experiments/<recipe>.py``, ``--experiment``),
+The config comes from an experiment function (a preset in ``distrl/recipes/<recipe>/recipe.py``, ``--experiment``),
 then the common options, then ``--set section.field=value`` overrides, in that order.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 from pathlib import Path
 from typing import NoReturn
 
-from distrl.architectures import RECIPE_NAMES, get_recipe
+from distrl.recipes import RECIPE_NAMES, get_recipe, recipe_module
 from distrl.config import Config, from_dict, override
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (the usage text is behind --help)."""
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit status 2 (the usage text is behind
+    --help): the parser of every ``distrl`` subcommand."""
 
     def error(self, message: str) -> NoReturn:
         print(f"error: {message} (see --help)", file=sys.stderr)
         sys.exit(2)
 
 
+
+
 def make_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
+    p = OneLineParser(
         prog="distrl train",
         description="Train a distributed-RL recipe: one process, --nproc N processes on this machine, or "
         "one process per rank under torchrun (-m distrl.train). RECIPE --help lists the recipe's config "
@@ -35,7 +37,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("recipe", choices=RECIPE_NAMES, help="architecture to run")
     p.add_argument("--experiment",
-                   help="experiment function in distrl/experiments/<recipe>.py giving the base config (e.g. debug); "
+                   help="preset function in distrl/recipes/<recipe>/recipe.py giving the base config (e.g. debug); "
                         "default: the one that module's ENV_EXPERIMENTS names for --env, else 'default'")
     p.add_argument("--nproc", type=int, default=1,
                    help="processes on this machine, one per rank, listening on 127.0.0.1 only (torchrun --standalone)")
@@ -60,13 +62,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def experiment_config(recipe: str, experiment: str) -> Config:
-    """The config returned by ``distrl/experiments/<recipe>.py::<experiment>()``."""
-    try:
-        module = importlib.import_module(f"distrl.experiments.{recipe}")
-    except ModuleNotFoundError:
-        if experiment == "default":  # a recipe without an experiments module
-            return get_recipe(recipe).default_config()
-        raise ValueError(f"recipe {recipe} has no experiments module (distrl/experiments/{recipe}.py)") from None
+    """The config returned by the preset ``<experiment>()`` of ``distrl/recipes/<recipe>/recipe.py``."""
+    module = recipe_module(recipe)
     fn = getattr(module, experiment, None)
     if not callable(fn) or experiment.startswith("_"):
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
@@ -77,10 +74,7 @@ def experiment_config(recipe: str, experiment: str) -> Config:
 
 def experiment_names(recipe: str) -> dict[str, str]:
     """``{name: first line of its docstring}`` of the recipe's experiment functions."""
-    try:
-        module = importlib.import_module(f"distrl.experiments.{recipe}")
-    except ModuleNotFoundError:
-        return {"default": "the recipe's default config"}
+    module = recipe_module(recipe)
     return {n: (v.__doc__ or "").strip().splitlines()[0] if v.__doc__ else ""
             for n, v in sorted(vars(module).items())
             if callable(v) and n[0].islower() and getattr(v, "__module__", "") == module.__name__}
@@ -99,7 +93,7 @@ def recipe_help(argv: list[str]) -> str:
     names = experiment_names(recipe)
     width = max(map(len, names))
     lines += [f"  {n:<{width}}  {doc}" for n, doc in names.items()]
-    lines += [f"\nconfig fields (--set NAME=VALUE; defaults of the 'default' experiment):",
+    lines += ["\nconfig fields (--set NAME=VALUE; defaults of the 'default' experiment):",
               format_fields(experiment_config(recipe, "default"))]
     return "\n".join(lines)
 
@@ -107,15 +101,11 @@ def recipe_help(argv: list[str]) -> str:
 def default_experiment(recipe: str, env: str | None) -> str:
     """The experiment to start from when ``--experiment`` is not given.
 
-    An experiments module may map env ids to the experiment tuned for them (``ENV_EXPERIMENTS``),
+    A recipe module may map env ids to the experiment tuned for them (``ENV_EXPERIMENTS``),
     so that ``vecenv --env Pendulum-v1`` gets Pendulum's settings rather than CartPole's with
     Pendulum swapped in; any other env starts from ``default``.
     """
-    try:
-        module = importlib.import_module(f"distrl.experiments.{recipe}")
-    except ModuleNotFoundError:
-        return "default"
-    return getattr(module, "ENV_EXPERIMENTS", {}).get(env, "default")
+    return getattr(recipe_module(recipe), "ENV_EXPERIMENTS", {}).get(env, "default")
 
 
 def saved_config(recipe: str, run_dir: str) -> Config:

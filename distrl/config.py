@@ -16,9 +16,13 @@ from typing import Any, Optional
 
 LOGGERS = ("wandb", "csv", "none")
 BACKENDS = ("auto", "local", "rpc")
+#: the names ``net.activation`` takes; :data:`distrl.models.ACTIVATIONS` maps each to its module
+ACTIVATION_NAMES = ("tanh", "relu", "elu")
 
 
-def _check(ok: bool, msg: str) -> None:
+def check(ok: bool, msg: str) -> None:
+    """Raise ``ValueError(msg)`` unless ``ok``: how a config dataclass's ``__post_init__`` states
+    an invariant, the reason in ``msg``."""
     if not ok:
         raise ValueError(msg)
 
@@ -48,15 +52,15 @@ class RunConfig:
     torch_threads: int = 1  #: torch intra-op threads per process (more oversubscribes small CPUs)
 
     def __post_init__(self):
-        _check(self.total_frames > 0, f"run.total_frames must be > 0, got {self.total_frames}")
-        _check(self.max_time_s > 0, f"run.max_time_s must be > 0, got {self.max_time_s}")
-        _check(self.logger in LOGGERS, f"run.logger must be one of {LOGGERS}, got {self.logger!r}")
-        _check(self.eval_episodes >= 0, "run.eval_episodes must be >= 0")
-        _check(self.log_interval_s > 0, "run.log_interval_s must be > 0")
-        _check(self.eval_interval_s >= 0, "run.eval_interval_s must be >= 0")
-        _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
-               f"run.device must be auto, cpu or cuda[:N], got {self.device!r}")
-        _check(self.torch_threads >= 1, "run.torch_threads must be >= 1")
+        check(self.total_frames > 0, f"run.total_frames must be > 0, got {self.total_frames}")
+        check(self.max_time_s > 0, f"run.max_time_s must be > 0, got {self.max_time_s}")
+        check(self.logger in LOGGERS, f"run.logger must be one of {LOGGERS}, got {self.logger!r}")
+        check(self.eval_episodes >= 0, "run.eval_episodes must be >= 0")
+        check(self.log_interval_s > 0, "run.log_interval_s must be > 0")
+        check(self.eval_interval_s >= 0, "run.eval_interval_s must be >= 0")
+        check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+              f"run.device must be auto, cpu or cuda[:N], got {self.device!r}")
+        check(self.torch_threads >= 1, "run.torch_threads must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,9 @@ class TransportConfig:
     num_threads: int = 16  #: transport worker threads per rank
 
     def __post_init__(self):
-        _check(self.backend in BACKENDS, f"transport.backend must be one of {BACKENDS}, got {self.backend!r}")
-        _check(self.call_timeout_s > 0 and self.init_timeout_s > 0, "transport timeouts must be > 0")
-        _check(self.num_threads >= 4, "transport.num_threads must be >= 4")
+        check(self.backend in BACKENDS, f"transport.backend must be one of {BACKENDS}, got {self.backend!r}")
+        check(self.call_timeout_s > 0 and self.init_timeout_s > 0, "transport timeouts must be > 0")
+        check(self.num_threads >= 4, "transport.num_threads must be >= 4")
 
 
 @dataclass(frozen=True)
@@ -79,11 +83,12 @@ class NetConfig:
     """The actor-critic network: separate policy and value MLPs."""
 
     hidden: tuple[int, ...] = (64, 64)  #: hidden layer widths of each MLP
-    activation: str = "tanh"  #: tanh, relu or elu
+    activation: str = "tanh"  #: tanh, relu or elu (ACTIVATION_NAMES)
 
     def __post_init__(self):
-        _check(len(self.hidden) >= 1 and all(h > 0 for h in self.hidden), "net.hidden needs positive widths")
-        _check(self.activation in ("tanh", "relu", "elu"), f"net.activation unknown: {self.activation!r}")
+        check(len(self.hidden) >= 1 and all(h > 0 for h in self.hidden), "net.hidden needs positive widths")
+        check(self.activation in ACTIVATION_NAMES,
+              f"net.activation must be one of {ACTIVATION_NAMES}, got {self.activation!r}")
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,9 @@ class Tanh(nn.Tanh):
         return torch.sigmoid(x * 2).mul_(2).sub_(1)
 
 
-_ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+#: ``net.activation`` name -> the activation module every distrl network builds with it
+#: (one entry per :data:`distrl.config.ACTIVATION_NAMES`; numpy_policy.py has each one's numpy twin)
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
 
 class ActorCritic(nn.Module):
@@ -57,7 +59,7 @@ class ActorCritic(nn.Module):
 
     def __init__(self, obs_dim: int, num_actions: int, net: NetConfig = NetConfig()):
         super().__init__()
-        act = _ACTIVATIONS[net.activation]
+        act = ACTIVATIONS[net.activation]
         self.obs_dim, self.num_actions = obs_dim, num_actions
         self.policy = MLP(in_features=obs_dim, out_features=num_actions, num_cells=list(net.hidden), activation_class=act)
         self.value = MLP(in_features=obs_dim, out_features=1, num_cells=list(net.hidden), activation_class=act)
@@ -95,7 +97,7 @@ class QNetwork(nn.Module):
         super().__init__()
         self.obs_dim, self.num_actions = obs_dim, num_actions
         self.q = MLP(in_features=obs_dim, out_features=num_actions, num_cells=list(net.hidden),
-                     activation_class=_ACTIVATIONS[net.activation])
+                     activation_class=ACTIVATIONS[net.activation])
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.q(obs)

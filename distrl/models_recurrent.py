@@ -16,7 +16,7 @@ from torchrl.modules import MLP
 
 from distrl.config import NetConfig
 from distrl.data.keys import CORE_STATE  # noqa: F401  (re-exported: the key a chunk's state travels under)
-from distrl.models import _ACTIVATIONS
+from distrl.models import ACTIVATIONS
 
 
 class RunningNorm(nn.Module):
@@ -57,7 +57,7 @@ class _Tower(nn.Module):
     def __init__(self, obs_dim: int, net: NetConfig, core_size: int):
         super().__init__()
         self.encoder = MLP(in_features=obs_dim, out_features=net.hidden[-1], num_cells=list(net.hidden[:-1]),
-                           activation_class=_ACTIVATIONS[net.activation], activate_last_layer=True)
+                           activation_class=ACTIVATIONS[net.activation], activate_last_layer=True)
         self.core = nn.LSTMCell(net.hidden[-1], core_size)
 
 

@@ -18,14 +18,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from distrl.models import Tanh
+from distrl.models import ACTIVATIONS
 
-_ACTIVATIONS = {
-    nn.Tanh: np.tanh,
-    Tanh: np.tanh,
-    nn.ReLU: lambda h: np.maximum(h, 0.0),
-    nn.ELU: lambda h: np.where(h > 0, h, np.expm1(np.minimum(h, 0.0))),
+#: the numpy twin of each activation of :data:`distrl.models.ACTIVATIONS`, by name
+_NUMPY = {
+    "tanh": np.tanh,
+    "relu": lambda h: np.maximum(h, 0.0),
+    "elu": lambda h: np.where(h > 0, h, np.expm1(np.minimum(h, 0.0))),
 }
+# by module type (a KeyError here: an activation was added without its numpy twin); torch's own
+# nn.Tanh too, the base class of distrl's Tanh
+_ACTIVATIONS = {nn.Tanh: np.tanh, **{module: _NUMPY[name] for name, module in ACTIVATIONS.items()}}
 
 
 class NumpyPolicy:

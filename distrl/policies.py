@@ -20,9 +20,8 @@ from torch import nn
 from torchrl.modules import MLP
 
 from distrl.config import NetConfig
-from distrl.models import ActorCritic, greedy_actions, sample_actions
+from distrl.models import ACTIVATIONS, ActorCritic, greedy_actions, sample_actions
 
-_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -52,7 +51,7 @@ class GaussianActorCritic(nn.Module):
 
     def __init__(self, obs_dim: int, action_dim: int, net: NetConfig = NetConfig(), init_log_std: float = 0.0):
         super().__init__()
-        act = _ACTIVATIONS[net.activation]
+        act = ACTIVATIONS[net.activation]
         self.obs_dim, self.action_dim = obs_dim, action_dim
         self.policy = MLP(in_features=obs_dim, out_features=action_dim, num_cells=list(net.hidden), activation_class=act)
         self.value = MLP(in_features=obs_dim, out_features=1, num_cells=list(net.hidden), activation_class=act)

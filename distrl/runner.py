@@ -18,10 +18,10 @@ from typing import Optional
 
 import torch
 
-from distrl.architectures import get_recipe
-from distrl.architectures.base import Recipe, RoleContext
+from distrl.recipes import get_recipe
+from distrl.recipes.base import Recipe, RoleContext
 from distrl.config import Config, override
-from distrl.architectures import RECIPE_NAMES
+from distrl.recipes import RECIPE_NAMES
 from distrl.envs.gym import check_env_id, is_factory
 from distrl.job import job_id
 from distrl.network import prefer_loopback
@@ -119,7 +119,7 @@ def run(p: Plan, rank: int = 0) -> int:
         return exit_code(_run_local(p))
     prefer_loopback()  # one machine: TensorPipe and gloo listen on 127.0.0.1 only (distrl/network.py)
     role = p.roles[rank]
-    body = _run_collective if p.recipe.group == "collective" else _run_rpc
+    body = _run_collective if p.recipe.group == "collective" else run_rpc
     return supervise(lambda: exit_code(body(p, rank)), rank, role, critical=role in p.recipe.critical_roles,
                      grace_s=p.cfg.transport.call_timeout_s + 10)
 
@@ -156,7 +156,9 @@ def _run_local(p: Plan) -> Optional[dict]:
     return summary
 
 
-def _run_rpc(p: Plan, rank: int) -> Optional[dict]:
+def run_rpc(p: Plan, rank: int) -> Optional[dict]:
+    """Rank ``rank`` of plan ``p`` over the rpc transport: builds its role, starts the transport, runs
+    the role until the job ends and closes the transport (the role's summary on the learner)."""
     from distrl.transport.rpc import RpcTransport
 
     # init_rpc uses a gloo group internally and torch warns about its own use of it.

@@ -34,7 +34,9 @@ def _done_key() -> str:
                                             os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
-def _child(target: Callable[[], int]) -> None:
+def child_main(target: Callable[[], int]) -> None:
+    """The body of a child process: dies with its parent (``PR_SET_PDEATHSIG``), takes the default
+    SIGTERM/SIGINT handling, runs ``target`` and exits with its status through ``os._exit``."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # not Linux: the supervisor's own cleanup still applies
@@ -86,7 +88,7 @@ def supervise(target: Callable[[], int], rank: int, role: str, critical: bool, g
 
     ``grace_s``: how long a child may outlive the end of rank 0's role before it is killed.
     """
-    child = multiprocessing.get_context("fork").Process(target=_child, args=(target,), name=f"distrl-{role}-{rank}")
+    child = multiprocessing.get_context("fork").Process(target=child_main, args=(target,), name=f"distrl-{role}-{rank}")
     child.start()
     forwarded: list[float] = []
 

@@ -196,11 +196,11 @@ def export_policy(run_dir: str | Path, out: str | Path, **kwargs) -> Path:
 
 def export_main(argv: list[str]) -> int:
     """``distrl export-policy RUN_DIR OUT.pt``: one line on stderr and status 2 on bad input."""
-    from distrl.cli import _OneLineParser
+    from distrl.cli import OneLineParser
 
-    p = _OneLineParser(prog="distrl export-policy",
-                       description="Write a run's trained policy as a TorchRL actor module (torch.save of the whole "
-                                   "module; load with torch.load(OUT, weights_only=False)).")
+    p = OneLineParser(prog="distrl export-policy",
+                      description="Write a run's trained policy as a TorchRL actor module (torch.save of the whole "
+                                  "module; load with torch.load(OUT, weights_only=False)).")
     p.add_argument("run_dir", help="the run directory (--run-dir of distrl train)")
     p.add_argument("out", help="file to write, e.g. policy.pt")
     p.add_argument("--checkpoint", default="best",

@@ -1,1 +1,2 @@
-"""Benchmarks (bench_*.py) run from a checkout; the experiment functions are in distrl/experiments/."""
+"""Benchmarks (bench_*.py) run from a checkout; the experiment functions (presets) are in each
+recipe's ``distrl/recipes/<name>/recipe.py``."""

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from distrl.algorithms.appo import appo_loss  # noqa: E402
 from distrl.algorithms.impala import vtrace_targets  # noqa: E402
-from distrl.architectures.sf import SFConfig  # noqa: E402
+from distrl.recipes.sf.recipe import SFConfig  # noqa: E402
 from distrl.data import keys  # noqa: E402
 from distrl.models import ActorCritic, Tanh, clip_towers  # noqa: E402
 from experiments.measure import median_wall_ms as median_ms, one_thread  # noqa: E402

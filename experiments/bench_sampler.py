@@ -6,7 +6,7 @@ Each step samples a batch of ``--batch`` indices with their importance weights a
 priorities for them (what an Ape-X learner does per update), on ``--capacity`` items that all
 hold a priority, with one torch thread. Rows, one after another:
 
-- ``SumTreeSampler`` (``distrl/sum_tree.py``) at the fan-out distrl uses (16);
+- ``SumTreeSampler`` (``distrl/replay/sum_tree.py``) at the fan-out distrl uses (16);
 - the same code at fan-out 2, the textbook binary sum tree (the same implementation: this row
   shows what the fan-out buys, not how another implementation fares);
 - an independent alternative with no tree at all: numpy's ``cumsum`` over every priority, then
@@ -37,7 +37,7 @@ import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer  # noqa: E402
 
-from distrl.sum_tree import SumTreeSampler  # noqa: E402
+from distrl.replay.sum_tree import SumTreeSampler  # noqa: E402
 from experiments.measure import one_thread, timed  # noqa: E402
 
 ALPHA, BETA = 0.6, 0.4

@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from distrl.architectures.base import RoleContext  # noqa: E402
+from distrl.recipes.base import RoleContext  # noqa: E402
 from distrl.config import Config, override  # noqa: E402
-from distrl.experiments.vecenv import default  # noqa: E402
+from distrl.recipes.vecenv.recipe import default  # noqa: E402
 from experiments.measure import Rate, Yardstick, one_thread, timed, train as train_command, trained_fps  # noqa: E402
 
 
@@ -104,7 +104,7 @@ def raw_env(num_envs: int, compile_dynamics: bool = False) -> Meter:
 
 def train(name: str, cfg: Config, threads: int = 1) -> Meter:
     """The vecenv learner's loop with ``cfg`` (one ``iterate()`` = one update), in this process."""
-    from distrl.roles.vecenv_learner import VecEnvLearner
+    from distrl.recipes.vecenv.learner import VecEnvLearner
 
     tmp = tempfile.mkdtemp()
     cfg = override(cfg, **{"run.logger": "none", "run.eval_episodes": 0, "run.target_return": None,

@@ -12,12 +12,12 @@ import torch
 from tensordict import TensorDict
 from torch.nn.utils import parameters_to_vector
 
-from distrl.architectures import get_recipe
-from distrl.architectures.base import RoleContext
+from distrl.recipes import get_recipe
+from distrl.recipes.base import RoleContext
 from distrl.config import override
 from distrl.data import keys
-from distrl.roles.a3c_worker import A3CWorker
-from distrl.roles.parameter_server import ParameterServer
+from distrl.recipes.a3c.worker import A3CWorker
+from distrl.recipes.a3c.parameter_server import ParameterServer
 from distrl.transport.local import LocalHub
 
 ROLES = {0: "parameter_server", 1: "worker", 2: "worker"}

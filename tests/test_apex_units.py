@@ -8,14 +8,14 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.architectures.apex import default_config
-from distrl.architectures.base import RoleContext
+from distrl.recipes.apex.recipe import default as default_config
+from distrl.recipes.base import RoleContext
 from distrl.config import override
 from distrl.data import keys
-from distrl.replay import SamplesPerInsertLimiter
-from distrl.roles.apex_actor import ApexActor
-from distrl.roles.replay_client import ShardedReplayClient
-from distrl.roles.replay_server import ReplayServer
+from distrl.replay.store import SamplesPerInsertLimiter
+from distrl.recipes.apex.actor import ApexActor
+from distrl.replay.client import ShardedReplayClient
+from distrl.replay.server import ReplayServer
 from distrl.roles.session import LearnerSession
 from distrl.transport.local import LocalHub
 

@@ -40,7 +40,7 @@ def test_print_config(tmp_path, jobs):
 
 
 def test_env_picks_the_experiment_tuned_for_it(jobs):
-    """``vecenv --env Pendulum-v1`` starts from distrl/experiments/vecenv.py's ``pendulum``, not CartPole's
+    """``vecenv --env Pendulum-v1`` starts from distrl/recipes/vecenv/recipe.py's ``pendulum``, not CartPole's
     settings with Pendulum swapped in; an explicit ``--experiment`` wins."""
     import json
 
@@ -94,7 +94,7 @@ def test_recipe_help_lists_its_config_fields_and_experiments(capsys):
     """``RECIPE --help``: every config field with its type, default and ``#:`` doc, and the
     experiment functions; the generic ``--help`` stays short (no field table)."""
     from distrl.config_docs import config_fields
-    from distrl.experiments.seed import default
+    from distrl.recipes.seed.recipe import default
     from distrl.train import main
 
     assert main(["seed", "--help"]) == 0

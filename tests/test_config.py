@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from distrl.architectures import get_recipe
-from distrl.architectures.impala import ImpalaConfig
+from distrl.recipes import get_recipe
+from distrl.recipes.impala.recipe import ImpalaConfig
 from distrl.cli import build_config, make_parser
 from distrl.config import Config, NetConfig, RunConfig, TransportConfig, from_dict, override
 from distrl.runner import plan
@@ -106,7 +106,7 @@ def test_every_role_builder_names_a_class_that_exists():
     import importlib
     import inspect
 
-    from distrl.architectures import RECIPE_NAMES
+    from distrl.recipes import RECIPE_NAMES
 
     for name in RECIPE_NAMES:
         recipe = get_recipe(name)

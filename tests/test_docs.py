@@ -7,7 +7,7 @@ import shlex
 import pytest
 
 from helpers import ROOT
-from distrl.architectures import RECIPE_NAMES
+from distrl.recipes import RECIPE_NAMES
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 

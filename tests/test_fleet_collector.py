@@ -12,8 +12,8 @@ from torchrl.modules import MLP
 import distrl
 from helpers import LOOPBACK, descendants, listening, live_threads, threads_left
 from distrl.data import keys
-from distrl.fleet_config import fleet_policy
-from distrl.roles.impala_actor import ImpalaActor
+from distrl.fleet.config import fleet_policy
+from distrl.recipes.impala.actor import ImpalaActor
 
 TOY = dict(env="distrl/MatchSign-v0", envs_per_actor=4, unroll_length=10)  # 40 frames per actor message
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from distrl.architectures import get_recipe
-from distrl.architectures.base import RoleContext
+from distrl.recipes import get_recipe
+from distrl.recipes.base import RoleContext
 from distrl.config import override
 from distrl.data import keys
-from distrl.roles.impala_actor import ImpalaActor
+from distrl.recipes.impala.actor import ImpalaActor
 from distrl.transport.local import LocalHub
 
 

@@ -74,9 +74,9 @@ def test_a_network_it_cannot_run_is_refused():
 
 
 def test_the_impala_actor_acts_through_it():
-    from distrl.architectures import get_recipe
-    from distrl.architectures.base import RoleContext
-    from distrl.roles.impala_actor import ImpalaActor
+    from distrl.recipes import get_recipe
+    from distrl.recipes.base import RoleContext
+    from distrl.recipes.impala.actor import ImpalaActor
     from distrl.transport.local import LocalHub
 
     cfg = get_recipe("impala").default_config()

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from distrl.architectures.impala import default_config
+from distrl.recipes.impala.recipe import default as default_config
 from distrl.config import override
 from distrl.logging import tracker as tracker_module
 from distrl.logging.tracker import RunTracker

@@ -8,10 +8,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.architectures.base import RoleContext
-from distrl.architectures.impala import default_config
+from distrl.recipes.base import RoleContext
+from distrl.recipes.impala.recipe import default as default_config
 from distrl.config import override
-from distrl.replay import ReplayStore
+from distrl.replay.store import ReplayStore
 from distrl.roles.session import LearnerSession
 
 

@@ -12,17 +12,17 @@ import torch
 from tensordict import TensorDict
 
 from distrl.algorithms.impala import impala_loss
-from distrl.architectures import get_recipe
+from distrl.recipes import get_recipe
 from distrl.config import NetConfig, override
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes
 from distrl.models import ActorCritic
 from distrl.models_recurrent import CORE_STATE, RecurrentActorCritic, UnrolledCore
-from distrl.roles.seed_batching import (
+from distrl.roles.batcher import (
     ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED, DynamicBatcher, Request,
 )
-from distrl.roles.seed_inference import InferenceServer
-from distrl.roles.seed_trajectory import GroupTrajectories
+from distrl.recipes.seed.inference import InferenceServer
+from distrl.recipes.seed.trajectory import GroupTrajectories
 
 
 # ---------------------------------------------------------------- batching policy

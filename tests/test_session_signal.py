@@ -6,8 +6,8 @@ import signal
 
 import torch
 
-from distrl.architectures.base import RoleContext
-from distrl.architectures.impala import default_config
+from distrl.recipes.base import RoleContext
+from distrl.recipes.impala.recipe import default as default_config
 from distrl.config import override
 from distrl.roles.session import LearnerSession
 

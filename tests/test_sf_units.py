@@ -16,15 +16,15 @@ import torch
 from tensordict import TensorDict
 
 from distrl.algorithms.appo import appo_loss, vtrace_pg_advantage
-from distrl.architectures import get_recipe
-from distrl.architectures.base import RoleContext
+from distrl.recipes import get_recipe
+from distrl.recipes.base import RoleContext
 from distrl.config import override
 from distrl.data import keys, shm
-from distrl.experiments.sf import debug
+from distrl.recipes.sf.recipe import debug
 from distrl.models import ActorCritic
-from distrl.roles import sf_doorbell as bell
-from distrl.roles.sf_learner import drop_lagged
-from distrl.roles.sf_slots import (
+from distrl.recipes.sf import doorbell as bell
+from distrl.recipes.sf.learner import drop_lagged
+from distrl.recipes.sf.slots import (
     PARAM_SEQ, STOP, SlotError, SlotPool, publish_params, read_params, rollout_layout,
 )
 from distrl.transport.local import LocalHub
@@ -471,7 +471,7 @@ class FakeLearnerAndInference:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("end_by", ["stop", "evicted"])
 def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes_a_read_slot(end_by, monkeypatch):
-    import distrl.roles.sf_rollout_worker as sfw
+    import distrl.recipes.sf.rollout_worker as sfw
 
     cfg = override(debug(), **{"algo.envs_per_worker": 8, "algo.unroll_length": 4})
     roles = dict(enumerate(get_recipe("sf").roles_for_config(3, cfg)))
@@ -532,7 +532,7 @@ def test_hand_ins_come_through_the_doorbell_and_spares_go_back_as_slots_come_fre
     needs rows (as handed in; the episode returns read where ``done``), frees it, and answers the
     group owed a spare first; while every slot is taken the next group waits (backpressure). A
     hand-in of a worker declared lost is ignored: its slots were reclaimed."""
-    from distrl.roles.sf_learner import SFLearner
+    from distrl.recipes.sf.learner import SFLearner
 
     cfg = override(debug(), **{"run.logger": "none"})  # 2 groups of 8 envs, 4 steps, batch_size 16 rows
     roles = dict(enumerate(get_recipe("sf").roles_for_config(3, cfg)))  # learner, inference, worker

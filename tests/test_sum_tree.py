@@ -19,7 +19,7 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from distrl.algorithms.apex import annealed_beta
-from distrl.sum_tree import SumTree, SumTreeSampler
+from distrl.replay.sum_tree import SumTree, SumTreeSampler
 
 
 class Storage:

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from distrl.architectures.impala import default_config
+from distrl.recipes.impala.recipe import default as default_config
 from distrl.config import override
 from distrl.logging.tracker import RunTracker
 from distrl.stats import bootstrap_ci, iqm, median_iqr, quantile

@@ -168,10 +168,10 @@ def test_torchrun_three_processes_through_the_collector(tmp_path, jobs):
 def test_apex_actor_cuts_transitions_from_the_collector_path(tmp_path):
     """apex's actors share ``make_env_runner``: its n-step transitions come out of a factory env
     with the keys its learner reads (a full apex run on TOY_VECTOR learns too: about 40 s)."""
-    from distrl.architectures import get_recipe
-    from distrl.architectures.base import RoleContext
+    from distrl.recipes import get_recipe
+    from distrl.recipes.base import RoleContext
     from distrl.config import override
-    from distrl.roles.apex_actor import ApexActor
+    from distrl.recipes.apex.actor import ApexActor
     from distrl.transport.local import LocalHub
 
     cfg = override(get_recipe("apex").default_config(), **{"run.env": TOY, "algo.envs_per_actor": 3})

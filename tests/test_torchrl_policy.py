@@ -18,7 +18,7 @@ from torchrl.envs import GymEnv, SerialEnv, StepCounter, TransformedEnv
 
 import distrl
 from conftest import read_summary
-from distrl.architectures.base import RoleContext
+from distrl.recipes.base import RoleContext
 from distrl.checkpoint import save_checkpoint
 from distrl.cli import experiment_config
 from distrl.config import override
@@ -26,7 +26,7 @@ from distrl.envs.gym import evaluate
 from distrl.models import ActorCritic, QNetwork
 from distrl.policies import make_actor_critic
 from distrl.roles.session import LearnerSession
-from distrl.roles.vecenv_learner import VecEnvLearner
+from distrl.recipes.vecenv.learner import VecEnvLearner
 from distrl.train import console
 
 EVAL_SEED = 10_000  # every learner evaluates from run.seed + 10_000 (run.seed is 0 here)

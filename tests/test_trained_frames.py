@@ -15,11 +15,11 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.architectures import get_recipe
-from distrl.architectures.base import RoleContext
+from distrl.recipes import get_recipe
+from distrl.recipes.base import RoleContext
 from distrl.config import override
 from distrl.data import keys
-from distrl.experiments.sf import debug
+from distrl.recipes.sf.recipe import debug
 from distrl.transport.local import LocalHub
 
 
@@ -45,8 +45,8 @@ def _sessions_closed(monkeypatch):
 
 
 def test_sf_counts_the_rows_it_trains_on_and_reports_those_dropped_for_lag_apart(tmp_path):
-    from distrl.roles import sf_doorbell as bell
-    from distrl.roles.sf_learner import SFLearner
+    from distrl.recipes.sf import doorbell as bell
+    from distrl.recipes.sf.learner import SFLearner
 
     cfg = override(debug(), **{"run.logger": "none", "algo.max_policy_lag": 20})  # 8 envs a group, T 20, batch 16 rows
     roles = dict(enumerate(get_recipe("sf").roles_for_config(3, cfg)))  # learner, inference, worker
@@ -76,7 +76,7 @@ def test_sf_counts_the_rows_it_trains_on_and_reports_those_dropped_for_lag_apart
 
 
 def test_sf_rows_that_age_past_the_cap_before_the_batch_is_cut_are_not_counted(tmp_path):
-    from distrl.roles.sf_learner import SFLearner
+    from distrl.recipes.sf.learner import SFLearner
 
     cfg = override(debug(), **{"run.logger": "none", "algo.max_policy_lag": 20})
     roles = dict(enumerate(get_recipe("sf").roles_for_config(3, cfg)))
@@ -97,7 +97,7 @@ def test_sf_rows_that_age_past_the_cap_before_the_batch_is_cut_are_not_counted(t
 
 
 def _server(tmp_path, **changes):
-    from distrl.roles.parameter_server import ParameterServer
+    from distrl.recipes.a3c.parameter_server import ParameterServer
 
     cfg = override(get_recipe("a3c").default_config(),
                    **{"run.env": "distrl/MatchSign-v0", "run.logger": "none", **changes})

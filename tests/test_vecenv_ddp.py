@@ -84,10 +84,10 @@ def _worker(out: Path) -> None:
     """Under torchrun: the fixed-batch update on this rank's half, then a short real training run."""
     import torch.distributed as dist
 
-    from distrl.architectures import get_recipe
-    from distrl.architectures.base import RoleContext
+    from distrl.recipes import get_recipe
+    from distrl.recipes.base import RoleContext
     from distrl.config import override
-    from distrl.roles.vecenv_learner import VecEnvLearner
+    from distrl.recipes.vecenv.learner import VecEnvLearner
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

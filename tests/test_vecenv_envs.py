@@ -6,13 +6,13 @@ import json
 import pytest
 import torch
 
-from distrl.architectures import get_recipe
-from distrl.architectures.base import RoleContext
+from distrl.recipes import get_recipe
+from distrl.recipes.base import RoleContext
 from distrl.config import override
 from distrl.envs.batched import (
     NativeEnv, TorchRLEnv, evaluate_greedy, gym_serial_env, load_factory, make_batched_env,
 )
-from distrl.roles.vecenv_learner import VecEnvLearner
+from distrl.recipes.vecenv.learner import VecEnvLearner
 from distrl.runner import plan
 
 CPU = torch.device("cpu")

@@ -54,10 +54,10 @@ def test_resume_restores_model_optimizer_and_counters(tmp_path, training):
     the observation statistics), the optimizer state and the frame count the lr schedule uses."""
     import torch
 
-    from distrl.architectures import get_recipe
-    from distrl.architectures.base import RoleContext
+    from distrl.recipes import get_recipe
+    from distrl.recipes.base import RoleContext
     from distrl.config import override
-    from distrl.roles.vecenv_learner import VecEnvLearner
+    from distrl.recipes.vecenv.learner import VecEnvLearner
 
     cfg = override(get_recipe("vecenv").default_config(), **{
         "run.logger": "none", "run.eval_episodes": 0, "run.total_frames": 3 * 64 * 8, "run.target_return": None,

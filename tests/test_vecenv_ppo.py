@@ -14,13 +14,13 @@ import torch
 from tensordict import TensorDict
 
 from distrl.algorithms.ppo import gae, normalize_advantage, ppo_loss, ppo_update
-from distrl.architectures import get_recipe
-from distrl.architectures.base import RoleContext
+from distrl.recipes import get_recipe
+from distrl.recipes.base import RoleContext
 from distrl.config import NetConfig, override
 from distrl.data import keys
 from distrl.policies import CategoricalActorCritic, GaussianActorCritic
-from distrl.roles.vecenv_learner import VecEnvLearner
-from distrl.roles.vecenv_rollout import EpisodeStats
+from distrl.recipes.vecenv.learner import VecEnvLearner
+from distrl.recipes.vecenv.rollout import EpisodeStats
 
 
 def slow_gae(gamma, lmbda, value, next_value, reward, done, terminated):
@@ -197,7 +197,7 @@ def test_obs_norm_merges_batches_like_one_big_batch():
 def test_policy_lag_counts_the_optimizer_steps_since_the_rollout():
     """One definition across recipes: a use of a sample after k optimizer steps since the policy
     that collected it has lag k (impala and seed: an update per batch; here epochs x minibatches)."""
-    from distrl.roles.vecenv_learner import reuse_lag
+    from distrl.recipes.vecenv.learner import reuse_lag
 
     lag = reuse_lag(8, epochs=3, num_minibatches=2)
     assert lag.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5]

@@ -57,7 +57,7 @@ def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
     wherever step ``t`` did not end an episode (:func:`next_values` relies on it).
 
     ``algo`` provides ``gamma, vtrace, gae_lambda, rho_bar, c_bar, clip_eps, reward_scale,
-    value_coef, entropy_coef, normalize_advantage`` (:class:`distrl.architectures.sf.SFConfig`).
+    value_coef, entropy_coef, normalize_advantage`` (:class:`distrl.recipes.sf.recipe.SFConfig`).
     Rewards are multiplied by ``reward_scale`` first (values in scaled units; see impala_loss).
 
     Returns scalars: ``loss`` and ``loss_policy``, ``loss_value``, ``entropy``, ``approx_kl``,

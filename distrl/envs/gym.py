@@ -10,7 +10,6 @@ hands it to ``distrl/envs/torchrl_env.py``.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -18,26 +17,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from distrl.envs import mock  # noqa: F401  (registers the deterministic test envs)
-
-
-@dataclass(frozen=True)
-class EnvInfo:
-    """Shapes of one env: ``obs_dim`` features, and ``num_actions`` for discrete action spaces."""
-
-    obs_dim: int
-    num_actions: int | None  # None for continuous actions
-    action_dim: int
-    #: how a TorchRL env takes discrete actions: "one_hot" (``OneHot``) or "categorical" (indices);
-    #: None for a gymnasium id and for continuous actions
-    action_encoding: str | None = None
-
-
-def is_factory(env: str) -> bool:
-    """Whether ``--env`` names a TorchRL env factory (``module:function``, distrl/envs/torchrl_env.py)
-    rather than a gymnasium id. gymnasium ids may carry a module too (``ale_py:ALE/Pong-v5``); the
-    part after a factory's colon is a Python name, which an env id (``Name-vN``) is not."""
-    module, sep, name = env.partition(":")
-    return bool(sep and module) and all(part.isidentifier() for part in name.split("."))
+from distrl.envs.info import EnvInfo, is_factory
 
 
 def check_env_id(env_id: str) -> None:

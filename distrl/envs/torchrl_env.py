@@ -1,4 +1,4 @@
-"""Door 1: a user's TorchRL env, named on the command line as ``--env module:function``.
+"""A user's TorchRL env, named on the command line as ``--env module:function``.
 
 The function (the *factory*) returns a TorchRL ``EnvBase``, transforms included. Two forms:
 
@@ -28,15 +28,17 @@ from torchrl.data import Categorical, OneHot, TensorSpec
 from torchrl.envs import EnvBase, SerialEnv
 
 from distrl.data import keys
-from distrl.envs.gym import EnvInfo, is_factory  # noqa: F401  (is_factory: re-exported)
+from distrl.envs.info import EnvInfo
 
 EnvFactory = Callable[..., EnvBase]
 
 
 @contextmanager
-def _quiet() -> Iterator[None]:
-    """TorchRL logs INFO lines ("check_env_specs succeeded!") and warns about deprecations while an
-    env is built; on the way to a one-line error, or in every rank's log, that is noise."""
+def quiet_torchrl() -> Iterator[None]:
+    """Within the block, TorchRL's logger shows warnings and errors only and Python warnings are
+    ignored. Why: TorchRL logs INFO lines ("check_env_specs succeeded!") and warns about
+    deprecations while an env or a collector is built; on the way to a one-line error, or in every
+    rank's log, that is noise."""
     logger = logging.getLogger("torchrl")
     level = logger.level
     logger.setLevel(logging.WARNING)
@@ -80,7 +82,7 @@ def make_env(spec: str, num_envs: int, seed: int) -> EnvBase:
     """``num_envs`` envs of factory ``spec`` as one env with ``batch_size [num_envs]``, seeded
     from ``seed`` with TorchRL's ``set_seed`` (a ``SerialEnv`` chains its envs' seeds from it)."""
     fn = load_factory(spec)
-    with _quiet():
+    with quiet_torchrl():
         if _takes_num_envs(fn):
             env = fn(num_envs=num_envs)
             if tuple(env.batch_size) != (num_envs,):
@@ -101,7 +103,7 @@ def check_factory(spec: str) -> EnvInfo:
     from torchrl.envs.utils import check_env_specs
 
     fn = load_factory(spec)
-    with _quiet():
+    with quiet_torchrl():
         try:
             env = fn(num_envs=2) if _takes_num_envs(fn) else fn()
         except Exception as e:
@@ -178,7 +180,7 @@ def evaluate_factory(policy_logits, spec: str, episodes: int, seed: int, device:
         return []
     env = make_env(spec, episodes, seed)
     try:
-        with _quiet():
+        with quiet_torchrl():
             one_hot, n = one_hot_actions(env), check_factory(spec).num_actions
             td = env.reset()
             returns = torch.zeros(episodes)

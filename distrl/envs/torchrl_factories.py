@@ -1,4 +1,4 @@
-"""Example TorchRL env factories for ``--env module:function`` (docs/torchrl.md, door 1).
+"""Example TorchRL env factories for ``--env module:function`` (docs/torchrl.md).
 
 Each returns a TorchRL env with a transform, as a user's factory would. The first form is the
 plain one (one ``GymEnv``; distrl batches it in a ``SerialEnv``); the second batches itself with a

@@ -1,4 +1,4 @@
-"""A user's TorchRL env factory (door 1) behind the gymnasium vector-env calls the policy-free roles make.
+"""A user's TorchRL env factory behind the gymnasium vector-env calls the policy-free roles make.
 
 ``seed``'s env workers and ``sf``'s rollout workers hold no policy: actions come from an
 inference rank, one env step at a time, so there is no policy for a TorchRL ``Collector`` to run
@@ -18,7 +18,7 @@ import torch
 from tensordict import TensorDictBase
 
 from distrl.data import keys
-from distrl.envs.torchrl_env import _quiet, check_factory, end_flags, make_env, one_hot_actions
+from distrl.envs.torchrl_env import check_factory, end_flags, make_env, one_hot_actions, quiet_torchrl
 
 
 class TorchRLVectorEnv:
@@ -40,7 +40,7 @@ class TorchRLVectorEnv:
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict]:
         """Reset every env (reseeded from ``seed`` when given); ``(obs [B, F], {})``."""
-        with _quiet():
+        with quiet_torchrl():
             if seed is not None:
                 self.env.set_seed(seed)
             self._td = self.env.reset()
@@ -57,7 +57,7 @@ class TorchRLVectorEnv:
         a = torch.as_tensor(np.asarray(action), dtype=torch.int64).reshape(self.num_envs)
         td = self._td
         td.set(keys.ACTION, torch.nn.functional.one_hot(a, self.num_actions) if self.one_hot else a)
-        with _quiet():
+        with quiet_torchrl():
             out, self._td = self.env.step_and_maybe_reset(td)
         nxt = out.get(keys.NEXT)
         _, terminated, truncated = end_flags(nxt, (self.num_envs,))

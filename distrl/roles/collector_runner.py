@@ -12,6 +12,7 @@ user's transforms need not include a reward sum.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -20,9 +21,12 @@ from torchrl.collectors import Collector
 
 from distrl import faults
 from distrl.data import keys
-from distrl.envs.torchrl_env import _quiet, check_factory, end_flags, make_env, one_hot_actions
+from distrl.envs.torchrl_env import check_factory, end_flags, make_env, one_hot_actions, quiet_torchrl
 from distrl.logging.timing import TimeBudget
-from distrl.roles.env_runner import ActFn
+
+#: observations -> the policy's outputs, as :data:`distrl.roles.env_runner.ActFn` (spelled here, not
+#: imported: env_runner imports this module when it builds a collector runner)
+ActFn = Callable[[torch.Tensor], dict]
 
 
 class ActPolicy(nn.Module):
@@ -75,7 +79,7 @@ class CollectorRunner:
         env = make_env(self.env_spec, self.num_envs, self.seed + 100_000 * self.env_errors)
         self.policy = ActPolicy(self.model, self.act, self.info.num_actions, one_hot_actions(env), self.budget)
         self.policy.version.fill_(version)
-        with _quiet():  # the collector warns about weight-updater deprecations on every build
+        with quiet_torchrl():  # the collector warns about weight-updater deprecations on every build
             self.collector = Collector(env, self.policy, frames_per_batch=self.num_envs * self.T, total_frames=-1,
                                        trust_policy=True)
         self._batches = iter(self.collector)
@@ -143,7 +147,7 @@ class CollectorRunner:
     def close(self) -> None:
         if self.collector is not None:
             try:
-                with _quiet():
+                with quiet_torchrl():
                     self.collector.shutdown()
             except Exception:  # a broken env may not close cleanly; it is dropped either way
                 pass

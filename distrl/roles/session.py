@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from distrl.architectures.base import RoleContext
+from distrl.recipes.base import RoleContext
 from distrl.checkpoint import load_latest_checkpoint, save_best, save_checkpoint
 from distrl.data import keys
 from distrl.envs.gym import env_info, is_factory

@@ -1,0 +1,223 @@
+"""The parameter server: holds the parameters and the one optimizer every worker's gradient
+goes through, applies gradients in arrival order (A3C) or one mean per round (A2C), and owns the
+run through a :class:`LearnerSession`.
+
+Handlers (on transport threads) only validate, enqueue with a bounded wait and reply with the
+newest published parameters when the caller's are older; every gradient is applied in ``run``'s
+loop. Staleness, the server's version when a gradient is applied minus the version it was
+computed from, is the policy lag of this recipe: it goes to the tracker's lag statistics (one
+count per gradient) and to ``summary.json`` as ``staleness_*``. A gradient older than
+``algo.max_staleness`` is dropped and counted. The run's frames (``env_frames``, the rates, the
+stop rule) are those of the gradients applied; a dropped gradient's go to ``frames_dropped``.
+
+A2C (``algo.sync``): a round closes once every live worker has sent one gradient computed from
+the current version; their mean is applied, and workers ask ``pull`` for the new version before
+acting again. A worker declared lost leaves the live set, so a dead worker cannot stall a round.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Optional
+
+import torch
+from tensordict import TensorDict
+from torch.nn.utils import parameters_to_vector
+
+from distrl.recipes.base import RoleContext
+from distrl.data import keys
+from distrl.data.wire import WireMeter, payload_nbytes
+from distrl.envs.gym import env_info, evaluate
+from distrl.models import ActorCritic, clip_towers
+from distrl.roles.session import LearnerSession
+
+WAIT_S = 0.1  #: longest the loop waits for a gradient before it lets the session tick (liveness)
+
+
+def make_optimizer(params, algo) -> torch.optim.Optimizer:
+    """The server's optimizer: one state for all workers (the paper's shared-statistics RMSProp)."""
+    if algo.optimizer == "rmsprop":
+        return torch.optim.RMSprop(params, lr=algo.lr, alpha=algo.rmsprop_alpha, eps=algo.optim_eps)
+    return torch.optim.Adam(params, lr=algo.lr, eps=algo.optim_eps)
+
+
+class ParameterServer:
+    """Rank 0 of ``a3c``; see the module docstring."""
+
+    def __init__(self, ctx: RoleContext):
+        self.ctx, self.cfg = ctx, ctx.cfg
+        self.algo = self.cfg.algo
+        self.session = LearnerSession(ctx)
+        self.device = self.session.device
+        info = env_info(self.cfg.run.env)
+        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net).to(self.device)
+        self.params = list(self.model.parameters())
+        self.num_params = sum(p.numel() for p in self.params)
+        self.optim = make_optimizer(self.params, self.algo)
+        self.workers = set(ctx.ranks_of("worker"))
+        if self.algo.sync and self.algo.queue_size < len(self.workers):
+            # a dropped gradient would leave its round waiting for a worker that is alive
+            raise ValueError(f"algo.sync needs algo.queue_size >= the {len(self.workers)} workers")
+        self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
+        self.round: dict[int, TensorDict] = {}  # A2C: this version's gradient of each worker so far
+        self.stopping = threading.Event()
+        self.said_stop: set[int] = set()
+        self.wire = WireMeter()
+        self.session.restore(self.model, self.optim)
+        self.session.evaluate = self._evaluate
+        self._publish()
+        ctx.transport.serve("pull", self._pull)
+        ctx.transport.serve("push", self._push)
+
+    @property
+    def version(self) -> int:
+        return self.session.tracker.updates
+
+    # ---- handlers (transport threads: never block long, never call out) -------------------
+    def _publish(self) -> None:
+        """Swap in a flat copy of the parameters; one attribute write, so readers see old or new."""
+        self.published = (self.version, parameters_to_vector(self.params).detach().to("cpu", copy=True))
+
+    def _reply(self, rank: int, their_version: int) -> TensorDict:
+        version, params = self.published
+        stop = self.stopping.is_set() or rank in self.ctx.transport.lost_peers()
+        reply = TensorDict({keys.STOP: torch.tensor(stop), keys.POLICY_VERSION: torch.tensor(version)})
+        if version > their_version:
+            reply[keys.PARAMS] = params
+        if stop:
+            self.said_stop.add(rank)
+        return reply
+
+    def _pull(self, td: TensorDict) -> TensorDict:
+        return self._reply(int(td[keys.WORKER_RANK]), int(td[keys.POLICY_VERSION]))
+
+    def _push(self, msg: TensorDict) -> TensorDict:
+        rank = int(msg[keys.WORKER_RANK])
+        if not (self.stopping.is_set() or rank in self.ctx.transport.lost_peers()):
+            # a lost rank (stopped, then woken) is told to stop and its late gradient ignored
+            grad = msg[keys.GRADIENT]
+            if grad.shape != (self.num_params,) or grad.dtype != torch.float32:
+                self._reject(rank, f"gradient {tuple(grad.shape)} {grad.dtype}, expected [{self.num_params}] float32")
+            else:
+                try:
+                    self.queue.put(msg, timeout=self.algo.put_timeout_s)
+                except queue.Full:
+                    self.session.tracker.counters["dropped_gradients_queue_full"] += 1
+        reply = self._reply(rank, int(msg[keys.POLICY_VERSION]))
+        self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), int(msg[keys.FRAMES]))
+        return reply
+
+    def _reject(self, rank: int, problem: str) -> None:
+        n = self.session.tracker.counters["rejected_gradients"] = self.session.tracker.counters["rejected_gradients"] + 1
+        if n <= 5:
+            print(f"[parameter_server] rejected a gradient from rank {rank}: {problem}", flush=True)
+
+    # ---- the loop --------------------------------------------------------------------------
+    def _take(self, timeout: float) -> Optional[TensorDict]:
+        """One gradient off the queue (its episodes counted; its frames once it is applied), or
+        ``None`` after ``timeout``."""
+        try:
+            msg = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        tracker = self.session.tracker
+        tracker.add_episodes(msg[keys.EPISODE_RETURNS].tolist())
+        tracker.observe({f"worker/{k}": float(v) for k, v in msg[keys.WORKER_STATS].items()})
+        return msg
+
+    def next_gradients(self) -> Optional[list[TensorDict]]:
+        """A3C: the next gradient to arrive. A2C: the round's gradients once every live worker has
+        sent one. ``None`` when nothing is ready within :data:`WAIT_S` (the session then ticks)."""
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            msg = self._take(max(0.0, deadline - time.monotonic()))
+            if not self.algo.sync:
+                return None if msg is None else [msg]
+            if msg is not None:
+                if int(msg[keys.POLICY_VERSION]) == self.version:
+                    self.round[int(msg[keys.WORKER_RANK])] = msg
+                else:  # cannot happen with live workers (they wait for each version): count it
+                    self._drop(msg)
+            live = self.workers - self.ctx.transport.lost_peers()
+            if self.round and live <= self.round.keys():
+                batch, self.round = list(self.round.values()), {}
+                return batch
+            if msg is None:
+                return None
+
+    def _drop(self, msg: TensorDict) -> None:
+        tracker = self.session.tracker
+        tracker.counters["dropped_stale_gradients"] += 1
+        tracker.drop_frames(int(msg[keys.FRAMES]))
+
+    def apply(self, msgs: list[TensorDict]) -> None:
+        """Apply the mean of the gradients in ``msgs`` that are not too stale; count the others.
+        The frames counted are the applied gradients' (what the update trained on).
+
+        The policy and value towers are clipped apart (:func:`distrl.models.clip_towers`), as the
+        impala learner does: under one global clip the value gradient sets the norm."""
+        tracker = self.session.tracker
+        cap = self.algo.max_staleness
+        kept, staleness, frames = [], [], 0
+        for m in msgs:
+            s = self.version - int(m[keys.POLICY_VERSION])
+            if cap is not None and s > cap:
+                self._drop(m)
+                continue
+            kept.append(m[keys.GRADIENT])
+            staleness.append(s)
+            frames += int(m[keys.FRAMES])
+        if not kept:
+            return
+        grad = torch.stack(kept).mean(0).to(self.device) if len(kept) > 1 else kept[0].to(self.device)
+        offset = 0
+        for p in self.params:
+            p.grad = grad[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
+        grad_norm = clip_towers(self.model.tower_parameters(), self.algo.max_grad_norm)
+        if not self.session.loss_is_finite(grad_norm):
+            return
+        self.optim.step()
+        tracker.updates += 1
+        tracker.add_frames(frames)
+        self._publish()
+        tracker.add_lag(torch.tensor(staleness))
+        tracker.observe({"parameter_server/grad_norm": float(grad_norm),
+                         "parameter_server/staleness": sum(staleness) / len(staleness),
+                         "parameter_server/bytes_per_env_step": self.wire.bytes_per_env_step})
+
+    def run(self) -> dict:
+        session = self.session
+        try:
+            reason = session.train(self.next_gradients, self.apply, self.model, self.optim)
+        finally:
+            self.stopping.set()
+        eval_returns = self._evaluate()
+        self._await_workers()
+        return session.finish(reason, eval_returns, self.model, self.optim, extra=self.staleness_summary())
+
+    def staleness_summary(self) -> dict:
+        """``summary.json``'s A3C figures: staleness of the applied gradients, drops, update rate."""
+        t = self.session.tracker
+        return {"staleness_mean": round(t.lag_mean, 4), "staleness_max": t.lag_max,
+                "staleness_hist": {str(k): v for k, v in sorted(t.lag_hist.items())},
+                "gradients_applied": t.lag_count, "dropped_stale_gradients": t.counters["dropped_stale_gradients"],
+                "updates_per_s": round(t.updates / max(t.wall_s, 1e-9), 2), "sync": self.algo.sync,
+                "bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)}
+
+    def _evaluate(self) -> list[float]:
+        """Greedy returns of ``run.eval_episodes`` episodes of the current parameters."""
+        return evaluate(lambda o: self.model.policy(o), self.cfg.run.env, self.cfg.run.eval_episodes,
+                        self.cfg.run.seed + 10_000, self.device)
+
+    def _await_workers(self) -> None:
+        """Let every live worker hear ``stop`` in a reply, bounded by the call timeout."""
+        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
+        while time.monotonic() < deadline:
+            if not self.workers - self.said_stop - self.ctx.transport.lost_peers():
+                return
+            try:  # drain so blocked pushes return and their workers get the stop reply
+                self.queue.get_nowait()
+            except queue.Empty:
+                time.sleep(0.02)

@@ -1,0 +1,108 @@
+"""A3C (Mnih et al., 2016): workers compute actor-critic gradients on their own envs and push
+them to a parameter server, which applies each as it arrives; ``algo.sync`` turns it into A2C.
+
+Rank 0 is the parameter server, every other rank a worker. At world size 1 the server and
+``algo.local_workers`` workers share one process (threads over the local transport, which
+hands tensors over by reference: no copy, no serialisation).
+
+Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds;
+``a2c`` and ``debug_a2c`` are the same with the synchronous switch on, for side-by-side runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from distrl.config import Config, RunConfig, check, override
+from distrl.envs.gym import env_info
+from distrl.recipes.base import Recipe, role
+
+OPTIMIZERS = ("rmsprop", "adam")
+
+
+@dataclass(frozen=True)
+class A3CConfig:
+    """A3C's algorithm, worker and parameter-server settings."""
+
+    envs_per_worker: int = 32  #: gymnasium envs each worker steps as one vector (B per gradient)
+    t_max: int = 32  #: steps per env between gradients (the paper's t_max; frames per push = B * t_max)
+    local_workers: int = 2  #: workers in the one process at world size 1
+    sync: bool = False  #: A2C: apply the mean of one gradient per live worker, all from the same version
+    max_staleness: Optional[int] = None  #: drop (and count) gradients older than this many updates; None keeps all
+    queue_size: int = 16  #: the server's gradient queue bound, in gradients
+    put_timeout_s: float = 2.0  #: how long an arriving gradient may wait for queue space, then dropped
+    sync_poll_s: float = 0.002  #: A2C: a worker's pause between asks for the next version
+    optimizer: str = "rmsprop"  #: the server's optimizer, one state for every worker: rmsprop (the paper's) or adam
+    lr: float = 7e-4  #: learning rate
+    rmsprop_alpha: float = 0.99  #: RMSProp's decay of the squared-gradient average (the paper's alpha)
+    optim_eps: float = 1e-3  #: epsilon of the optimizer's denominator; above a converged gradient's RMS, so noise gets small steps (docs/a3c.md)
+    gamma: float = 0.99  #: discount
+    reward_scale: float = 0.1  #: rewards are multiplied by this in the loss (values in scaled units, as impala)
+    value_coef: float = 0.5  #: weight of the value loss
+    entropy_coef: float = 0.001  #: weight of the entropy bonus (the paper's beta); small, as rewards are scaled by 0.1 (docs/a3c.md)
+    max_grad_norm: float = 0.5  #: norm clip of each applied gradient, per tower (policy, value), after A2C's mean
+    normalize_advantage: bool = False  #: rescale each segment batch's advantages to unit variance
+
+    def __post_init__(self):
+        for name in ("envs_per_worker", "t_max", "local_workers", "queue_size"):
+            check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
+        check(self.max_staleness is None or self.max_staleness >= 0,
+               f"algo.max_staleness must be >= 0 or none, got {self.max_staleness}")
+        check(self.optimizer in OPTIMIZERS, f"algo.optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        check(self.lr > 0, "algo.lr must be > 0")
+        check(0 < self.rmsprop_alpha < 1, "algo.rmsprop_alpha must be in (0, 1)")
+        check(self.optim_eps > 0, "algo.optim_eps must be > 0")
+        check(0 < self.gamma <= 1, "algo.gamma must be in (0, 1]")
+        check(self.reward_scale > 0, "algo.reward_scale must be > 0")
+        check(self.value_coef >= 0 and self.entropy_coef >= 0, "algo.value_coef and algo.entropy_coef must be >= 0")
+        check(self.max_grad_norm > 0, "algo.max_grad_norm must be > 0")
+        check(self.put_timeout_s > 0 and self.sync_poll_s > 0, "algo.put_timeout_s and algo.sync_poll_s must be > 0")
+
+    @property
+    def frames_per_gradient(self) -> int:
+        return self.envs_per_worker * self.t_max
+
+
+def default() -> Config:
+    """CartPole-v1: 32 envs per worker, t_max 32 (1024 frames per gradient push)."""
+    return Config(recipe="a3c", algo=A3CConfig(), run=RunConfig(env="CartPole-v1"))
+
+
+def a2c() -> Config:
+    """``default`` made synchronous: one mean gradient per round of every live worker."""
+    return override(default(), **{"algo.sync": True})
+
+
+def debug() -> Config:
+    """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
+    return override(
+        default(),
+        **{"run.env": "distrl/MatchSign-v0", "run.total_frames": 20_000, "run.max_time_s": 60.0,
+           "run.eval_episodes": 10, "run.logger": "none", "algo.envs_per_worker": 8, "algo.t_max": 20},
+    )
+
+
+def debug_a2c() -> Config:
+    """``debug`` with ``algo.sync``."""
+    return override(debug(), **{"algo.sync": True})
+
+
+def _check_config(cfg: Config) -> None:
+    if env_info(cfg.run.env).num_actions is None:
+        raise ValueError(f"a3c supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
+
+
+RECIPE = Recipe(
+    name="a3c",
+    description="A3C: workers push actor-critic gradients, a parameter server applies them as they come (algo.sync=true: A2C)",
+    layout="rank 0 parameter server, ranks 1..N-1 workers",
+    min_world_size=2,
+    roles_for=lambda n: ["parameter_server"] + ["worker"] * (n - 1),
+    builders={"parameter_server": role("distrl.recipes.a3c.parameter_server:ParameterServer"),
+              "worker": role("distrl.recipes.a3c.worker:A3CWorker")},
+    default_config=default,
+    local_world_size=lambda cfg: 1 + cfg.algo.local_workers,
+    check_config=_check_config,
+    takes_env_factory=True,
+    critical_roles=frozenset({"parameter_server"}),
+)

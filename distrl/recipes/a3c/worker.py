@@ -1,0 +1,122 @@
+"""The A3C worker: acts ``t_max`` steps in its vector of envs with the parameters it last
+received, computes the n-step actor-critic gradient on that segment, pushes it with the version
+it was computed from, and takes the newer parameters the reply carries.
+
+A worker never waits for another worker. It waits for the server only for the reply to its push
+(a round trip; the server applies gradients in its own loop, so the reply does not wait for the
+apply): the next segment therefore starts from the newest parameters the server has published,
+which need not include this worker's previous gradient yet (one source of staleness, measured).
+Under ``algo.sync`` (A2C) it asks ``pull`` every ``algo.sync_poll_s`` until the round's mean has
+been applied, so every gradient of a round comes from the same version.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from tensordict import TensorDict
+from torch.nn.utils import vector_to_parameters
+
+from distrl import faults
+from distrl.algorithms.a3c import a3c_loss
+from distrl.recipes.base import RoleContext
+from distrl.data import keys
+from distrl.envs.gym import env_info
+from distrl.models import ActorCritic, sample_actions
+from distrl.roles.env_runner import EnvRunner
+from distrl.transport.base import CallTimeoutError, TransportError
+
+
+class A3CWorker:
+    """One worker's envs (:class:`EnvRunner`), model copy and gradient; see the module docstring."""
+
+    def __init__(self, ctx: RoleContext):
+        self.ctx, self.cfg = ctx, ctx.cfg
+        self.algo = self.cfg.algo
+        self.server = ctx.ranks_of("parameter_server")[0]
+        info = env_info(self.cfg.run.env)
+        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net)
+        self.params = list(self.model.parameters())
+        self.version = -1  # no parameters yet: the first pull brings them
+        seed = self.cfg.run.seed + 1000 * ctx.rank
+        self.generator = torch.Generator().manual_seed(seed)
+        self.runner = EnvRunner(self.cfg.run.env, self.algo.envs_per_worker, seed, ctx.rank)
+
+    def _load(self, reply: TensorDict) -> bool:
+        """Take the reply's parameters if it has any; ``True`` when the server says stop."""
+        if keys.PARAMS in reply.keys():
+            vector_to_parameters(reply[keys.PARAMS], self.params)
+            self.version = int(reply[keys.POLICY_VERSION])
+        return bool(reply[keys.STOP])
+
+    def act(self) -> tuple[TensorDict, list[float], list[int]]:
+        """One segment: the ``[B, t_max]`` trajectory and the episodes that ended in it."""
+        return self.runner.unroll(self._act, self.algo.t_max)
+
+    def _act(self, obs: torch.Tensor) -> dict:
+        """Actions ``[B]`` sampled from the current policy for observations ``[B, F]``."""
+        return {keys.ACTION: sample_actions(self.model.policy(obs), self.generator)[0]}
+
+    def gradient(self, traj: TensorDict, returns: list[float], lengths: list[int]) -> TensorDict:
+        """The push message of segment ``traj``: the flat gradient ``[P]``, its version, the episodes."""
+        a = self.algo
+        out = a3c_loss(self.model, traj, a.gamma, a.value_coef, a.entropy_coef, a.normalize_advantage, a.reward_scale)
+        self.model.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        grad = torch.cat([p.grad.reshape(-1) for p in self.params])
+        return TensorDict({
+            keys.GRADIENT: grad, keys.POLICY_VERSION: torch.tensor(self.version),
+            keys.FRAMES: torch.tensor(traj.numel()), keys.WORKER_RANK: torch.tensor(self.ctx.rank),
+            keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
+            keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
+            keys.WORKER_STATS: TensorDict({k: v.detach() for k, v in out.items()}),
+        })
+
+    def _pull(self) -> bool:
+        msg = TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank), keys.POLICY_VERSION: torch.tensor(self.version)})
+        return self._load(self.ctx.transport.call_sync(self.server, "pull", msg, self.cfg.transport.call_timeout_s))
+
+    def _await_round(self, version: int) -> bool:
+        """A2C: pull until the server has moved past ``version``; ``True`` on stop.
+
+        A round may wait for a stopped worker until the server declares it lost, one call timeout
+        after its last answered ping; so give up only well after that (the server answers, but
+        its loop is stuck)."""
+        limit = 3 * self.cfg.transport.call_timeout_s
+        deadline = time.monotonic() + limit
+        while self.version <= version:
+            if time.monotonic() > deadline:
+                raise CallTimeoutError(f"no update past version {version} in {limit:g}s")
+            time.sleep(self.algo.sync_poll_s)
+            if self._pull():
+                return True
+        return False
+
+    def run(self) -> None:
+        t = self.ctx.transport
+        try:
+            if self._pull():
+                return
+            while True:
+                faults.maybe_signal(self.ctx.rank, self.runner.unrolls)
+                try:
+                    segment = self.act()
+                except Exception as e:  # the env failed: drop the partial segment, start over
+                    self.runner.recover(e, f"worker {self.ctx.rank}")
+                    continue
+                budget = self.runner.budget
+                with budget("learn"):
+                    msg = self.gradient(*segment)
+                with budget("send"):
+                    reply = t.call_sync(self.server, "push", msg, self.cfg.transport.call_timeout_s)
+                if self._load(reply):
+                    return
+                with budget("wait"):
+                    if self.algo.sync and self._await_round(int(msg[keys.POLICY_VERSION])):
+                        return
+                budget.maybe_send(t, self.server, self.ctx.rank)
+        except TransportError as e:
+            # The server is gone or told us nothing in time: it owns the run, so we end.
+            print(f"[worker {self.ctx.rank}] parameter server unreachable, exiting: {e}", flush=True)
+        finally:
+            self.runner.close()

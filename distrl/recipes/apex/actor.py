@@ -1,0 +1,164 @@
+"""The Ape-X actor: epsilon-greedy on a local Q-network, n-step transitions with initial
+priorities into a replay shard, parameters refreshed from the learner without waiting.
+
+Actor ``i`` of ``N`` explores with ``eps_i = eps^(1 + alpha i / (N - 1))`` and inserts into shard
+``i mod R``. Each unroll of ``T`` steps is joined to the last ``n - 1`` steps of the one before, so
+every step gets its full n-step window (or the part of it before its episode ended). Its initial
+priority is ``|y - Q(s, a)|`` under the local network that acted. One insert and one parameter
+request are in flight at a time; neither is waited on unless the replay says ``held`` (the rate
+limiter), which is how the learner holds actors back. Episode returns, frames and hold times
+ride on the parameter request, so the learner's tracker counts them.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from tensordict import TensorDict
+
+from distrl import faults
+from distrl.algorithms.apex import epsilon_ladder, nstep_returns
+from distrl.recipes.base import RoleContext
+from distrl.data import keys
+from distrl.envs.gym import env_info
+from distrl.models import QNetwork
+from distrl.roles.env_runner import make_env_runner
+from distrl.transport.base import RemoteError, TransportError
+
+
+class ApexActor:
+    """Ranks R+1.. of ``apex``; see the module docstring."""
+
+    def __init__(self, ctx: RoleContext):
+        self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
+        a = self.algo
+        self.learner = ctx.ranks_of("learner")[0]
+        actors, self.shards = ctx.ranks_of("actor"), ctx.ranks_of("replay")
+        self.index = actors.index(ctx.rank)
+        self.epsilon = epsilon_ladder(len(actors), a.eps_base, a.eps_alpha)[self.index]
+        self.shard = self.shards[self.index % len(self.shards)]
+        info = env_info(self.cfg.run.env)
+        self.num_actions = info.num_actions
+        self.model = QNetwork(info.obs_dim, info.num_actions, self.cfg.net)
+        self.version = -1
+        seed = self.cfg.run.seed + 1000 * ctx.rank
+        self.generator = torch.Generator().manual_seed(seed)
+        self.runner = make_env_runner(self.cfg.run.env, a.envs_per_actor, seed, ctx.rank, self.model, self._act,
+                                      a.unroll_length)
+        self.carry: TensorDict | None = None  # the last n - 1 steps, [B, n-1]
+        self.stats = {"frames": 0, "returns": [], "held_s": 0.0}  # not yet sent to the learner
+
+    def _act(self, obs: torch.Tensor) -> dict:
+        q = self.model(obs)
+        greedy = q.argmax(-1)
+        explore = torch.rand(obs.shape[0], generator=self.generator) < self.epsilon
+        action = torch.where(explore, torch.randint(self.num_actions, greedy.shape, generator=self.generator), greedy)
+        return {keys.ACTION: action, keys.CHOSEN_ACTION_VALUE: q.gather(-1, action[:, None]).squeeze(-1)}
+
+    @torch.no_grad()
+    def transitions(self, traj: TensorDict) -> tuple[TensorDict, torch.Tensor]:
+        """n-step transitions ``[N]`` of the steps whose window ends in ``traj [B, T]`` (joined to the
+        carry), and their initial raw priorities ``[N]``."""
+        n, gamma = self.algo.n_step, self.algo.gamma
+        window = traj if self.carry is None else torch.cat([self.carry, traj], dim=1)
+        self.carry = window[:, window.shape[1] - (n - 1):] if n > 1 else None
+        nxt = window[keys.NEXT]
+        G, discount, last = nstep_returns(nxt["reward"][..., 0], nxt["terminated"][..., 0], nxt["truncated"][..., 0],
+                                          gamma, n)
+        Tp = G.shape[1]
+        head = window[:, :Tp]
+        bootstrap = nxt[keys.OBSERVATION].gather(1, last[..., None].expand(*last.shape, nxt[keys.OBSERVATION].shape[-1]))
+        out = TensorDict({
+            keys.OBSERVATION: head[keys.OBSERVATION], keys.ACTION: head[keys.ACTION],
+            keys.NEXT: TensorDict({keys.OBSERVATION: bootstrap}, batch_size=G.shape),
+            keys.NSTEP_RETURN: G, keys.BOOTSTRAP_DISCOUNT: discount,
+            keys.POLICY_VERSION: torch.full(G.shape, self.version, dtype=torch.int64),
+        }, batch_size=G.shape).reshape(-1)
+        # initial priority: |y - Q(s, a)| with the acting network (max over the bootstrap state)
+        y = out[keys.NSTEP_RETURN] + out[keys.BOOTSTRAP_DISCOUNT] * self.model(bootstrap.reshape(-1, bootstrap.shape[-1])).max(-1).values
+        priority = (y - head[keys.CHOSEN_ACTION_VALUE].reshape(-1)).abs()
+        return out, priority
+
+    def _load(self, reply: TensorDict) -> None:
+        if "params" in reply.keys():
+            self.version = int(reply["version"])
+            self.runner.load_weights(self.model, reply["params"], self.version)
+
+    def _params_request(self) -> TensorDict:
+        s, self.stats = self.stats, {"frames": 0, "returns": [], "held_s": 0.0}
+        return TensorDict({keys.ACTOR_RANK: torch.tensor(self.ctx.rank), "version": torch.tensor(self.version),
+                           "frames": torch.tensor(s["frames"]), "held_s": torch.tensor(s["held_s"]),
+                           "epsilon": torch.tensor(self.epsilon), "env_errors": torch.tensor(self.runner.env_errors),
+                           keys.EPISODE_RETURNS: torch.tensor(s["returns"], dtype=torch.float32)})
+
+    def _settle(self, fut, msg: TensorDict, timeout: float) -> bool:
+        """Wait for the insert in flight until the shard has taken ``msg`` (re-sending it while the
+        rate limiter holds it back, or to another shard if its shard died); False when the run is
+        over for this actor."""
+        while True:
+            try:
+                reply = fut.result()
+            except RemoteError:
+                raise
+            except TransportError:  # the shard died: go on with another one, if any is left
+                live = [r for r in self.shards if r not in self.ctx.transport.lost_peers() and r != self.shard]
+                if not live:
+                    print(f"[actor {self.ctx.rank}] no replay shard left, exiting", flush=True)
+                    return False
+                self.shard = live[self.index % len(live)]
+            else:
+                if bool(reply["stop"]):
+                    return False
+                if not bool(reply["held"]):
+                    return True
+                time.sleep(self.algo.hold_sleep_s)  # the rate limiter holds this actor back
+                self.stats["held_s"] += self.algo.hold_sleep_s
+            fut = self.ctx.transport.call(self.shard, "insert", msg, timeout)
+
+    def _goodbye(self, timeout: float) -> None:
+        """Told to stop by a shard: hand the learner the last statistics, and let it know we heard."""
+        try:
+            self.ctx.transport.call_sync(self.learner, "params", self._params_request(), timeout)
+        except TransportError:
+            pass
+
+    def run(self) -> None:
+        t = self.ctx.transport
+        timeout = self.cfg.transport.call_timeout_s
+        T = self.algo.unroll_length
+        try:
+            reply = t.call_sync(self.learner, "hello", TensorDict(rank=torch.tensor(self.ctx.rank)), timeout)
+            self._load(reply)
+            pending, last_ask = None, time.monotonic()
+            inserting = None  # (future, message): one insert in flight
+            while not bool(reply["stop"]):
+                faults.maybe_signal(self.ctx.rank, self.runner.unrolls)
+                try:
+                    traj, returns, _ = self.runner.unroll(self._act, T)
+                except Exception as e:  # the env failed: drop the partial unroll and its carry
+                    self.runner.recover(e, f"actor {self.ctx.rank}")
+                    self.carry = None
+                    continue
+                self.stats["frames"] += traj.numel()
+                self.stats["returns"].extend(returns)
+                budget = self.runner.budget
+                with budget("priorities"):
+                    batch, priority = self.transitions(traj)
+                with budget("wait"):  # the previous insert, held back by the rate limiter when it must
+                    settled = inserting is None or self._settle(*inserting, timeout)
+                if not settled:
+                    self._goodbye(timeout)
+                    return
+                msg = TensorDict(transitions=batch, **{keys.PRIORITY: priority})
+                with budget("send"):
+                    inserting = (t.call(self.shard, "insert", msg, timeout), msg)
+                budget.maybe_send(t, self.learner, self.ctx.rank)
+                if pending is not None and pending.done():
+                    reply, pending = pending.result(), None
+                    self._load(reply)
+                if pending is None and time.monotonic() - last_ask >= self.algo.params_interval_s:
+                    pending, last_ask = t.call(self.learner, "params", self._params_request(), timeout), time.monotonic()
+        except TransportError as e:
+            print(f"[actor {self.ctx.rank}] learner unreachable, exiting: {e}", flush=True)
+        finally:
+            self.runner.close()

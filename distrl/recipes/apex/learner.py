@@ -1,0 +1,205 @@
+"""The Ape-X learner: double DQN with n-step targets on batches sampled by priority from the
+replay shards, new priorities sent back, parameters published to the actors.
+
+Each loop iteration takes the batch whose sample was requested one iteration earlier and
+requests the next one before training on it (``algo.prefetch``), so the round trip to the shards
+overlaps the update. The priorities of a batch are sent after its update; the next batch was
+drawn before they landed, as in the paper. The target network is copied every
+``algo.target_update_interval`` updates. Handlers (``hello``, ``params``) only read the published
+parameters and add the actors' statistics to a pending record under a lock; the loop folds them
+into the tracker.
+"""
+from __future__ import annotations
+
+import collections
+import copy
+import threading
+import time
+from typing import Optional
+
+import torch
+from tensordict import TensorDict
+
+from distrl import faults
+from distrl.algorithms.apex import annealed_beta, double_q_targets, epsilon_ladder, weighted_huber_loss
+from distrl.recipes.base import RoleContext
+from distrl.data import keys
+from distrl.envs.gym import env_info, evaluate
+from distrl.models import QNetwork
+from distrl.replay.client import ShardedReplayClient
+from distrl.roles.session import LearnerSession
+
+
+class ApexLearner:
+    """Rank 0 of ``apex``."""
+
+    def __init__(self, ctx: RoleContext):
+        self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
+        self.session = LearnerSession(ctx)
+        self.device = self.session.device
+        info = env_info(self.cfg.run.env)
+        self.model = QNetwork(info.obs_dim, info.num_actions, self.cfg.net).to(self.device)
+        self.target = copy.deepcopy(self.model).requires_grad_(False)
+        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr)
+        state = self.session.restore(self.model, self.optim)
+        self.target.load_state_dict(self.model.state_dict())
+        self._restored_replay = (state or {}).get("extra", {}).get("replay")
+        self.session.evaluate = self._evaluate
+        self.replay = ShardedReplayClient(ctx.transport, ctx.ranks_of("replay"), self.cfg.transport.call_timeout_s,
+                                          self.cfg.run.seed, self.session.lose, self.cfg.run.log_interval_s / 2)
+        self.session.extra_state = lambda: {"replay": self.replay.states()}
+        self.actors = set(ctx.ranks_of("actor"))
+        ladder = epsilon_ladder(len(self.actors), self.algo.eps_base, self.algo.eps_alpha)
+        #: rungs whose episodes make the training mean (the stop rule's trigger; every rung is logged)
+        self._counted_eps = max(self.algo.report_max_eps, min(ladder)) + 1e-9
+        self.stopping = threading.Event()
+        self.said_stop: set[int] = set()
+        self._lock = threading.Lock()
+        self._pending = {"frames": 0, "returns": [], "lag": [], "held_s": 0.0}  # from actors, not yet folded
+        self._rungs: dict[float, collections.deque] = {}  # epsilon -> recent returns
+        self._env_errors: dict[int, int] = {}
+        self._request: Optional[list] = None
+        self.held_s = 0.0  # the learner's own wait on held samples
+        self.actor_held_s = 0.0  # every actor's wait on held inserts, as they reported it
+        self.times = collections.Counter()  # where the loop's time goes (design rule 9)
+        self._publish()
+        ctx.transport.serve("hello", self._hello)
+        ctx.transport.serve("params", self._params)
+
+    # ---- handlers (transport threads) -------------------------------------------------------------
+    def _publish(self) -> None:
+        params = TensorDict({k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
+        self.published = (self.session.tracker.updates, params)  # one attribute write: readers see old or new
+
+    def _reply(self, rank: int, their_version: int) -> TensorDict:
+        version, params = self.published
+        reply = TensorDict(stop=torch.tensor(self.stopping.is_set()))
+        if self.stopping.is_set() or rank in self.ctx.transport.lost_peers():
+            reply["stop"] = torch.tensor(True)
+            self.said_stop.add(rank)
+        elif version > their_version:
+            reply["params"], reply["version"] = params, torch.tensor(version)
+        return reply
+
+    def _hello(self, msg: TensorDict) -> TensorDict:
+        return self._reply(int(msg["rank"]), -1)
+
+    def _params(self, msg: TensorDict) -> TensorDict:
+        rank, version, frames = int(msg[keys.ACTOR_RANK]), int(msg["version"]), int(msg["frames"])
+        with self._lock:
+            p = self._pending
+            p["frames"] += frames
+            if float(msg["epsilon"]) <= self._counted_eps:
+                p["returns"].extend(msg[keys.EPISODE_RETURNS].tolist())
+            p["held_s"] += float(msg["held_s"])
+            if frames:  # policy lag at the actor: updates since the parameters it acted with
+                p["lag"].append((self.session.tracker.updates - version, frames))
+            eps = round(float(msg["epsilon"]), 6)
+            self._rungs.setdefault(eps, collections.deque(maxlen=20)).extend(msg[keys.EPISODE_RETURNS].tolist())
+            self._env_errors[rank] = int(msg["env_errors"])
+        return self._reply(rank, version)
+
+    # ---- the loop ---------------------------------------------------------------------------------
+    def _fold_actor_stats(self) -> None:
+        with self._lock:
+            p, self._pending = self._pending, {"frames": 0, "returns": [], "lag": [], "held_s": 0.0}
+            rungs = {eps: sum(r) / len(r) for eps, r in self._rungs.items() if r}
+            errors = sum(self._env_errors.values())
+        tracker = self.session.tracker
+        tracker.add_frames(p["frames"])
+        tracker.add_episodes(p["returns"])
+        for lag, frames in p["lag"]:
+            tracker.add_lag(torch.full((frames,), max(lag, 0), dtype=torch.int64))
+        if errors:
+            tracker.counters["env_errors"] = errors
+        self.actor_held_s += p["held_s"]
+        metrics = {"actor/held_s": self.actor_held_s} | self.replay.poll_stats()  # run totals, as learner/held_s
+        for i, eps in enumerate(sorted(rungs, reverse=True)):  # rung 0 explores most
+            metrics[f"actor/return_rung{i}"] = rungs[eps]
+        tracker.observe(metrics)
+
+    def _next_batch(self) -> Optional[TensorDict]:
+        self._fold_actor_stats()
+        if not self.replay.live:
+            self.session.stop_reason = "replay_lost"
+            print("[learner] every replay shard is lost: stopping with a checkpoint of what is left", flush=True)
+            return None
+        beta = annealed_beta(self.algo.beta0, self.session.tracker.updates, self.algo.beta_anneal_updates)
+        pending = self._request or self.replay.request(self.algo.batch_size)
+        self._request = None
+        start = time.perf_counter()
+        batch = self.replay.collect(pending, beta, self.algo.weight_norm)
+        self.times["wait_sample_s"] += time.perf_counter() - start
+        if self.algo.prefetch:
+            self._request = self.replay.request(self.algo.batch_size)
+        if batch is None:  # not enough data yet, or the rate limiter holds the learner back
+            time.sleep(self.algo.hold_sleep_s)
+            self.held_s += self.algo.hold_sleep_s
+            return None
+        return batch.to(self.device, non_blocking=True)
+
+    def _update(self, batch: TensorDict) -> None:
+        start = time.perf_counter()
+        self._learn(batch)
+        self.times["update_s"] += time.perf_counter() - start
+
+    def _learn(self, batch: TensorDict) -> None:
+        tracker, a = self.session.tracker, self.algo
+        faults.maybe_signal(self.ctx.rank, tracker.updates)
+        q_taken = self.model(batch[keys.OBSERVATION]).gather(-1, batch[keys.ACTION][:, None]).squeeze(-1)
+        with torch.no_grad():
+            next_obs = batch[keys.NEXT_OBSERVATION]
+            y = double_q_targets(batch[keys.NSTEP_RETURN], batch[keys.BOOTSTRAP_DISCOUNT], self.model(next_obs),
+                                 self.target(next_obs))
+        loss, td = weighted_huber_loss(q_taken, y, batch[keys.PRIORITY_WEIGHT], a.huber_delta)
+        if faults.due("nan_loss", self.ctx.rank, tracker.updates):
+            loss = loss * float("nan")
+        if not self.session.loss_is_finite(loss):
+            return
+        self.optim.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.max_grad_norm)
+        self.optim.step()
+        tracker.updates += 1
+        if tracker.updates % a.target_update_interval == 0:
+            self.target.load_state_dict(self.model.state_dict())
+        self._publish()
+        self.replay.update_priorities(batch, td.abs())
+        tracker.observe({"learner/loss": float(loss.detach()), "learner/grad_norm": float(grad_norm),
+                         "learner/q_mean": float(q_taken.detach().mean()), "learner/td_abs": float(td.abs().mean()),
+                         "learner/sample_age": float((tracker.updates - batch[keys.POLICY_VERSION]).float().mean()),
+                         "learner/weight_mean": float(batch[keys.PRIORITY_WEIGHT].mean()),
+                         "learner/batch": batch.shape[0], "learner/held_s": self.held_s,
+                         "learner/wait_sample_s": self.times["wait_sample_s"], "learner/update_s": self.times["update_s"]})
+
+    def run(self) -> dict:
+        session = self.session
+        if self._restored_replay:
+            self.replay.load_states(self._restored_replay)
+        try:
+            reason = session.train(self._next_batch, self._update, self.model, self.optim)
+        finally:
+            self.stopping.set()
+            self.replay.stop()  # actors held by the rate limiter hear stop from their shard
+        eval_returns = self._evaluate()
+        self._await_actors()
+        extra = {"replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
+                 "actor_held_s": round(self.actor_held_s, 3),
+                 "replay_size": sum(self.replay.sizes.values()),
+                 **{f"learner_{k}": round(v, 3) for k, v in self.times.items()}}
+        summary = session.finish(reason, eval_returns, self.model, self.optim, extra)
+        self.replay.stop(exit_=True)  # after the final checkpoint, which read the shards' contents
+        return summary
+
+    def _evaluate(self) -> list[float]:
+        """Greedy returns of ``run.eval_episodes`` episodes of the current Q-network."""
+        return evaluate(lambda o: self.model(o), self.cfg.run.env, self.cfg.run.eval_episodes,
+                        self.cfg.run.seed + 10_000, self.device)
+
+    def _await_actors(self) -> None:
+        """Let every live actor hear ``stop`` (from us or its shard), bounded by the call timeout."""
+        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
+        while time.monotonic() < deadline:
+            if not self.actors - self.said_stop - self.ctx.transport.lost_peers():
+                return
+            time.sleep(0.02)

@@ -1,0 +1,1 @@
+"""IMPALA: actors ship trajectories, a V-trace learner (``recipe.py`` first)."""

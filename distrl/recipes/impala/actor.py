@@ -1,0 +1,101 @@
+"""The IMPALA actor: steps a vector of envs with a local copy of the policy and ships
+``[B, T]`` trajectories to the learner.
+
+One message per unroll carries the trajectory, the actor's policy version and its finished
+episodes; the learner's reply carries newer parameters when there are any. So parameters are
+picked up without a separate call, and the actor keeps stepping while a send is in flight (one
+send outstanding at a time: the bound on its memory and on the learner's queue pressure).
+"""
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+from distrl import faults
+from distrl.recipes.base import RoleContext
+from distrl.data import keys
+from distrl.envs.gym import env_info
+from distrl.models import ActorCritic, sample_actions
+from distrl.numpy_policy import NumpyPolicy
+from distrl.roles.env_runner import make_env_runner
+from distrl.transport.base import TransportError
+
+
+class ImpalaActor:
+    """Behaviour policy + vector env; see the module docstring for the protocol."""
+
+    def __init__(self, ctx: RoleContext):
+        self.ctx, self.cfg = ctx, ctx.cfg
+        algo = self.cfg.algo
+        self.learner = ctx.ranks_of("learner")[0]
+        self.num_envs, self.T = algo.envs_per_actor, algo.unroll_length
+        info = env_info(self.cfg.run.env)
+        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net)
+        self.policy = self.model.policy
+        self.version = -1  # no parameters yet: the first reply carries them
+        self.seed = self.cfg.run.seed + 1000 * ctx.rank
+        self.generator = torch.Generator().manual_seed(self.seed)
+        # numpy forward and sampling at actor batch sizes, where torch's per-op dispatch dominates
+        # (distrl/numpy_policy.py); a network it cannot run keeps the torch path
+        self.fast = NumpyPolicy(self.policy, self.seed) if NumpyPolicy.supports(self.policy) else None
+        # gymnasium vector envs, or a TorchRL Collector over the user's env factory (--env module:function)
+        self.runner = make_env_runner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank, self.model, self._act, self.T)
+
+    @property
+    def env(self):
+        return self.runner.env
+
+    def _load(self, reply: TensorDict) -> None:
+        if "params" in reply.keys():
+            self.version = int(reply["version"])
+            self.runner.load_weights(self.model, reply["params"], self.version)
+            if self.fast is not None:
+                self.fast.refresh()  # the load copies in place; refreshing costs microseconds and assumes nothing
+
+    def _act(self, obs: torch.Tensor) -> dict:
+        a, lp = self.fast.act(obs) if self.fast is not None else sample_actions(self.policy(obs), self.generator)
+        return {keys.ACTION: a, keys.ACTION_LOG_PROB: lp}
+
+    def _unroll(self) -> TensorDict:
+        """Step every env ``T`` times; returns the ``[B, T]`` trajectory with episode stats."""
+        B, T = self.num_envs, self.T
+        traj, returns, lengths = self.runner.unroll(self._act, T)
+        if keys.POLICY_VERSION not in traj.keys():  # the collector path stamps every frame itself
+            traj[keys.POLICY_VERSION] = torch.full((B, T), self.version, dtype=torch.int64)
+        if faults.due("bad_obs", self.ctx.rank, self.runner.unrolls):
+            traj[keys.OBSERVATION] = torch.zeros(B, T, traj[keys.OBSERVATION].shape[-1] + 1, dtype=torch.float64)
+        return TensorDict(
+            traj=traj, version=torch.tensor(self.version), env_errors=torch.tensor(self.runner.env_errors),
+            **{keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
+               keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
+               keys.ACTOR_RANK: torch.tensor(self.ctx.rank)},
+        )
+
+    def run(self) -> None:
+        t = self.ctx.transport
+        timeout = self.cfg.transport.call_timeout_s
+        try:
+            self._load(t.call_sync(self.learner, "hello", TensorDict(rank=torch.tensor(self.ctx.rank)), timeout))
+            pending = None
+            while True:
+                faults.maybe_signal(self.ctx.rank, self.runner.unrolls)
+                try:
+                    msg = self._unroll()
+                except Exception as e:  # the env failed: drop the partial trajectory, start over
+                    self.runner.recover(e, f"actor {self.ctx.rank}")
+                    continue
+                budget = self.runner.budget
+                if pending is not None:  # at most one send in flight
+                    with budget("wait"):
+                        reply = pending.result()
+                    if bool(reply["stop"]):
+                        return
+                    self._load(reply)
+                with budget("send"):
+                    pending = t.call(self.learner, "put_trajectory", msg, timeout)
+                budget.maybe_send(t, self.learner, self.ctx.rank)
+        except TransportError as e:
+            # The learner is gone or told us nothing in time: it owns the run, so we end.
+            print(f"[actor {self.ctx.rank}] learner unreachable, exiting: {e}", flush=True)
+        finally:
+            self.runner.close()

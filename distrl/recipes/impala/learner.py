@@ -1,0 +1,160 @@
+"""The IMPALA learner: a bounded trajectory queue, V-trace updates, versioned parameters.
+
+Handlers (on transport threads) only validate and enqueue, with a bounded wait, and reply with
+the latest published parameters when the caller's are older; all learning happens in ``run``.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Optional
+
+import torch
+from tensordict import TensorDict
+
+from distrl import faults
+from distrl.algorithms.impala import impala_loss
+from distrl.recipes.base import RoleContext
+from distrl.data import keys
+from distrl.data.wire import WireMeter, payload_nbytes
+from distrl.envs.gym import env_info, evaluate
+from distrl.roles.session import LearnerSession
+from distrl.models import ActorCritic, clip_towers
+
+
+def params_reply(published: tuple[int, TensorDict], stop: bool, their_version: int) -> TensorDict:
+    """The reply to an actor's message: ``stop``, and the ``published`` ``(version, params)``
+    when they are newer than the actor's ``their_version`` (what ``ImpalaActor`` reads; also
+    ``FleetCollector``'s reply to the same actors)."""
+    version, params = published
+    reply = TensorDict(stop=torch.tensor(stop))
+    if version > their_version:
+        reply["params"], reply["version"] = params, torch.tensor(version)
+    return reply
+
+
+class ImpalaLearner:
+    """Rank 0 of ``impala``: learns from every actor's trajectories."""
+
+    def __init__(self, ctx: RoleContext):
+        self.ctx, self.cfg = ctx, ctx.cfg
+        self.algo = self.cfg.algo
+        self.session = LearnerSession(ctx)
+        self.device = self.session.device
+        info = env_info(self.cfg.run.env)
+        self.obs_dim = info.obs_dim
+        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net).to(self.device)
+        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
+        self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
+        self.stopping = threading.Event()
+        self.actors = set(ctx.ranks_of("actor"))
+        self.said_stop: set[int] = set()
+        self.wire = WireMeter()  # trajectories in + parameters out, per env frame (as seed counts)
+        self._env_errors: dict[int, int] = {}
+        self.session.restore(self.model, self.optim)
+        self.session.evaluate = self._evaluate
+        self._publish()
+        ctx.transport.serve("hello", self._hello)
+        ctx.transport.serve("put_trajectory", self._put_trajectory)
+
+    # ---- handlers (transport threads: never block long, never call out) -------------------
+    def _publish(self) -> None:
+        """Swap in a snapshot of the parameters; one attribute write, so readers see old or new."""
+        params = TensorDict({k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
+        self.published = (self.session.tracker.updates, params)
+
+    def _reply(self, their_version: int) -> TensorDict:
+        return params_reply(self.published, self.stopping.is_set(), their_version)
+
+    def _hello(self, td: TensorDict) -> TensorDict:
+        return self._reply(-1)
+
+    def _put_trajectory(self, msg: TensorDict) -> TensorDict:
+        rank = int(msg[keys.ACTOR_RANK])
+        if self.stopping.is_set() or rank in self.ctx.transport.lost_peers():
+            # A rank declared lost (e.g. it was stopped and came back) is told to stop; its
+            # late data is ignored rather than mixed into a run that has moved on.
+            reply = self._reply(int(msg["version"]))
+            reply["stop"] = torch.tensor(True)
+            self.said_stop.add(rank)
+            return reply
+        self._env_errors[rank] = int(msg["env_errors"])  # each actor's running count
+        if any(self._env_errors.values()):
+            self.session.tracker.counters["env_errors"] = sum(self._env_errors.values())
+        problem = self.session.check_trajectory(msg["traj"], self.obs_dim)
+        if problem:
+            self.session.reject(rank, problem)
+        else:
+            try:
+                self.queue.put(msg, timeout=self.algo.put_timeout_s)
+            except queue.Full:
+                self.session.tracker.counters["dropped_trajectories"] += 1
+        reply = self._reply(int(msg["version"]))
+        if bool(reply["stop"]):  # the learner stopped while this message waited for queue space
+            self.said_stop.add(rank)
+        self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), msg["traj"].numel())
+        return reply
+
+    # ---- the loop --------------------------------------------------------------------------
+    def _next_batch(self) -> Optional[TensorDict]:
+        msgs = []
+        while len(msgs) < self.algo.batch_trajectories:
+            try:
+                msgs.append(self.queue.get(timeout=0.2))
+            except queue.Empty:
+                if self.session.should_stop():
+                    return None
+        tracker = self.session.tracker
+        for m in msgs:
+            tracker.add_episodes(m[keys.EPISODE_RETURNS].tolist())
+            tracker.add_frames(m["traj"].numel())
+        return torch.cat([m["traj"] for m in msgs], dim=0).to(self.device, non_blocking=True)
+
+    def _update(self, batch: TensorDict) -> None:
+        tracker = self.session.tracker
+        tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
+        a = self.algo
+        faults.maybe_signal(self.ctx.rank, tracker.updates)
+        out = impala_loss(self.model, batch, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef,
+                          a.normalize_advantage, a.reward_scale)
+        if faults.due("nan_loss", self.ctx.rank, tracker.updates):
+            out["loss"] = out["loss"] * float("nan")
+        if not self.session.loss_is_finite(out["loss"]):
+            return
+        self.optim.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
+        self.optim.step()
+        tracker.updates += 1
+        self._publish()
+        tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
+                        | {"learner/grad_norm": float(grad_norm), "learner/bytes_per_env_step": self.wire.bytes_per_env_step})
+
+    def run(self) -> dict:
+        session = self.session
+        try:
+            reason = session.train(self._next_batch, self._update, self.model, self.optim)
+        finally:
+            self.stopping.set()
+        eval_returns = self._evaluate()
+        self._await_actors()
+        return session.finish(reason, eval_returns, self.model, self.optim,
+                              extra={"bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)})
+
+    def _evaluate(self) -> list[float]:
+        """Greedy returns of ``run.eval_episodes`` episodes of the current policy."""
+        return evaluate(lambda o: self.model.policy(o), self.cfg.run.env, self.cfg.run.eval_episodes,
+                        self.cfg.run.seed + 10_000, self.device)
+
+    def _await_actors(self) -> None:
+        """Let every live actor hear ``stop`` in a reply, bounded by the call timeout."""
+        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
+        while time.monotonic() < deadline:
+            waiting = self.actors - self.said_stop - self.ctx.transport.lost_peers()
+            if not waiting:
+                return
+            try:  # drain so blocked puts return and their actors get the stop reply
+                self.queue.get_nowait()
+            except queue.Empty:
+                time.sleep(0.02)

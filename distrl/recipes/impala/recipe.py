@@ -1,0 +1,84 @@
+"""IMPALA (Espeholt et al., 2018): actors run a behaviour policy and ship trajectories; the
+learner corrects their lag with V-trace.
+
+Rank 0 is the learner, every other rank an actor. At world size 1 the learner and
+``algo.local_actors`` actors share one process over the local transport.
+
+Presets (``--experiment NAME``): ``default`` is the README's CartPole run; ``debug`` finishes in
+seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distrl.config import Config, RunConfig, check, override
+from distrl.envs.gym import env_info
+from distrl.recipes.base import Recipe, role
+
+
+@dataclass(frozen=True)
+class ImpalaConfig:
+    """IMPALA's algorithm and actor settings."""
+
+    envs_per_actor: int = 32  #: envs each actor steps as one vector (B per message): gymnasium's, or the TorchRL factory's
+    unroll_length: int = 32  #: steps per trajectory (T)
+    batch_trajectories: int = 2  #: actor messages per learner batch; frames = this * B * T
+    queue_size: int = 8  #: learner's trajectory queue bound, in messages
+    put_timeout_s: float = 2.0  #: how long an arriving trajectory may wait for queue space, then dropped
+    local_actors: int = 2  #: actors in the one process at world size 1
+    lr: float = 5e-4  #: Adam learning rate
+    gamma: float = 0.99  #: discount
+    rho_bar: float = 1.0  #: V-trace truncation of the importance weight in the advantage
+    c_bar: float = 1.0  #: V-trace truncation of the trace coefficients
+    reward_scale: float = 0.1  #: rewards are multiplied by this in the loss: values in scaled units the critic reaches sooner
+    value_coef: float = 0.5  #: weight of the value loss
+    entropy_coef: float = 0.01  #: weight of the entropy bonus
+    max_grad_norm: float = 1.0  #: global gradient-norm clip
+    normalize_advantage: bool = False  #: rescale each batch's advantages to unit variance (off: it amplifies noise, docs/impala.md)
+
+    def __post_init__(self):
+        for name in ("envs_per_actor", "unroll_length", "batch_trajectories", "queue_size", "local_actors"):
+            check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
+        check(self.lr > 0, "algo.lr must be > 0")
+        check(0 < self.gamma <= 1, "algo.gamma must be in (0, 1]")
+        check(self.reward_scale > 0, "algo.reward_scale must be > 0")
+        check(self.rho_bar > 0 and self.c_bar > 0, "algo.rho_bar and algo.c_bar must be > 0")
+        check(self.put_timeout_s > 0, "algo.put_timeout_s must be > 0")
+
+    @property
+    def frames_per_batch(self) -> int:
+        return self.batch_trajectories * self.envs_per_actor * self.unroll_length
+
+
+def default() -> Config:
+    """CartPole-v1 with 32 envs per actor; reaches 475 in well under the time budget."""
+    return Config(recipe="impala", algo=ImpalaConfig(), run=RunConfig(env="CartPole-v1"))
+
+
+def debug() -> Config:
+    """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
+    return override(
+        default(),
+        **{"run.env": "distrl/MatchSign-v0", "run.total_frames": 20_000, "run.max_time_s": 60.0,
+           "run.eval_episodes": 10, "run.logger": "none", "algo.envs_per_actor": 8, "algo.unroll_length": 20},
+    )
+
+
+def _check_config(cfg: Config) -> None:
+    if env_info(cfg.run.env).num_actions is None:
+        raise ValueError(f"impala supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
+
+
+RECIPE = Recipe(
+    name="impala",
+    description="IMPALA: actors ship trajectories, the learner corrects lag with V-trace",
+    layout="rank 0 learner, ranks 1..N-1 actors",
+    min_world_size=2,
+    roles_for=lambda n: ["learner"] + ["actor"] * (n - 1),
+    builders={"learner": role("distrl.recipes.impala.learner:ImpalaLearner"),
+              "actor": role("distrl.recipes.impala.actor:ImpalaActor")},
+    default_config=default,
+    local_world_size=lambda cfg: 1 + cfg.algo.local_actors,
+    check_config=_check_config,
+    takes_env_factory=True,
+)

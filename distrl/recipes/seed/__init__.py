@@ -1,0 +1,1 @@
+"""SEED RL: batched inference on the learner, env-only workers (``recipe.py`` first)."""

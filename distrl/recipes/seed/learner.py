@@ -1,0 +1,155 @@
+"""The SEED learner: rank 0 trains the one model that its inference server acts with.
+
+Two threads share the model. The inference thread (:class:`InferenceServer`) answers the env
+workers and assembles ``[B, T]`` chunks into a bounded queue; this role's loop takes
+``algo.batch_size`` env trajectories per update and applies the IMPALA loss (V-trace) to them. Only the
+optimizer step writes the parameters, so only it takes the shared lock: the learner's forward
+and backward run while inference runs, and a batch is never served from half-updated weights.
+There is no parameter copy anywhere, so the policy lag is the number of updates made while a
+chunk was being collected and queued (a few at most, measured).
+"""
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from typing import Optional
+
+import torch
+from tensordict import TensorDict
+
+from distrl.algorithms.impala import impala_loss
+from distrl.recipes.base import RoleContext
+from distrl.data import keys
+from distrl.envs.gym import env_info, evaluate
+from distrl.models import ActorCritic, clip_towers
+from distrl.models_recurrent import CORE_STATE, RecurrentActorCritic, UnrolledCore
+from distrl.recipes.seed.inference import InferenceServer
+from distrl.roles.session import LearnerSession
+
+
+class SeedLearner:
+    """Rank 0 of ``seed``: learner plus inference server, one process, one model."""
+
+    def __init__(self, ctx: RoleContext):
+        self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
+        # All of SEED's compute is here (env workers only step envs), so this rank takes more
+        # threads than run.torch_threads gives every process: with a 3x1024 net, 2 threads
+        # trained 1.5x faster on 2 cores; with 2x64 it made no difference (docs/seed.md).
+        torch.set_num_threads(max(self.cfg.run.torch_threads, self.algo.learner_threads))
+        self.session = LearnerSession(ctx)
+        self.device = self.session.device
+        info = env_info(self.cfg.run.env)
+        self.recurrent = self.algo.core == "lstm"
+        if self.recurrent:
+            self.model = RecurrentActorCritic(info.obs_dim, info.num_actions, self.cfg.net, self.algo.core_size)
+        else:
+            self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net)
+        self.model.to(self.device)
+        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
+        self.session.restore(self.model, self.optim)
+        self.session.evaluate = self._evaluate
+        self.lock = threading.Lock()
+        self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
+        self.workers = ctx.ranks_of("env_worker")
+        self._counted: collections.Counter = collections.Counter()
+        self._rows: list[TensorDict] = []  # chunk rows not yet trained on
+        self.server = InferenceServer(self.model, self.lock, lambda: self.session.tracker.updates, self.cfg,
+                                      self.workers, info.obs_dim, self.device, self.queue,
+                                      is_lost=lambda rank: rank in ctx.transport.lost_peers())
+        ctx.transport.serve("hello", self.server.hello)
+        ctx.transport.serve("infer", self.server.infer)
+        needed = len(self.workers) * self.algo.groups_per_worker + 2
+        if self.cfg.transport.num_threads < needed:  # degrades batching, never deadlocks: say it once
+            print(f"[learner] transport.num_threads={self.cfg.transport.num_threads} < {needed} (env groups in "
+                  f"flight + 2): requests will queue in the transport and batches shrink", flush=True)
+
+    # ---- the loop --------------------------------------------------------------------------
+    def _next_batch(self) -> Optional[TensorDict]:
+        """``algo.batch_size`` env trajectories: chunks are as wide as a request (wide requests keep
+        the wire efficient), so they are cut into rows here, the rest kept for the next update."""
+        tracker = self.session.tracker
+        while sum(c.shape[0] for c in self._rows) < self.algo.batch_size:
+            try:
+                chunk, returns = self.queue.get(timeout=0.2)
+            except queue.Empty:
+                if self.server.failure is not None:
+                    raise RuntimeError("the inference thread failed") from self.server.failure
+                if self.session.should_stop():
+                    return None
+                continue
+            tracker.add_episodes(returns)
+            self._rows.append(chunk)
+        rows = torch.cat(self._rows, dim=0)
+        batch, rest = rows[: self.algo.batch_size], rows[self.algo.batch_size:]
+        self._rows = [rest] if rest.shape[0] else []
+        tracker.add_frames(batch["traj"].numel())
+        return batch.to(self.device, non_blocking=True)
+
+    def _update(self, batch: TensorDict) -> None:
+        tracker, a = self.session.tracker, self.algo
+        traj = batch["traj"]
+        tracker.add_lag(tracker.updates - traj[keys.POLICY_VERSION])
+        model = UnrolledCore(self.model, batch[CORE_STATE], traj[keys.DONE][..., 0]) if self.recurrent else self.model
+        out = impala_loss(model, traj, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef,
+                          a.normalize_advantage, a.reward_scale)
+        if not self.session.loss_is_finite(out["loss"]):
+            return
+        self.optim.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
+        with self.lock:  # the only write to the shared parameters
+            self.optim.step()
+            if self.recurrent:
+                self.model.obs_norm.update(traj[keys.OBSERVATION].flatten(0, 1))
+            tracker.updates += 1
+        counts = self.server.counts()  # they only grow: add what is new since the last update
+        tracker.counters.update(counts - self._counted)
+        self._counted = counts
+        tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
+                        | {"learner/grad_norm": float(grad_norm),
+                           "learner/bytes_per_env_step": self.server.wire.bytes_per_env_step}
+                        | self.server.stats.window())
+
+    def run(self) -> dict:
+        session = self.session
+        self.server.start()
+        try:
+            reason = session.train(self._next_batch, self._update, self.model, self.optim)
+        except BaseException:
+            self.server.close()
+            raise
+        self.server.stop()  # workers hear stop in their next reply; the thread answers the queued ones
+        eval_returns = self._evaluate()
+        self._await_workers()
+        self.server.close()
+        extra = {"bytes_per_env_step": round(self.server.wire.bytes_per_env_step, 2), **self.server.stats.summary()}
+        return session.finish(reason, eval_returns, self.model, self.optim, extra)
+
+    def _evaluate(self) -> list[float]:
+        """Greedy returns of ``run.eval_episodes`` episodes of the current policy."""
+        return evaluate(self._eval_policy(), self.cfg.run.env, self.cfg.run.eval_episodes,
+                        self.cfg.run.seed + 10_000, self.device)
+
+    def _eval_policy(self):
+        """``obs [B, F] -> logits [B, A]``; a recurrent core carries its state across calls, which is
+        right for :func:`evaluate`: every env plays one episode from its reset, in lockstep."""
+        if not self.recurrent:
+            return lambda obs: self.model.policy(obs)
+        state: dict[str, torch.Tensor] = {}
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            prev = state.get("core", self.model.initial_state(obs.shape[0], obs.device))
+            logits, _, state["core"] = self.model.step(obs, prev)
+            return logits
+
+        return policy
+
+    def _await_workers(self) -> None:
+        """Let every live worker hear ``stop``, bounded by the call timeout."""
+        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
+        while time.monotonic() < deadline:
+            if not set(self.workers) - self.server.said_stop - self.ctx.transport.lost_peers():
+                return
+            time.sleep(0.02)

@@ -1,0 +1,259 @@
+"""The Sample Factory learner: owns the shared memory and the slot pool, trains APPO on the slots
+workers hand in, publishes parameters into shared memory.
+
+Life of the shared memory: created here (``__init__``), mapped by every other rank after its
+``hello``; once every rank has said ``attached`` (or was lost) the files are unlinked, so from then
+on nothing can be left behind whatever happens to any process (``distrl/data/shm.py``).
+
+Handlers (transport threads, never blocking): ``hello`` (the path), ``attached`` (a worker's first
+slots: one and a spare per group), ``inference_stats`` and ``bye``. Full slots come in through the
+learner's doorbell (``SLOT`` channel, ``distrl/recipes/sf/doorbell.py``), read by the loop itself
+whenever it needs rows: it copies the oldest handed-in slot out, frees it, answers each worker
+owed a spare as slots come free, drops rows older than ``algo.max_policy_lag`` updates
+(counted in ``frames_dropped``, never in the frames and rates: those are the rows trained on), and
+takes one APPO step per ``algo.batch_size`` rows. A handed-in slot waits for the
+loop; its worker needs the spare only ``T`` steps later, so it waits only when the learner is
+behind: the backpressure.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Optional
+
+import torch
+from tensordict import TensorDict
+
+from distrl import faults
+from distrl.algorithms.appo import appo_loss
+from distrl.recipes.base import RoleContext
+from distrl.data import keys, shm
+from distrl.envs.gym import env_info, evaluate
+from distrl.models import ActorCritic, clip_towers
+from distrl.recipes.sf import doorbell as doorbells
+from distrl.roles.session import LearnerSession
+from distrl.recipes.sf.slots import STOP as STOP_FLAG, SlotPool, publish_params, rollout_layout
+
+
+def drop_lagged(rows: TensorDict, updates: int, max_lag: int) -> tuple[TensorDict, int]:
+    """Rows ``[N, T]`` whose oldest step is at most ``max_lag`` updates old, and the number of
+    samples dropped. A row goes whole: V-trace and GAE need its steps in sequence."""
+    lag = updates - rows[keys.POLICY_VERSION].min(dim=1).values  # [N]
+    keep = lag <= max_lag
+    if bool(keep.all()):
+        return rows, 0
+    return rows[keep], int((~keep).sum()) * rows.shape[1]
+
+
+class SFLearner:
+    """Rank 0 of ``sf``."""
+
+    def __init__(self, ctx: RoleContext):
+        self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
+        self.session = LearnerSession(ctx)
+        self.device = self.session.device
+        info = env_info(self.cfg.run.env)
+        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net).to(self.device)
+        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5, fused=True)
+        self.session.restore(self.model, self.optim)
+        self.session.evaluate = self._evaluate
+        self.workers = ctx.ranks_of("rollout_worker")
+        self.others = set(ctx.roles) - {ctx.rank}
+        num_slots = max(1, len(self.workers)) * self.algo.groups_per_worker * self.algo.slots_per_group
+        self.pool = SlotPool(num_slots)
+        layout = rollout_layout(num_slots, self.algo.envs_per_group, self.algo.unroll_length, info.obs_dim,
+                                sum(p.numel() for p in self.model.parameters()), len(ctx.roles))
+        self.shared, self.shm_path = shm.create(layout, "sf")
+        doorbells.make(self.shm_path, ctx.rank, ctx.ranks_of("inference"), self.workers)  # unlinked with the rest
+        self.bell = doorbells.ServerBell(self.shm_path, ctx.rank, self.workers, doorbells.SLOT)
+        self.traj, self.control, self.evicted = self.shared["traj"], self.shared["control"], self.shared["evicted"]
+        self._publish()
+        self.handed: collections.deque[int] = collections.deque()  # slots handed in, not yet copied out
+        self.owed: collections.deque[tuple[int, int]] = collections.deque()  # (rank, group) owed a spare
+        self.spares_late = 0  # hand-ins read while no slot was free for the spare
+        self.attached: set[int] = set()
+        self.said_bye: set[int] = set()
+        self.inference_summary: dict[int, dict] = {}
+        self._unlinked = False
+        self._lock = threading.Lock()
+        self._rows: list[TensorDict] = []
+        for name in ("hello", "attached", "inference_stats", "bye"):
+            ctx.transport.serve(name, getattr(self, f"_{name}"))
+
+    # ---- handlers --------------------------------------------------------------------------------
+    def _hello(self, td: TensorDict) -> TensorDict:
+        return TensorDict({keys.SHM_PATH: shm.encode_path(self.shm_path), keys.STOP: torch.tensor(self._stopping())})
+
+    def _attached(self, td: TensorDict) -> TensorDict:
+        rank = int(td[keys.WORKER_RANK])
+        with self._lock:
+            self.attached.add(rank)
+        self._maybe_unlink()
+        if self.ctx.roles[rank] != "rollout_worker":
+            return TensorDict()
+        slots = [[self.pool.acquire(rank), self.pool.acquire(rank)] for _ in range(self.algo.groups_per_worker)]
+        return TensorDict({keys.SLOT: torch.tensor(slots)})
+
+    def _inference_stats(self, td: TensorDict) -> TensorDict:
+        self.session.tracker.observe({f"inference/{k}": float(v) for k, v in td.items()})
+        return TensorDict()
+
+    def _bye(self, td: TensorDict) -> TensorDict:
+        rank = int(td[keys.WORKER_RANK])
+        stats = {k: float(v) for k, v in td.items() if k != keys.WORKER_RANK}
+        with self._lock:
+            self.said_bye.add(rank)
+            if stats:
+                self.inference_summary[rank] = stats
+        return TensorDict()
+
+    # ---- shared memory ----------------------------------------------------------------------------
+    def _stopping(self) -> bool:
+        return bool(self.control[STOP_FLAG])
+
+    def _maybe_unlink(self, force: bool = False) -> None:
+        with self._lock:
+            if self._unlinked or not (force or self.others <= self.attached | self.ctx.transport.lost_peers()):
+                return
+            self._unlinked = True
+        shm.unlink(self.shm_path)
+
+    def _copy_out(self, slot: int) -> TensorDict:
+        """A full slot's rows ``[B, T]``, copied: the slot is free again once this returns."""
+        rows = self.traj[slot].clone()
+        self.pool.release(slot)
+        return rows
+
+    def _publish(self) -> None:
+        flat = torch.nn.utils.parameters_to_vector(self.model.parameters()).detach().cpu()
+        publish_params(self.shared, flat, self.session.tracker.updates)
+
+    # ---- the loop -----------------------------------------------------------------------------------
+    def _read_hand_ins(self, timeout_s: float) -> None:
+        """Take the hand-ins the doorbell holds (waiting up to ``timeout_s`` for one) and answer
+        the workers owed a spare while slots are free."""
+        new = 0
+        for rank, group, slot, _ in self.bell.requests(timeout_s):
+            if self.evicted[rank]:  # sent before it was declared lost: its slots were reclaimed
+                continue
+            self.pool.hand_in(rank, slot)  # a SlotError is a protocol bug: it ends the run, loudly
+            self.handed.append(slot)
+            self.owed.append((rank, group))
+            new += 1
+        self._give_spares()
+        self.spares_late += min(new, len(self.owed))  # answered later, when a slot comes free
+
+    def _give_spares(self) -> None:
+        while self.owed:
+            rank, group = self.owed[0]
+            if not self.evicted[rank]:
+                slot = self.pool.acquire(rank)
+                if slot < 0:
+                    return
+                self.bell.answer(rank, group, slot)
+            self.owed.popleft()
+
+    def _no_more_spares(self) -> None:
+        """At the stop: every group owed a spare hears "none" (-1) and its worker leaves now, not
+        at its next look at the stop flag (a wait polls it twice a second)."""
+        self._read_hand_ins(0.0)
+        while self.owed:
+            self.bell.answer(*self.owed.popleft(), -1)
+
+    def _take_slot(self) -> bool:
+        """Copy the oldest handed-in slot out of shared memory and free it; False if none came
+        within 0.2 s."""
+        for rank in self.ctx.transport.lost_peers():
+            self.evicted[rank] = 1  # first: a stopped worker that comes back must not write
+            if self.pool.reclaim(rank):
+                self.session.tracker.counters["slots_reclaimed"] = self.pool.reclaimed
+        self._maybe_unlink()
+        self._read_hand_ins(0.0 if self.handed else 0.2)
+        if not self.handed:
+            return False
+        rows = self._copy_out(self.handed.popleft())
+        self._give_spares()
+        tracker = self.session.tracker
+        tracker.add_episodes(rows[keys.NEXT, keys.EPISODE_RETURN][rows[keys.DONE]].tolist())
+        rows = self._within_lag(rows)
+        if rows.shape[0]:
+            self._rows.append(rows)
+        return True
+
+    def _next_batch(self) -> Optional[TensorDict]:
+        """``algo.batch_size`` rows within the lag cap: rows are checked as they arrive and again
+        when the batch is cut (rows left over from the last batch have aged); older ones are
+        dropped and counted. The frames counted are the batch's: what the update trains on."""
+        while sum(r.shape[0] for r in self._rows) < self.algo.batch_size:
+            if not self._take_slot() and self.session.should_stop():
+                return None
+        rows = torch.cat(self._rows)
+        batch, rest = rows[: self.algo.batch_size], rows[self.algo.batch_size:]
+        self._rows = [rest] if rest.shape[0] else []
+        batch = self._within_lag(batch)
+        if not batch.shape[0]:
+            return None
+        self.session.tracker.add_frames(batch.numel())
+        return batch.to(self.device, non_blocking=True)
+
+    def _within_lag(self, rows: TensorDict) -> TensorDict:
+        kept, dropped = drop_lagged(rows, self.session.tracker.updates, self.algo.max_policy_lag)
+        if dropped:  # samples are frames: a row is T env steps of one env
+            self.session.tracker.counters["samples_dropped_for_lag"] += dropped
+            self.session.tracker.drop_frames(dropped)
+        return kept
+
+    def _update(self, batch: TensorDict) -> None:
+        tracker, a = self.session.tracker, self.algo
+        tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
+        faults.maybe_signal(self.ctx.rank, tracker.updates)
+        out = appo_loss(self.model, batch, a)
+        if not self.session.loss_is_finite(out["loss"]):
+            return
+        self.optim.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
+        self.optim.step()
+        tracker.updates += 1
+        self._publish()
+        tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
+                        | {"learner/grad_norm": float(grad_norm), "learner/slots_free": self.pool.owner.count(SlotPool.FREE)})
+
+    def run(self) -> dict:
+        session = self.session
+        try:
+            reason = session.train(self._next_batch, self._update, self.model, self.optim)
+            self.control[STOP_FLAG] = 1  # every other rank reads it in its loop
+            self._no_more_spares()
+            eval_returns = self._evaluate()
+            self._await_byes()
+        finally:
+            self.control[STOP_FLAG] = 1
+            self._maybe_unlink(force=True)
+            self.bell.close()
+        extra = self._summary_extra()
+        return session.finish(reason, eval_returns, self.model, self.optim, extra)
+
+    def _summary_extra(self) -> dict:
+        out = {"slots": len(self.pool.owner), "slots_reclaimed": self.pool.reclaimed,
+               "slot_waits": self.spares_late,
+               "samples_dropped_for_lag": self.session.tracker.counters["samples_dropped_for_lag"]}
+        per_rank = list(self.inference_summary.values())
+        for k in ("inference_batch_fill_mean", "inference_batch_envs_mean", "inference_latency_ms_mean",
+                  "inference_latency_ms_p95", "inference_compute_ms_mean", "inference_batches"):
+            vals = [s[k] for s in per_rank if k in s]
+            out[k] = round(sum(vals) / len(vals), 4) if vals else None
+        return out
+
+    def _evaluate(self) -> list[float]:
+        """Greedy returns of ``run.eval_episodes`` episodes of the current policy."""
+        return evaluate(lambda o: self.model.policy(o), self.cfg.run.env, self.cfg.run.eval_episodes,
+                        self.cfg.run.seed + 10_000, self.device)
+
+    def _await_byes(self) -> None:
+        """Let every live rank see the stop flag and say goodbye, bounded by the call timeout."""
+        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
+        while time.monotonic() < deadline and self.others - self.said_bye - self.ctx.transport.lost_peers():
+            self.session.heartbeat()
+            time.sleep(0.02)

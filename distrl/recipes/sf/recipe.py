@@ -1,0 +1,125 @@
+"""Sample Factory (Petrenko et al., 2020): double-buffered rollout workers, a batched policy
+worker, trajectories in shared memory, an asynchronous APPO learner with the policy lag capped.
+
+Rank 0 is the learner; ranks ``1..algo.inference_ranks`` are inference (policy) workers; every
+other rank is a rollout worker that steps two groups of envs in turn, so one group's envs step
+while inference computes the other's actions. Observations, actions and whole trajectories live
+in shared memory that the learner allocates once (``distrl/recipes/sf/slots.py``); the per-step
+signals go through named pipes beside it (``distrl/recipes/sf/doorbell.py``), the rest over the
+transport, and both carry slot numbers only. One node: shared memory does not cross machines. At world size 1 the
+learner, one inference worker and ``algo.local_workers`` rollout workers share one process.
+
+Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distrl.config import Config, RunConfig, check, override
+from distrl.envs.gym import env_info
+from distrl.recipes.base import Recipe, role
+
+
+@dataclass(frozen=True)
+class SFConfig:
+    """Sample Factory's rollout, inference and APPO settings."""
+
+    envs_per_worker: int = 256  #: gymnasium envs each rollout worker steps, split into groups (docs/sf.md, tuning)
+    groups_per_worker: int = 2  #: env groups stepped in turn (2: double buffering)
+    inference_ranks: int = 1  #: inference (policy worker) ranks, 1..R; rollout workers are spread over them
+    local_workers: int = 2  #: rollout workers in the one process at world size 1
+    unroll_length: int = 32  #: steps per trajectory slot (T)
+    slots_per_group: int = 2  #: trajectory slots per env group in the pool (filling + spare); more: more lag
+    batch_size: int = 64  #: env trajectories ([T] rows) per learner update
+    max_policy_lag: int = 20  #: rows whose oldest step is more updates old than this are dropped (counted)
+    max_batch_envs: int = 1024  #: an inference batch closes once it holds this many observations...
+    max_wait_ms: float = 0.5  #: ...or this long after its first request arrived
+    request_timeout_s: float = 10.0  #: how long a rollout worker waits for one request's actions; below the call timeout
+    slot_timeout_s: float = 10.0  #: how long a worker waits for a free slot before it gives up
+    lr: float = 5e-4  #: Adam learning rate (impala's and seed's)
+    gamma: float = 0.99  #: discount
+    vtrace: bool = True  #: V-trace value targets (off: GAE on the lagged data)
+    gae_lambda: float = 0.95  #: GAE lambda when vtrace is off
+    rho_bar: float = 1.0  #: V-trace truncation of the importance weight
+    c_bar: float = 1.0  #: V-trace truncation of the trace coefficients
+    clip_eps: float = 0.2  #: PPO's ratio clip
+    reward_scale: float = 0.1  #: rewards are multiplied by this in the loss (as impala and seed)
+    value_coef: float = 0.5  #: weight of the value loss
+    entropy_coef: float = 0.003  #: weight of the entropy bonus
+    max_grad_norm: float = 1.0  #: gradient-norm clip, per tower (clip_towers)
+    normalize_advantage: bool = False  #: rescale each batch's advantages to unit variance (off: raw, as impala)
+
+    def __post_init__(self):
+        for name in ("envs_per_worker", "groups_per_worker", "inference_ranks", "local_workers", "unroll_length",
+                     "slots_per_group", "batch_size", "max_batch_envs"):
+            check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
+        check(self.envs_per_worker % self.groups_per_worker == 0,
+               f"algo.envs_per_worker ({self.envs_per_worker}) must be a multiple of algo.groups_per_worker "
+               f"({self.groups_per_worker})")
+        check(self.slots_per_group >= 2, "algo.slots_per_group must be >= 2 (one filling, one spare)")
+        check(self.max_policy_lag >= 0, "algo.max_policy_lag must be >= 0")
+        check(self.max_wait_ms >= 0, "algo.max_wait_ms must be >= 0")
+        check(self.request_timeout_s > 0 and self.slot_timeout_s > 0, "algo timeouts must be > 0")
+        check(self.lr > 0 and 0 < self.gamma <= 1, "algo.lr must be > 0 and algo.gamma in (0, 1]")
+        check(0 <= self.gae_lambda <= 1 and self.clip_eps > 0, "algo.gae_lambda in [0, 1], algo.clip_eps > 0")
+        check(self.reward_scale > 0 and self.rho_bar > 0 and self.c_bar > 0,
+               "algo.reward_scale, algo.rho_bar and algo.c_bar must be > 0")
+
+    @property
+    def envs_per_group(self) -> int:
+        """Envs per group, and rows per slot (B)."""
+        return self.envs_per_worker // self.groups_per_worker
+
+
+def default() -> Config:
+    """CartPole-v1: 2 groups of 128 envs per rollout worker, 64 trajectories of 32 steps per update."""
+    return Config(recipe="sf", algo=SFConfig(), run=RunConfig(env="CartPole-v1"))
+
+
+def debug() -> Config:
+    """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
+    return override(
+        default(),
+        **{"run.env": "distrl/MatchSign-v0", "run.total_frames": 20_000, "run.max_time_s": 60.0,
+           "run.eval_episodes": 10, "run.logger": "none", "algo.envs_per_worker": 16, "algo.unroll_length": 20,
+           "algo.batch_size": 16},
+    )
+
+
+def _roles(n: int, cfg: Config) -> list[str]:
+    r = cfg.algo.inference_ranks
+    return ["learner"] + ["inference"] * r + ["rollout_worker"] * (n - 1 - r)
+
+
+def _check_config(cfg: Config) -> None:
+    a = cfg.algo
+    # A worker holds one slot per group while it fills it; the learner must be able to fill a
+    # batch from the others even with a single worker, or both would wait on each other.
+    spare_rows = a.groups_per_worker * (a.slots_per_group - 1) * a.envs_per_group
+    if a.batch_size > spare_rows:
+        raise ValueError(f"algo.batch_size ({a.batch_size}) must be at most groups_per_worker x (slots_per_group - 1)"
+                         f" x envs_per_group ({spare_rows}): the rows one worker hands in while filling its next slots")
+    if env_info(cfg.run.env).num_actions is None:
+        raise ValueError(f"sf supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
+    if max(cfg.algo.request_timeout_s, cfg.algo.slot_timeout_s) >= cfg.transport.call_timeout_s:
+        raise ValueError(f"algo.request_timeout_s and algo.slot_timeout_s must be below transport.call_timeout_s "
+                         f"({cfg.transport.call_timeout_s})")
+
+
+RECIPE = Recipe(
+    name="sf",
+    description="Sample Factory: double-buffered rollout workers, batched inference, shared memory, APPO",
+    layout="rank 0 learner, ranks 1..R inference (algo.inference_ranks), the rest rollout workers (at least one)",
+    min_world_size=3,
+    roles_for=lambda n: _roles(n, default()),
+    builders={"learner": role("distrl.recipes.sf.learner:SFLearner"),
+              "inference": role("distrl.recipes.sf.inference:SFInference"),
+              "rollout_worker": role("distrl.recipes.sf.rollout_worker:SFRolloutWorker")},
+    default_config=default,
+    local_world_size=lambda cfg: 1 + cfg.algo.inference_ranks + cfg.algo.local_workers,
+    check_config=_check_config,
+    takes_env_factory=True,
+    roles_for_config=_roles,
+    min_world_size_for=lambda cfg: 2 + cfg.algo.inference_ranks,
+    critical_roles=frozenset({"learner", "inference"}),
+)

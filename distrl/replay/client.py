@@ -1,0 +1,190 @@
+"""How a learner uses R replay shards as one prioritized buffer: sampling in proportion to each
+shard's total priority, importance weights over all of them, priority updates routed back to the
+shard each item came from, statistics, checkpoints of every shard's contents, shutdown.
+
+Every call is asynchronous and bounded by the transport's timeout. The learner's loop is the only
+caller, so nothing here runs on a transport thread.
+"""
+from __future__ import annotations
+
+import collections
+import time
+from concurrent.futures import Future
+from typing import Callable, Optional
+
+import torch
+from tensordict import TensorDict
+
+from distrl.data import keys
+from distrl.replay.server import shard_weights
+from distrl.transport.base import RemoteError, Transport, TransportError
+
+
+class ShardedReplayClient:
+    """The learner's side of the replay service (see the module docstring).
+
+    Args:
+        transport: the learner's endpoint; shards: the replay ranks.
+        on_lost: called with ``(rank, reason)`` when a call to a shard fails (the session declares
+            it lost, in one line); sampling goes on with the shards that are left.
+    """
+
+    def __init__(self, transport: Transport, shards: list[int], timeout: float, seed: int,
+                 on_lost: Callable[[int, str], None], stats_interval_s: float = 1.0):
+        self.t, self.shards, self.timeout, self.on_lost = transport, list(shards), timeout, on_lost
+        self.stats_interval_s = stats_interval_s
+        self.generator = torch.Generator().manual_seed(seed)
+        self.totals = {r: 0.0 for r in shards}  # last known sum of p^alpha per shard
+        self.min_leaf = {r: float("inf") for r in shards}
+        self.sizes = {r: 0 for r in shards}
+        self.updates: collections.deque[Future] = collections.deque()  # priority updates in flight
+        self.sampled = 0  # items received over the run
+        self._stats: Optional[dict[int, Future]] = None
+        self._last_stats = (time.monotonic(), 0, 0)  # (when, inserted, sampled) at the last poll
+
+    @property
+    def live(self) -> list[int]:
+        return [r for r in self.shards if r not in self.t.lost_peers()]
+
+    def _result(self, rank: int, fut: Future) -> Optional[TensorDict]:
+        """The reply, or ``None`` if the shard is gone (declared lost); a handler's error is a bug
+        and is raised."""
+        try:
+            return fut.result()
+        except RemoteError:
+            raise
+        except TransportError as e:  # lost, timed out, or a transport failure naming a dead peer
+            self.on_lost(rank, str(e))
+            return None
+
+    # ---- sampling ----------------------------------------------------------------------------------
+    def request(self, n: int) -> list[tuple[int, Future]]:
+        """Ask the live shards for ``n`` items in all, split by a multinomial draw over their totals
+        (equal shares while none is known yet).
+
+        Every live shard is asked, even for 0 items, and each is charged ``n / R`` samples by its
+        rate limiter whatever its share: the limiter then holds each shard's actors to the global
+        ratio. (Charged by its own share, a shard whose items are rarely drawn would hold its
+        actors for good: seen with 2 shards, where one actor stopped for minutes.)"""
+        live = self.live
+        if not live:
+            return []
+        mass = torch.tensor([self.totals[r] for r in live], dtype=torch.float64)
+        mass = mass if mass.sum() > 0 else torch.ones(len(live), dtype=torch.float64)
+        pick = torch.multinomial(mass, n, replacement=True, generator=self.generator)
+        counts = torch.bincount(pick, minlength=len(live)).tolist()
+        charge = torch.tensor(n / len(live))
+        return [(r, self.t.call(r, "sample", TensorDict(n=torch.tensor(c), charge=charge), self.timeout))
+                for r, c in zip(live, counts)]
+
+    def _note(self, rank: int, reply: TensorDict) -> None:
+        self.totals[rank] = float(reply["total"])
+        self.min_leaf[rank] = float(reply["min_leaf"])
+        self.sizes[rank] = int(reply["size"])
+
+    def collect(self, pending: list[tuple[int, Future]], beta: float, norm: str = "buffer") -> Optional[TensorDict]:
+        """The items the shards served for ``pending`` as one ``[B]`` batch with importance weights
+        (``keys.PRIORITY_WEIGHT``) and each item's shard (``keys.REPLAY_SHARD``); ``None`` if every
+        shard held. ``norm="buffer"`` divides the weights by the largest any stored item could get
+        (the smallest ``p^alpha`` of every shard), ``"batch"`` by the largest in this batch."""
+        parts = []
+        for rank, fut in pending:
+            reply = self._result(rank, fut)
+            if reply is None:
+                continue
+            self._note(rank, reply)
+            if not bool(reply["held"]) and "transitions" in reply.keys():
+                tr = reply["transitions"]
+                tr[keys.SAMPLE_LEAF], tr[keys.REPLAY_SHARD] = reply["leaf"], torch.full(tr.shape, rank)
+                parts.append(tr)
+        if not parts:
+            return None
+        batch = torch.cat(parts, 0)
+        if norm == "batch" or not self.live:
+            min_leaf = float(batch[keys.SAMPLE_LEAF].min())
+        else:
+            min_leaf = min(self.min_leaf[r] for r in self.live)
+        batch[keys.PRIORITY_WEIGHT] = shard_weights(batch[keys.SAMPLE_LEAF], min_leaf, beta)
+        self.sampled += batch.shape[0]
+        return batch
+
+    def update_priorities(self, batch: TensorDict, priority: torch.Tensor) -> None:
+        """Send new raw priorities ``[B]`` of ``batch``'s items to their shards, not waiting; at most
+        ``4 R`` updates stay in flight (the oldest is waited for beyond that)."""
+        shard = batch[keys.REPLAY_SHARD]
+        for rank in shard.unique().tolist():
+            mine = shard == rank
+            msg = TensorDict({keys.REPLAY_INDEX: batch[keys.REPLAY_INDEX][mine],
+                              keys.REPLAY_GENERATION: batch[keys.REPLAY_GENERATION][mine],
+                              keys.PRIORITY: priority[mine].float().cpu()})
+            if rank not in self.t.lost_peers():
+                fut = self.t.call(rank, "update_priorities", msg, self.timeout)
+                fut.rank = rank
+                self.updates.append(fut)
+        while self.updates and (self.updates[0].done() or len(self.updates) > 4 * len(self.shards)):
+            fut = self.updates.popleft()
+            self._result(fut.rank, fut)
+
+    def wait_updates(self) -> None:
+        """Wait for every priority update in flight (each bounded by the timeout)."""
+        while self.updates:
+            fut = self.updates.popleft()
+            self._result(fut.rank, fut)
+
+    # ---- statistics ----------------------------------------------------------------------------------
+    def poll_stats(self) -> dict[str, float]:
+        """``replay/*`` metrics from the last poll's replies (if all came), and a new poll sent once
+        ``stats_interval_s`` has passed since the last."""
+        out: dict[str, float] = {}
+        if self._stats is not None and all(f.done() for f in self._stats.values()):
+            replies = {r: self._result(r, f) for r, f in self._stats.items()}
+            replies = {r: s for r, s in replies.items() if s is not None}
+            self._stats = None
+            if replies:
+                now = time.monotonic()
+                inserted = sum(int(s["inserted"]) for s in replies.values())
+                samples = sum(int(s["samples"]) for s in replies.values())
+                then, ins0, smp0 = self._last_stats
+                dt = max(now - then, 1e-9)
+                self._last_stats = (now, inserted, samples)
+                q = torch.stack([s["priority_q"] for s in replies.values()]).mean(0)
+                out = {"replay/size": sum(int(s["size"]) for s in replies.values()),
+                       "replay/inserts_per_s": (inserted - ins0) / dt, "replay/samples_per_s": (samples - smp0) / dt,
+                       "replay/samples_per_insert": samples / max(inserted, 1),
+                       "replay/priority_p50": float(q[0]), "replay/priority_p90": float(q[1]),
+                       "replay/priority_max": float(q[2]),
+                       "replay/insert_held": sum(int(s["insert_held"]) for s in replies.values()),
+                       "replay/sample_held": sum(int(s["sample_held"]) for s in replies.values()),
+                       "replay/stale_priorities": sum(int(s["stale_priorities"]) for s in replies.values())}
+        if self._stats is None and time.monotonic() - self._last_stats[0] >= self.stats_interval_s:
+            self._stats = {r: self.t.call(r, "replay_stats", None, self.timeout) for r in self.live}
+        return out
+
+    # ---- checkpoint and shutdown ---------------------------------------------------------------------
+    def stats_now(self) -> dict[int, TensorDict]:
+        """Every live shard's ``replay_stats`` reply (blocking, bounded by the timeout)."""
+        futs = {r: self.t.call(r, "replay_stats", None, self.timeout) for r in self.live}
+        replies = {r: self._result(r, f) for r, f in futs.items()}
+        return {r: reply for r, reply in replies.items() if reply is not None}
+
+    def states(self) -> dict[int, torch.Tensor]:
+        """Every live shard's contents as the byte tensor it serialised them to (blocking, bounded by
+        the timeout): the learner's checkpoint extra, handed back as is on resume."""
+        futs = {r: self.t.call(r, "replay_state", None, self.timeout) for r in self.live}
+        replies = {r: self._result(r, f) for r, f in futs.items()}
+        return {r: reply["state"] for r, reply in replies.items() if reply is not None}
+
+    def load_states(self, states: dict[int, torch.Tensor]) -> None:
+        """Give each shard back what the checkpoint holds for it."""
+        for r, state in states.items():
+            if r in self.live:
+                self._result(r, self.t.call(r, "load_replay_state", TensorDict(state=state), self.timeout))
+
+    def stop(self, exit_: bool = False) -> None:
+        """Tell the shards the run is over (inserts answer ``stop``); with ``exit_`` they also leave."""
+        futs = {r: self.t.call(r, "replay_stop", TensorDict(exit=torch.tensor(exit_)), self.timeout) for r in self.live}
+        for r, f in futs.items():
+            try:
+                f.result()
+            except TransportError:
+                pass

@@ -1,0 +1,194 @@
+"""The replay role: one shard of a prioritized replay service that any recipe can put on a rank.
+
+It serves, over the transport:
+
+* ``insert``: transitions ``[N]`` with raw priorities ``[N]`` (without them, the largest priority
+  seen so far, as TorchRL gives new items: ``distrl.ReplayServiceBuffer.extend``). The handler only checks the rate
+  limiter and enqueues (a bounded queue, ``ReplayConfig.queue_size``); this role's own loop writes
+  them into the :class:`~distrl.replay.store.ReplayStore`. A full queue or the limiter answers
+  ``held``: the actor keeps its message and tries again, so it is the actor that waits, never a
+  transport thread.
+* ``sample``: ``n`` transitions drawn by priority, with each item's ``p^alpha``, its index and
+  slot generation, and the shard's total, minimum and size (the learner turns those into
+  importance weights over every shard: see :func:`shard_weights`). ``held`` when the shard holds
+  fewer than ``ReplayConfig.min_size`` items or the limiter says the learner is ahead; the limiter
+  counts the ``charge`` the learner gives (its batch over R), not ``n``.
+* ``update_priorities``: new ``|delta|`` for sampled items (stale ones dropped by generation).
+* ``replay_stats``, ``replay_state`` / ``load_replay_state`` (the learner checkpoints every
+  shard's contents with its own), ``replay_stop``.
+
+Sampling and updates run in the handler under the shard's lock: each is one bounded tree
+operation (well under a millisecond at 2^20 items, ``experiments/bench_sampler.py``), and a
+transport thread never waits on another call.
+"""
+from __future__ import annotations
+
+import io
+import queue
+import threading
+import time
+
+import torch
+from tensordict import TensorDict
+
+from distrl import faults
+from distrl.recipes.base import RoleContext
+from distrl.data import keys
+from distrl.replay.config import ReplayConfig
+from distrl.replay.store import ReplayStore, SamplesPerInsertLimiter
+from distrl.replay.sum_tree import SumTreeSampler
+
+
+def shard_weights(leaf: torch.Tensor, min_leaf: float, beta: float) -> torch.Tensor:
+    """Importance weights of items sampled across shards.
+
+    With shards drawn in proportion to their totals ``S_r``, item ``i`` of shard ``r`` comes out with
+    ``P(i) = (S_r / S) (leaf_i / S_r) = leaf_i / S``: one buffer's probability. So
+    ``w_i = (P(i) / min_j P(j))^-beta = (leaf_i / min_j leaf_j)^-beta`` with the minimum over all shards.
+
+    Args:
+        leaf: ``[B]`` ``p_i^alpha`` of the sampled items; min_leaf: the smallest over every shard.
+    """
+    return (leaf.double() / min_leaf).pow(-beta).float()
+
+
+class ReplayServer:
+    """One prioritized replay shard (see the module docstring), e.g. ranks 1..R of ``apex``.
+
+    Its settings are ``replay``, or else the recipe's ``ctx.cfg.algo.replay``; the seed comes from
+    ``ctx.cfg.run`` and the idle bound from ``ctx.cfg.transport``.
+    """
+
+    def __init__(self, ctx: RoleContext, replay: ReplayConfig | None = None):
+        self.ctx, self.cfg = ctx, ctx.cfg
+        self.replay = a = replay if replay is not None else ctx.cfg.algo.replay
+        self.sampler = SumTreeSampler(a.capacity, alpha=a.alpha, beta=1.0, eps=a.priority_eps)
+        self.sampler._rng = torch.Generator().manual_seed(self.cfg.run.seed + 7919 * ctx.rank)
+        self.store = ReplayStore(a.capacity, None, sampler=self.sampler)  # the learner's split sets each size
+        self.limiter = SamplesPerInsertLimiter(a.samples_per_insert, a.spi_tolerance, a.min_size)
+        self.lock = threading.Lock()
+        self.inbox: queue.Queue = queue.Queue(maxsize=a.queue_size)
+        self.stopped = threading.Event()  # inserts refused: the run is over
+        self.exit = threading.Event()  # the loop ends
+        self.loops = 0  # insert messages taken by the loop
+        self.last_contact = time.monotonic()  # of the learner: a shard outlives it by a bounded time only
+        self.counts = {"insert_held": 0, "sample_held": 0, "rejected": 0, "stale_priorities": 0}
+        for name in ("insert", "sample", "update_priorities", "replay_stats", "replay_state", "load_replay_state",
+                     "replay_stop"):
+            ctx.transport.serve(name, getattr(self, "_" + name))
+
+    # ---- handlers (transport threads: bounded work under the lock, never a call out) ------------
+    def _insert(self, msg: TensorDict) -> TensorDict:
+        n = msg["transitions"].shape[0]
+        with self.lock:
+            ok = not self.stopped.is_set() and self.limiter.can_insert(n)
+            if ok:
+                try:
+                    self.inbox.put_nowait(msg)
+                    self.limiter.inserts += n
+                except queue.Full:
+                    ok = False
+            if not ok:
+                self.counts["insert_held"] += 1
+        return TensorDict(held=torch.tensor(not ok), stop=torch.tensor(self.stopped.is_set()))
+
+    def _sample(self, msg: TensorDict) -> TensorDict:
+        n = int(msg["n"])
+        charge = float(msg["charge"]) if "charge" in msg.keys() else n  # what the limiter counts
+        self.last_contact = time.monotonic()
+        with self.lock:
+            if len(self.store) == 0 or not self.limiter.can_sample(charge):
+                self.counts["sample_held"] += 1
+                return TensorDict(held=torch.tensor(True), **self._totals())
+            self.limiter.samples += charge
+            if n == 0:
+                return TensorDict(held=torch.tensor(False), **self._totals())
+            batch = self.store.sample(n)
+            leaf = self.sampler.tree[batch[keys.REPLAY_INDEX]]
+            reply = TensorDict(held=torch.tensor(False), transitions=batch.exclude(keys.PRIORITY_WEIGHT),
+                               leaf=leaf, **self._totals())
+        return reply
+
+    def _totals(self) -> dict:
+        """The shard's priority mass, smallest ``p^alpha`` and size (every reply carries them)."""
+        tree = self.sampler.tree
+        return {"total": tree.total.clone(), "min_leaf": tree.min.clone(), "size": torch.tensor(len(self.store))}
+
+    def _update_priorities(self, msg: TensorDict) -> TensorDict:
+        self.last_contact = time.monotonic()
+        with self.lock:
+            applied = self.store.update_priority(msg[keys.REPLAY_INDEX], msg[keys.REPLAY_GENERATION], msg[keys.PRIORITY])
+            self.counts["stale_priorities"] += msg[keys.PRIORITY].numel() - applied
+        return TensorDict(applied=torch.tensor(applied))
+
+    def _replay_stats(self, _msg) -> TensorDict:
+        """Counters and the priority distribution (quantiles of raw ``|delta|`` over up to 4096 items)."""
+        self.last_contact = time.monotonic()
+        with self.lock:
+            size = len(self.store)
+            leaves = self.sampler.tree.sums[0][:size]
+            if size > 4096:
+                leaves = leaves[torch.randint(size, (4096,), generator=self.sampler._rng)]
+            a = self.replay
+            raw = (leaves.pow(1.0 / a.alpha) - a.priority_eps) if size and a.alpha > 0 else leaves
+            q = torch.quantile(raw.float(), torch.tensor([0.5, 0.9, 1.0])) if size else torch.zeros(3)
+            return TensorDict(inserted=torch.tensor(self.store.inserted),
+                              samples=torch.tensor(self.limiter.samples), priority_q=q, queued=torch.tensor(self.inbox.qsize()),
+                              **{k: torch.tensor(v) for k, v in self.counts.items()}, **self._totals())
+
+    def _replay_state(self, _msg) -> TensorDict:
+        """Contents, tree, cursor and counters as one byte tensor (a checkpoint of this shard)."""
+        self.last_contact = time.monotonic()
+        with self.lock:
+            self._drain()  # what was accepted is in the checkpoint
+            state = {"store": self.store.state_dict(), "limiter": self.limiter.state_dict(), "counts": dict(self.counts)}
+            buf = io.BytesIO()
+            torch.save(state, buf)
+        return TensorDict(state=torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8))
+
+    def _load_replay_state(self, msg: TensorDict) -> TensorDict:
+        state = torch.load(io.BytesIO(msg["state"].numpy().tobytes()), weights_only=False)
+        with self.lock:
+            self.store.load_state_dict(state["store"])
+            self.limiter.load_state_dict(state["limiter"])
+            self.counts.update(state["counts"])
+        print(f"[replay {self.ctx.rank}] restored {len(self.store):,} transitions", flush=True)
+        return TensorDict(size=torch.tensor(len(self.store)))
+
+    def _replay_stop(self, msg: TensorDict) -> TensorDict:
+        """The run is over: inserts answer ``stop`` from now on; with ``exit`` the loop ends too (the
+        learner sends that after its final checkpoint, which reads this shard's contents)."""
+        self.stopped.set()
+        if bool(msg["exit"]):
+            self.exit.set()
+        return TensorDict(size=torch.tensor(len(self.store)))
+
+    # ---- the loop ---------------------------------------------------------------------------------
+    def _drain(self) -> None:
+        """Write every queued insert into the store (caller holds the lock)."""
+        while True:
+            try:
+                msg = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            if not self.store.extend(msg["transitions"], msg.get(keys.PRIORITY, None)):
+                self.counts["rejected"] += 1
+
+    def run(self) -> None:
+        idle_limit = 2 * self.cfg.transport.call_timeout_s
+        while not self.exit.is_set():
+            try:
+                msg = self.inbox.get(timeout=0.2)
+            except queue.Empty:
+                if time.monotonic() - self.last_contact > idle_limit and self.store.inserted:
+                    print(f"[replay {self.ctx.rank}] no word from the learner in {idle_limit:.0f}s, exiting", flush=True)
+                    return
+                continue
+            self.loops += 1
+            faults.maybe_signal(self.ctx.rank, self.loops)  # a "step" of a shard: one insert message taken
+            with self.lock:
+                if not self.store.extend(msg["transitions"], msg.get(keys.PRIORITY, None)):
+                    self.counts["rejected"] += 1
+                    if self.counts["rejected"] <= 5:
+                        print(f"[replay {self.ctx.rank}] rejected a malformed insert", flush=True)
+                self._drain()
