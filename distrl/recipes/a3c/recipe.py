@@ -58,10 +58,6 @@ class A3CConfig:
         check(self.max_grad_norm > 0, "algo.max_grad_norm must be > 0")
         check(self.put_timeout_s > 0 and self.sync_poll_s > 0, "algo.put_timeout_s and algo.sync_poll_s must be > 0")
 
-    @property
-    def frames_per_gradient(self) -> int:
-        return self.envs_per_worker * self.t_max
-
 
 def default() -> Config:
     """CartPole-v1: 32 envs per worker, t_max 32 (1024 frames per gradient push)."""

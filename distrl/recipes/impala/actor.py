@@ -41,10 +41,6 @@ class ImpalaActor:
         # gymnasium vector envs, or a TorchRL Collector over the user's env factory (--env module:function)
         self.runner = make_env_runner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank, self.model, self._act, self.T)
 
-    @property
-    def env(self):
-        return self.runner.env
-
     def _load(self, reply: TensorDict) -> None:
         if "params" in reply.keys():
             self.version = int(reply["version"])

@@ -62,10 +62,6 @@ class VecEnvConfig:
         """Samples each rank collects per update: ``B * T``."""
         return self.num_envs * self.rollout_length
 
-    @property
-    def minibatch_size(self) -> int:
-        return self.frames_per_rank // self.num_minibatches
-
 
 def default() -> Config:
     """Torch CartPole-v1, 1024 envs x 8 steps per update, stops at a training return of 475.
