@@ -19,24 +19,16 @@ from tensordict import TensorDict
 from distrl.algorithms.impala import impala_loss, vtrace_targets
 from distrl.data import keys
 from distrl.models import ActorCritic
+from references import slow_vtrace_targets
 
 
 def slow_vtrace(gamma, log_pi, log_mu, V, V_next, r, done, term, rho_bar, c_bar):
-    """Per-trajectory python loops; tensors are [T] for one env."""
+    """Per-trajectory python loops; tensors are [T] for one env: the advantages
+    ``rho_s (r_s + gamma v_{s+1} - V(x_s))`` and the targets ``v_s`` (eq. 1)."""
     T = len(r)
     ratio = [math.exp(log_pi[t] - log_mu[t]) for t in range(T)]
     rho = [min(rho_bar, x) for x in ratio]
-    c = [min(c_bar, x) for x in ratio]
-    delta = [rho[t] * (r[t] + gamma * (0.0 if term[t] else V_next[t]) - V[t]) for t in range(T)]
-    v = []
-    for s in range(T):
-        total, trace = 0.0, 1.0
-        for t in range(s, T):
-            total += gamma ** (t - s) * trace * delta[t]
-            if done[t]:
-                break
-            trace *= c[t]
-        v.append(V[s] + total)
+    v = slow_vtrace_targets(gamma, ratio, V, V_next, r, done, term, rho_bar, c_bar)
     adv = []
     for s in range(T):
         if done[s] or s == T - 1:

@@ -28,6 +28,7 @@ from distrl.recipes.sf.slots import (
     PARAM_SEQ, STOP, SlotError, SlotPool, publish_params, read_params, rollout_layout,
 )
 from distrl.transport.local import LocalHub
+from references import slow_vtrace_targets
 
 
 # ---------------------------------------------------------------- shared-memory files
@@ -147,27 +148,6 @@ def test_next_values_equal_the_critic_on_every_next_observation_of_a_real_unroll
         want = model.value(next_obs)
     # the same float32 rows through the same layers; only the matmul's blocking may differ
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
-
-
-def slow_vtrace_targets(gamma, ratio, V, V_next, r, done, term, rho_bar, c_bar):
-    """V-trace targets of one env's ``[T]`` lists by Espeholt et al. (2018), eq. (1):
-    ``v_s = V(x_s) + sum_{t>=s} gamma^{t-s} (prod_{i=s}^{t-1} c_i) rho_t (r_t + gamma V(x_{t+1}) - V(x_t))``,
-    ``rho_t = min(rho_bar, pi/mu)``, ``c_i = min(c_bar, pi/mu)``; an episode end at ``t`` stops the
-    sum after ``t``, a termination also drops ``gamma V(x_{t+1})``."""
-    T = len(r)
-    rho = [min(rho_bar, x) for x in ratio]
-    c = [min(c_bar, x) for x in ratio]
-    delta = [rho[t] * (r[t] + gamma * (0.0 if term[t] else V_next[t]) - V[t]) for t in range(T)]
-    v = []
-    for s in range(T):
-        total, trace = 0.0, 1.0
-        for t in range(s, T):
-            total += gamma ** (t - s) * trace * delta[t]
-            if done[t]:
-                break
-            trace *= c[t]
-        v.append(V[s] + total)
-    return v
 
 
 def slow_gae(gamma, lam, V, V_next, r, done, term):
