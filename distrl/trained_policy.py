@@ -170,15 +170,15 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
         dist = OneHotCategorical if isinstance(spec, OneHot) else torch.distributions.Categorical
         if not isinstance(spec, (OneHot, Categorical)):
             _fail(f"the run's policy has {num_actions} discrete actions but the action spec is {type(spec).__name__}")
-        module = TensorDictModule(model.policy, in_keys=[obs_key], out_keys=["logits"])
-        return ProbabilisticActor(module, in_keys=["logits"], spec=spec, distribution_class=dist,
+        module = TensorDictModule(model.policy, in_keys=[obs_key], out_keys=[keys.LOGITS])
+        return ProbabilisticActor(module, in_keys=[keys.LOGITS], spec=spec, distribution_class=dist,
                                   default_interaction_type=interaction, return_log_prob=True)
     # The Gaussian's scale is a parameter, not a network output: TensorDict's state-independent
     # scale module carries it, holding the learned log-std behind an exp mapping as distrl does.
     scale = AddStateIndependentNormalScale(action_dim, scale_mapping="exp", scale_lb=1e-8, device=device)
     scale.state_independent_scale.data.copy_(model.log_std)
-    module = TensorDictModule(nn.Sequential(model.policy, scale), in_keys=[obs_key], out_keys=["loc", "scale"])
-    return ProbabilisticActor(module, in_keys=["loc", "scale"], spec=spec, distribution_class=IndependentNormal,
+    module = TensorDictModule(nn.Sequential(model.policy, scale), in_keys=[obs_key], out_keys=[keys.LOC, keys.SCALE])
+    return ProbabilisticActor(module, in_keys=[keys.LOC, keys.SCALE], spec=spec, distribution_class=IndependentNormal,
                               default_interaction_type=interaction, return_log_prob=True,
                               safe=isinstance(spec, Bounded))
 

@@ -86,5 +86,5 @@ def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
     entropy = -(log_probs.exp() * log_probs).sum(-1)
     out = ppo_loss(log_pi.reshape(-1), log_mu.reshape(-1), advantage.reshape(-1), value.reshape(-1), vs.reshape(-1),
                    entropy.reshape(-1), algo.clip_eps, algo.value_coef, algo.entropy_coef)
-    out = {k: (v if k == "loss" else v.detach()) for k, v in out.items()}
+    out = {k: (v if k == keys.LOSS else v.detach()) for k, v in out.items()}
     return TensorDict(**out, advantage_std=advantage_std, value_mean=value.detach().mean())

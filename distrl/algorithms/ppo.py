@@ -96,7 +96,7 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage: torc
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clip_fraction = ((ratio - 1).abs() > clip_eps).float().mean()
-    return {"loss": loss_policy + value_coef * loss_value - entropy_coef * entropy, "loss_policy": loss_policy,
+    return {keys.LOSS: loss_policy + value_coef * loss_value - entropy_coef * entropy, "loss_policy": loss_policy,
             "loss_value": loss_value, "entropy": entropy, "approx_kl": approx_kl, "clip_fraction": clip_fraction}
 
 
@@ -153,7 +153,7 @@ def ppo_update(model: nn.Module, optim: torch.optim.Optimizer, batch: TensorDict
             out = ppo_loss(log_prob, mb[keys.ACTION_LOG_PROB], mb[keys.ADVANTAGE], model.value(obs).squeeze(-1),
                            mb[keys.VALUE_TARGET], entropy, hp.clip_eps, hp.value_coef, hp.entropy_coef)
             optim.zero_grad(set_to_none=True)
-            out["loss"].backward()
+            out[keys.LOSS].backward()
             allreduce_gradients(params)
             grad_norm = nn.utils.clip_grad_norm_(params, hp.max_grad_norm)
             if is_finite(grad_norm):  # identical on every rank: the gradient was reduced first

@@ -14,11 +14,29 @@ ACTION_LOG_PROB = "action_log_prob"
 #: the learner update count of the parameters that chose ``action`` (design rule 1).
 POLICY_VERSION = "policy_version"
 NEXT = "next"
-REWARD = (NEXT, "reward")
-DONE = (NEXT, "done")
-TERMINATED = (NEXT, "terminated")
-TRUNCATED = (NEXT, "truncated")
+# A step's flat leaf names, each ``[*B, 1]``: under NEXT in a trajectory, in an env's ``_step``
+# output, and in a SEED step message (there the worker sends them flat, see below).
+#: the step's reward ``[*B, 1]`` float32
+STEP_REWARD = "reward"
+#: ``terminated | truncated`` ``[*B, 1]`` bool
+STEP_DONE = "done"
+#: the episode ended in a terminal state ``[*B, 1]`` bool
+STEP_TERMINATED = "terminated"
+#: the episode was cut by a time limit ``[*B, 1]`` bool
+STEP_TRUNCATED = "truncated"
+REWARD = (NEXT, STEP_REWARD)
+DONE = (NEXT, STEP_DONE)
+TERMINATED = (NEXT, STEP_TERMINATED)
+TRUNCATED = (NEXT, STEP_TRUNCATED)
 NEXT_OBSERVATION = (NEXT, OBSERVATION)
+#: TorchRL's partial-reset mask ``[*B, 1]`` bool, in the TensorDict an env's ``_reset`` receives
+RESET = "_reset"
+
+#: a discrete policy's unnormalised log-probabilities ``[*B, A]`` float32 (ProbabilisticActor's input)
+LOGITS = "logits"
+#: a Gaussian policy's mean and standard deviation, each ``[*B, A]`` float32
+LOC = "loc"
+SCALE = "scale"
 
 #: Keys an IMPALA learner reads from every ``[B, T]`` trajectory.
 IMPALA_IN_KEYS = (
@@ -53,12 +71,9 @@ ACTOR_RANK = "actor_rank"
 ACTOR_FPS = "actor_fps"
 
 # SEED: an env worker's step message to the inference server (flat, batch ``[]``) and the reply.
-# A message carries one env group's OBSERVATION with the reward and end flags of the step that
+# A message carries one env group's OBSERVATION with the STEP_REWARD and end flags of the step that
 # produced it (flat names: the server, not the worker, assembles the ``("next", ...)`` layout),
 # plus the observation an episode ended on before its auto-reset; the reply carries ACTION and STOP.
-STEP_REWARD = "reward"
-STEP_TERMINATED = "terminated"
-STEP_TRUNCATED = "truncated"
 FINAL_OBSERVATION = "final_observation"
 WORKER_RANK = "rank"
 ENV_GROUP = "group"
@@ -110,3 +125,44 @@ WORKER_STATS = "stats"
 SLOT = "slot"
 #: a shared-memory directory's path as ``[L]`` uint8 (distrl/data/shm.py)
 SHM_PATH = "shm_path"
+#: the shared ``[3]`` int64 control words (seqlocks, stop flag) and ``[W]`` evicted-rank flags of
+#: Sample Factory's shared memory (its ``traj`` and ``params`` use TRAJ and PARAMS)
+CONTROL = "control"
+EVICTED = "evicted"
+
+# Messages between roles (IMPALA, Ape-X, replay), beside the trajectory keys above.
+#: an actor message's trajectory, a TensorDict ``[B, T]`` (IMPALA, SEED's batch) or SF's ``[S, B, T]`` slots
+TRAJ = "traj"
+#: the learner update count ``[]`` int64 of the parameters a sender holds (request) or of PARAMS (reply)
+PARAMS_VERSION = "version"
+#: ``[]`` bool: the replay (or a rate limiter) held the request back; try again
+HELD = "held"
+#: an actor's running count ``[]`` int64 of env errors it recovered from
+ENV_ERRORS = "env_errors"
+#: an Ape-X actor's exploration epsilon ``[]`` float
+EPSILON = "epsilon"
+#: seconds ``[]`` an Ape-X actor spent held back by the replay since its last message
+HELD_S = "held_s"
+#: a batch of Ape-X transitions ``[N]`` (the keys above) inserted into or sampled from a replay shard
+TRANSITIONS = "transitions"
+
+# The replay shards' request and reply fields (distrl/replay/server.py and client.py).
+#: items ``[]`` int64 a sample request asks one shard for
+SAMPLE_N = "n"
+#: what the shard's rate limiter counts for a sample request ``[]`` float
+SAMPLE_CHARGE = "charge"
+#: ``p_i^alpha`` ``[N]`` of each item a shard served (the client files it as SAMPLE_LEAF)
+SHARD_LEAF = "leaf"
+#: a shard's priority mass ``[]``, its smallest ``p^alpha`` ``[]`` and its item count ``[]`` int64
+SHARD_TOTAL = "total"
+SHARD_MIN_LEAF = "min_leaf"
+SHARD_SIZE = "size"
+#: a shard's checkpoint as ``[L]`` uint8 bytes
+SHARD_STATE = "state"
+#: ``[]`` bool in a stop request: the shard's loop ends too
+SHARD_EXIT = "exit"
+#: how many of an update's priorities ``[]`` int64 the shard applied (the rest were stale)
+PRIORITIES_APPLIED = "applied"
+
+#: the scalar ``[]`` a learner backpropagates, in a loss's output (its other entries are statistics)
+LOSS = "loss"

@@ -147,10 +147,10 @@ def end_flags(nxt: TensorDictBase, shape: tuple[int, ...]) -> tuple[torch.Tensor
     """``(done, terminated, truncated)`` of a step's ``("next", ...)`` TensorDict, each bool of
     ``shape``; an env that reports only ``done`` has ``terminated = done``, and ``truncated``
     defaults to ``done & ~terminated``."""
-    done = nxt.get("done").reshape(shape).bool()
-    terminated = nxt.get("terminated", None)
+    done = nxt.get(keys.STEP_DONE).reshape(shape).bool()
+    terminated = nxt.get(keys.STEP_TERMINATED, None)
     terminated = done if terminated is None else terminated.reshape(shape).bool()
-    truncated = nxt.get("truncated", None)
+    truncated = nxt.get(keys.STEP_TRUNCATED, None)
     truncated = done & ~terminated if truncated is None else truncated.reshape(shape).bool()
     return done, terminated, truncated
 

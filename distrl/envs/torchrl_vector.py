@@ -61,7 +61,7 @@ class TorchRLVectorEnv:
             out, self._td = self.env.step_and_maybe_reset(td)
         nxt = out.get(keys.NEXT)
         _, terminated, truncated = end_flags(nxt, (self.num_envs,))
-        reward = nxt.get("reward").reshape(self.num_envs).to(torch.float64).numpy()  # gymnasium's dtype
+        reward = nxt.get(keys.STEP_REWARD).reshape(self.num_envs).to(torch.float64).numpy()  # gymnasium's dtype
         return (self._obs(self._td), reward, terminated.numpy(), truncated.numpy(),
                 {"final_obs": self._obs(nxt)})
 

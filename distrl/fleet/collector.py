@@ -103,7 +103,7 @@ class FleetCollector:
     # ---- the actors' side (transport threads: bounded waits only, never a call out) ------------
     def _put_trajectory(self, msg: TensorDict) -> TensorDict:
         if not self._stopping.is_set():
-            problem = LearnerSession.check_trajectory(msg["traj"], self.cfg.obs_dim)
+            problem = LearnerSession.check_trajectory(msg[keys.TRAJ], self.cfg.obs_dim)
             if problem:
                 self.counters["rejected_trajectories"] += 1
                 print(f"[fleet] rejected a trajectory from rank {int(msg[keys.ACTOR_RANK])}: {problem}", flush=True)
@@ -112,7 +112,7 @@ class FleetCollector:
                     self._queue.put(msg, timeout=self.cfg.put_timeout_s)
                 except queue.Full:
                     self.counters["dropped_trajectories"] += 1
-        return params_reply(self._published, self._stopping.is_set(), int(msg["version"]))
+        return params_reply(self._published, self._stopping.is_set(), int(msg[keys.PARAMS_VERSION]))
 
     # ---- the TorchRL collector surface -----------------------------------------------------------
     def update_policy_weights_(self, policy_or_weights: Optional[nn.Module | Mapping | TensorDictBase] = None) -> None:
@@ -146,7 +146,7 @@ class FleetCollector:
             msgs = [self._next_message() for _ in range(per_batch)]
             for m in msgs:
                 self.episode_returns.extend(m[keys.EPISODE_RETURNS].tolist())
-            batch = torch.cat([m["traj"] for m in msgs], dim=0) if per_batch > 1 else msgs[0]["traj"]
+            batch = torch.cat([m[keys.TRAJ] for m in msgs], dim=0) if per_batch > 1 else msgs[0][keys.TRAJ]
             self.frames += batch.numel()
             yield batch
         self.shutdown()  # the budget is spent: stop the actors now rather than when the user remembers

@@ -105,8 +105,8 @@ def fleet_policy(network: nn.Module, num_actions: int) -> nn.Module:
     from torchrl.data import Categorical
     from torchrl.modules import ProbabilisticActor
 
-    module = TensorDictModule(copy.deepcopy(network), in_keys=[keys.OBSERVATION], out_keys=["logits"])
-    return ProbabilisticActor(module, in_keys=["logits"], spec=Categorical(num_actions),
+    module = TensorDictModule(copy.deepcopy(network), in_keys=[keys.OBSERVATION], out_keys=[keys.LOGITS])
+    return ProbabilisticActor(module, in_keys=[keys.LOGITS], spec=Categorical(num_actions),
                               distribution_class=torch.distributions.Categorical, return_log_prob=True)
 
 

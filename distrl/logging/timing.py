@@ -25,6 +25,8 @@ from typing import Iterator, Mapping
 import torch
 from tensordict import TensorDict
 
+from distrl.data import keys
+
 
 class TimeBudget:
     """Seconds spent per phase since the role started (monotonic clock)."""
@@ -69,7 +71,7 @@ class TimeBudget:
         totals are in before its goodbye: a short run may end between two periodic sends)."""
         self._last_sent = time.perf_counter()
         td = self.as_tensordict()
-        td["rank"] = torch.tensor(rank)
+        td[keys.WORKER_RANK] = torch.tensor(rank)
         return transport.call(learner, "time_budget", td, timeout_s)
 
 

@@ -109,7 +109,7 @@ class ReplayServiceBuffer:
             raise ValueError(f"extend: this batch's entries {sorted(map(str, layout))} or their shapes differ from "
                              f"the first batch's {sorted(map(str, self.layout))}; a shard would refuse it")
         self.layout = layout
-        msg = TensorDict(transitions=data)
+        msg = TensorDict({keys.TRANSITIONS: data})
         if priority is not None:
             msg[keys.PRIORITY] = torch.as_tensor(priority, dtype=torch.float32).reshape(-1).cpu()
         deadline = time.monotonic() + self.timeout
@@ -125,9 +125,9 @@ class ReplayServiceBuffer:
             except TransportError as e:  # the shard died: the next one takes the batch
                 self._lost(rank, str(e))
                 continue
-            if bool(reply["stop"]):
+            if bool(reply[keys.STOP]):
                 raise RuntimeError("extend: the replay service has stopped")
-            if not bool(reply["held"]):
+            if not bool(reply[keys.HELD]):
                 self._next_shard += 1
                 return
             if time.monotonic() > deadline:
@@ -178,7 +178,7 @@ class ReplayServiceBuffer:
 
     def __len__(self) -> int:
         """Items the live shards hold now (a blocking call to each)."""
-        return sum(int(s["size"]) for s in self.client.stats_now().values())
+        return sum(int(s[keys.SHARD_SIZE]) for s in self.client.stats_now().values())
 
     # ---- lifetime --------------------------------------------------------------------------------
     def close(self) -> None:

@@ -74,13 +74,13 @@ class ShardedReplayClient:
         pick = torch.multinomial(mass, n, replacement=True, generator=self.generator)
         counts = torch.bincount(pick, minlength=len(live)).tolist()
         charge = torch.tensor(n / len(live))
-        return [(r, self.t.call(r, "sample", TensorDict(n=torch.tensor(c), charge=charge), self.timeout))
+        return [(r, self.t.call(r, "sample", TensorDict({keys.SAMPLE_N: torch.tensor(c), keys.SAMPLE_CHARGE: charge}), self.timeout))
                 for r, c in zip(live, counts)]
 
     def _note(self, rank: int, reply: TensorDict) -> None:
-        self.totals[rank] = float(reply["total"])
-        self.min_leaf[rank] = float(reply["min_leaf"])
-        self.sizes[rank] = int(reply["size"])
+        self.totals[rank] = float(reply[keys.SHARD_TOTAL])
+        self.min_leaf[rank] = float(reply[keys.SHARD_MIN_LEAF])
+        self.sizes[rank] = int(reply[keys.SHARD_SIZE])
 
     def collect(self, pending: list[tuple[int, Future]], beta: float, norm: str = "buffer") -> Optional[TensorDict]:
         """The items the shards served for ``pending`` as one ``[B]`` batch with importance weights
@@ -93,9 +93,9 @@ class ShardedReplayClient:
             if reply is None:
                 continue
             self._note(rank, reply)
-            if not bool(reply["held"]) and "transitions" in reply.keys():
-                tr = reply["transitions"]
-                tr[keys.SAMPLE_LEAF], tr[keys.REPLAY_SHARD] = reply["leaf"], torch.full(tr.shape, rank)
+            if not bool(reply[keys.HELD]) and keys.TRANSITIONS in reply.keys():
+                tr = reply[keys.TRANSITIONS]
+                tr[keys.SAMPLE_LEAF], tr[keys.REPLAY_SHARD] = reply[keys.SHARD_LEAF], torch.full(tr.shape, rank)
                 parts.append(tr)
         if not parts:
             return None
@@ -148,7 +148,7 @@ class ShardedReplayClient:
                 dt = max(now - then, 1e-9)
                 self._last_stats = (now, inserted, samples)
                 q = torch.stack([s["priority_q"] for s in replies.values()]).mean(0)
-                out = {"replay/size": sum(int(s["size"]) for s in replies.values()),
+                out = {"replay/size": sum(int(s[keys.SHARD_SIZE]) for s in replies.values()),
                        "replay/inserts_per_s": (inserted - ins0) / dt, "replay/samples_per_s": (samples - smp0) / dt,
                        "replay/samples_per_insert": samples / max(inserted, 1),
                        "replay/priority_p50": float(q[0]), "replay/priority_p90": float(q[1]),
@@ -172,17 +172,17 @@ class ShardedReplayClient:
         the timeout): the learner's checkpoint extra, handed back as is on resume."""
         futs = {r: self.t.call(r, "replay_state", None, self.timeout) for r in self.live}
         replies = {r: self._result(r, f) for r, f in futs.items()}
-        return {r: reply["state"] for r, reply in replies.items() if reply is not None}
+        return {r: reply[keys.SHARD_STATE] for r, reply in replies.items() if reply is not None}
 
     def load_states(self, states: dict[int, torch.Tensor]) -> None:
         """Give each shard back what the checkpoint holds for it."""
         for r, state in states.items():
             if r in self.live:
-                self._result(r, self.t.call(r, "load_replay_state", TensorDict(state=state), self.timeout))
+                self._result(r, self.t.call(r, "load_replay_state", TensorDict({keys.SHARD_STATE: state}), self.timeout))
 
     def stop(self, exit_: bool = False) -> None:
         """Tell the shards the run is over (inserts answer ``stop``); with ``exit_`` they also leave."""
-        futs = {r: self.t.call(r, "replay_stop", TensorDict(exit=torch.tensor(exit_)), self.timeout) for r in self.live}
+        futs = {r: self.t.call(r, "replay_stop", TensorDict({keys.SHARD_EXIT: torch.tensor(exit_)}), self.timeout) for r in self.live}
         for r, f in futs.items():
             try:
                 f.result()

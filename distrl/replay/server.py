@@ -79,7 +79,7 @@ class ReplayServer:
 
     # ---- handlers (transport threads: bounded work under the lock, never a call out) ------------
     def _insert(self, msg: TensorDict) -> TensorDict:
-        n = msg["transitions"].shape[0]
+        n = msg[keys.TRANSITIONS].shape[0]
         with self.lock:
             ok = not self.stopped.is_set() and self.limiter.can_insert(n)
             if ok:
@@ -90,36 +90,37 @@ class ReplayServer:
                     ok = False
             if not ok:
                 self.counts["insert_held"] += 1
-        return TensorDict(held=torch.tensor(not ok), stop=torch.tensor(self.stopped.is_set()))
+        return TensorDict({keys.HELD: torch.tensor(not ok), keys.STOP: torch.tensor(self.stopped.is_set())})
 
     def _sample(self, msg: TensorDict) -> TensorDict:
-        n = int(msg["n"])
-        charge = float(msg["charge"]) if "charge" in msg.keys() else n  # what the limiter counts
+        n = int(msg[keys.SAMPLE_N])
+        charge = float(msg[keys.SAMPLE_CHARGE]) if keys.SAMPLE_CHARGE in msg.keys() else n  # what the limiter counts
         self.last_contact = time.monotonic()
         with self.lock:
             if len(self.store) == 0 or not self.limiter.can_sample(charge):
                 self.counts["sample_held"] += 1
-                return TensorDict(held=torch.tensor(True), **self._totals())
+                return TensorDict({keys.HELD: torch.tensor(True), **self._totals()})
             self.limiter.samples += charge
             if n == 0:
-                return TensorDict(held=torch.tensor(False), **self._totals())
+                return TensorDict({keys.HELD: torch.tensor(False), **self._totals()})
             batch = self.store.sample(n)
             leaf = self.sampler.tree[batch[keys.REPLAY_INDEX]]
-            reply = TensorDict(held=torch.tensor(False), transitions=batch.exclude(keys.PRIORITY_WEIGHT),
-                               leaf=leaf, **self._totals())
+            reply = TensorDict({keys.HELD: torch.tensor(False), keys.TRANSITIONS: batch.exclude(keys.PRIORITY_WEIGHT),
+                                keys.SHARD_LEAF: leaf, **self._totals()})
         return reply
 
     def _totals(self) -> dict:
         """The shard's priority mass, smallest ``p^alpha`` and size (every reply carries them)."""
         tree = self.sampler.tree
-        return {"total": tree.total.clone(), "min_leaf": tree.min.clone(), "size": torch.tensor(len(self.store))}
+        return {keys.SHARD_TOTAL: tree.total.clone(), keys.SHARD_MIN_LEAF: tree.min.clone(),
+                keys.SHARD_SIZE: torch.tensor(len(self.store))}
 
     def _update_priorities(self, msg: TensorDict) -> TensorDict:
         self.last_contact = time.monotonic()
         with self.lock:
             applied = self.store.update_priority(msg[keys.REPLAY_INDEX], msg[keys.REPLAY_GENERATION], msg[keys.PRIORITY])
             self.counts["stale_priorities"] += msg[keys.PRIORITY].numel() - applied
-        return TensorDict(applied=torch.tensor(applied))
+        return TensorDict({keys.PRIORITIES_APPLIED: torch.tensor(applied)})
 
     def _replay_stats(self, _msg) -> TensorDict:
         """Counters and the priority distribution (quantiles of raw ``|delta|`` over up to 4096 items)."""
@@ -144,24 +145,24 @@ class ReplayServer:
             state = {"store": self.store.state_dict(), "limiter": self.limiter.state_dict(), "counts": dict(self.counts)}
             buf = io.BytesIO()
             torch.save(state, buf)
-        return TensorDict(state=torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8))
+        return TensorDict({keys.SHARD_STATE: torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)})
 
     def _load_replay_state(self, msg: TensorDict) -> TensorDict:
-        state = torch.load(io.BytesIO(msg["state"].numpy().tobytes()), weights_only=False)
+        state = torch.load(io.BytesIO(msg[keys.SHARD_STATE].numpy().tobytes()), weights_only=False)
         with self.lock:
             self.store.load_state_dict(state["store"])
             self.limiter.load_state_dict(state["limiter"])
             self.counts.update(state["counts"])
         print(f"[replay {self.ctx.rank}] restored {len(self.store):,} transitions", flush=True)
-        return TensorDict(size=torch.tensor(len(self.store)))
+        return TensorDict({keys.SHARD_SIZE: torch.tensor(len(self.store))})
 
     def _replay_stop(self, msg: TensorDict) -> TensorDict:
         """The run is over: inserts answer ``stop`` from now on; with ``exit`` the loop ends too (the
         learner sends that after its final checkpoint, which reads this shard's contents)."""
         self.stopped.set()
-        if bool(msg["exit"]):
+        if bool(msg[keys.SHARD_EXIT]):
             self.exit.set()
-        return TensorDict(size=torch.tensor(len(self.store)))
+        return TensorDict({keys.SHARD_SIZE: torch.tensor(len(self.store))})
 
     # ---- the loop ---------------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -171,7 +172,7 @@ class ReplayServer:
                 msg = self.inbox.get_nowait()
             except queue.Empty:
                 return
-            if not self.store.extend(msg["transitions"], msg.get(keys.PRIORITY, None)):
+            if not self.store.extend(msg[keys.TRANSITIONS], msg.get(keys.PRIORITY, None)):
                 self.counts["rejected"] += 1
 
     def run(self) -> None:
@@ -187,7 +188,7 @@ class ReplayServer:
             self.loops += 1
             faults.maybe_signal(self.ctx.rank, self.loops)  # a "step" of a shard: one insert message taken
             with self.lock:
-                if not self.store.extend(msg["transitions"], msg.get(keys.PRIORITY, None)):
+                if not self.store.extend(msg[keys.TRANSITIONS], msg.get(keys.PRIORITY, None)):
                     self.counts["rejected"] += 1
                     if self.counts["rejected"] <= 5:
                         print(f"[replay {self.ctx.rank}] rejected a malformed insert", flush=True)

@@ -20,6 +20,7 @@ import torch
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler
 
 from distrl.algorithms.apex import importance_weights, priority_weights
+from distrl.data import keys
 
 _BELOW_ONE = 1.0 - 2.0 ** -50  # x * this < x for every positive float64 x: "just below the row's total"
 
@@ -144,7 +145,7 @@ class SumTreeSampler(Sampler):
         index = self.tree.find(mass)
         # P(i) / min_j P(j) is leaf(i) / min leaf: the total cancels, two ops fewer per batch
         weight = importance_weights(self.tree[index], n, self.tree.min, self.beta)
-        return index, {"priority_weight": weight.float()}
+        return index, {keys.PRIORITY_WEIGHT: weight.float()}
 
     def extend(self, index: torch.Tensor) -> None:
         index = torch.as_tensor(index).reshape(-1)

@@ -113,7 +113,7 @@ class CollectorRunner:
         B, T = self.num_envs, self.T
         nxt = batch.get(keys.NEXT)
         done, terminated, truncated = end_flags(nxt, (B, T))
-        reward = nxt.get("reward").reshape(B, T).to(torch.float32)
+        reward = nxt.get(keys.STEP_REWARD).reshape(B, T).to(torch.float32)
         # only what the gymnasium path produces: a user's transforms may add keys of their own
         traj = batch.select(keys.OBSERVATION, keys.POLICY_VERSION, *self.policy.out_keys).clone()
         traj.set(keys.OBSERVATION, traj.get(keys.OBSERVATION).reshape(B, T, -1).to(torch.float32))
@@ -121,8 +121,8 @@ class CollectorRunner:
             traj.set(keys.ACTION, traj.get(keys.ACTION).argmax(-1))
         traj.set(keys.NEXT, TensorDict({
             keys.OBSERVATION: nxt.get(keys.OBSERVATION).reshape(B, T, -1).to(torch.float32),
-            "reward": reward.unsqueeze(-1), "done": (terminated | truncated).unsqueeze(-1),
-            "terminated": terminated.unsqueeze(-1), "truncated": truncated.unsqueeze(-1),
+            keys.STEP_REWARD: reward.unsqueeze(-1), keys.STEP_DONE: (terminated | truncated).unsqueeze(-1),
+            keys.STEP_TERMINATED: terminated.unsqueeze(-1), keys.STEP_TRUNCATED: truncated.unsqueeze(-1),
         }, batch_size=[B, T]))
         returns, lengths = [], []
         for t in range(T):  # episodes from the frames, carried across unrolls

@@ -110,9 +110,9 @@ class EnvRunner:
         traj = TensorDict(
             {keys.OBSERVATION: obs, **outputs,
              keys.NEXT: TensorDict({
-                 keys.OBSERVATION: next_obs, "reward": reward.unsqueeze(-1),
-                 "done": (terminated | truncated).unsqueeze(-1), "terminated": terminated.unsqueeze(-1),
-                 "truncated": truncated.unsqueeze(-1),
+                 keys.OBSERVATION: next_obs, keys.STEP_REWARD: reward.unsqueeze(-1),
+                 keys.STEP_DONE: (terminated | truncated).unsqueeze(-1), keys.STEP_TERMINATED: terminated.unsqueeze(-1),
+                 keys.STEP_TRUNCATED: truncated.unsqueeze(-1),
              }, batch_size=[T, B])},
             batch_size=[T, B],
         ).transpose(0, 1).contiguous()  # batch-major [B, T], as TorchRL

@@ -154,8 +154,8 @@ class LearnerSession:
 
     def _time_budget(self, td: TensorDict) -> TensorDict:
         """Handler: another rank's running time totals (``TimeBudget.maybe_send``)."""
-        rank = int(td["rank"])
-        self.tracker.budget_book.update(rank, {k: float(v) for k, v in td.items() if k != "rank"})
+        rank = int(td[keys.WORKER_RANK])
+        self.tracker.budget_book.update(rank, {k: float(v) for k, v in td.items() if k != keys.WORKER_RANK})
         return TensorDict()
 
     # ---- bad input --------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from torch import Tensor
 from torchrl.data import Bounded, Categorical, Composite, TensorSpec, Unbounded
 from torchrl.envs import EnvBase
 
+from distrl.data import keys
+
 __all__ = ["TorchBatchedEnv", "uniform"]
 
 
@@ -220,7 +222,7 @@ class TorchBatchedEnv(EnvBase):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         sim = self._sim
-        next_state, reward, terminated = self.dynamics(sim.state, tensordict.get("action"))
+        next_state, reward, terminated = self.dynamics(sim.state, tensordict.get(keys.ACTION))
         sim.elapsed = sim.elapsed + 1
         truncated = sim.elapsed >= self.max_episode_steps
         sim.state = next_state
@@ -230,11 +232,11 @@ class TorchBatchedEnv(EnvBase):
         truncated = truncated.unsqueeze(-1)
         return TensorDict(
             {
-                "observation": self._observation_of_sim(),
-                "reward": reward.float().unsqueeze(-1),
-                "done": terminated | truncated,
-                "terminated": terminated,
-                "truncated": truncated,
+                keys.OBSERVATION: self._observation_of_sim(),
+                keys.STEP_REWARD: reward.float().unsqueeze(-1),
+                keys.STEP_DONE: terminated | truncated,
+                keys.STEP_TERMINATED: terminated,
+                keys.STEP_TRUNCATED: truncated,
             },
             batch_size=self.batch_size,
             device=self.device,
@@ -242,7 +244,7 @@ class TorchBatchedEnv(EnvBase):
 
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
         sim = self._sim
-        reset = None if tensordict is None else tensordict.get("_reset", None)
+        reset = None if tensordict is None else tensordict.get(keys.RESET, None)
         if reset is None:
             sim.state = self.initial_state()
             sim.elapsed = torch.zeros_like(sim.elapsed)
@@ -256,10 +258,10 @@ class TorchBatchedEnv(EnvBase):
         flag = torch.zeros((self.num_envs, 1), dtype=torch.bool, device=self.device)
         return TensorDict(
             {
-                "observation": self._observation_of_sim(),
-                "done": flag,
-                "terminated": flag.clone(),
-                "truncated": flag.clone(),
+                keys.OBSERVATION: self._observation_of_sim(),
+                keys.STEP_DONE: flag,
+                keys.STEP_TERMINATED: flag.clone(),
+                keys.STEP_TRUNCATED: flag.clone(),
             },
             batch_size=self.batch_size,
             device=self.device,

@@ -62,7 +62,7 @@ class A3CWorker:
         a = self.algo
         out = a3c_loss(self.model, traj, a.gamma, a.value_coef, a.entropy_coef, a.normalize_advantage, a.reward_scale)
         self.model.zero_grad(set_to_none=True)
-        out["loss"].backward()
+        out[keys.LOSS].backward()
         grad = torch.cat([p.grad.reshape(-1) for p in self.params])
         return TensorDict({
             keys.GRADIENT: grad, keys.POLICY_VERSION: torch.tensor(self.version),

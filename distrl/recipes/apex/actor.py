@@ -63,8 +63,8 @@ class ApexActor:
         window = traj if self.carry is None else torch.cat([self.carry, traj], dim=1)
         self.carry = window[:, window.shape[1] - (n - 1):] if n > 1 else None
         nxt = window[keys.NEXT]
-        G, discount, last = nstep_returns(nxt["reward"][..., 0], nxt["terminated"][..., 0], nxt["truncated"][..., 0],
-                                          gamma, n)
+        G, discount, last = nstep_returns(nxt[keys.STEP_REWARD][..., 0], nxt[keys.STEP_TERMINATED][..., 0],
+                                          nxt[keys.STEP_TRUNCATED][..., 0], gamma, n)
         Tp = G.shape[1]
         head = window[:, :Tp]
         bootstrap = nxt[keys.OBSERVATION].gather(1, last[..., None].expand(*last.shape, nxt[keys.OBSERVATION].shape[-1]))
@@ -80,15 +80,15 @@ class ApexActor:
         return out, priority
 
     def _load(self, reply: TensorDict) -> None:
-        if "params" in reply.keys():
-            self.version = int(reply["version"])
-            self.runner.load_weights(self.model, reply["params"], self.version)
+        if keys.PARAMS in reply.keys():
+            self.version = int(reply[keys.PARAMS_VERSION])
+            self.runner.load_weights(self.model, reply[keys.PARAMS], self.version)
 
     def _params_request(self) -> TensorDict:
         s, self.stats = self.stats, {"frames": 0, "returns": [], "held_s": 0.0}
-        return TensorDict({keys.ACTOR_RANK: torch.tensor(self.ctx.rank), "version": torch.tensor(self.version),
-                           "frames": torch.tensor(s["frames"]), "held_s": torch.tensor(s["held_s"]),
-                           "epsilon": torch.tensor(self.epsilon), "env_errors": torch.tensor(self.runner.env_errors),
+        return TensorDict({keys.ACTOR_RANK: torch.tensor(self.ctx.rank), keys.PARAMS_VERSION: torch.tensor(self.version),
+                           keys.FRAMES: torch.tensor(s["frames"]), keys.HELD_S: torch.tensor(s["held_s"]),
+                           keys.EPSILON: torch.tensor(self.epsilon), keys.ENV_ERRORS: torch.tensor(self.runner.env_errors),
                            keys.EPISODE_RETURNS: torch.tensor(s["returns"], dtype=torch.float32)})
 
     def _settle(self, fut, msg: TensorDict, timeout: float) -> bool:
@@ -107,9 +107,9 @@ class ApexActor:
                     return False
                 self.shard = live[self.index % len(live)]
             else:
-                if bool(reply["stop"]):
+                if bool(reply[keys.STOP]):
                     return False
-                if not bool(reply["held"]):
+                if not bool(reply[keys.HELD]):
                     return True
                 time.sleep(self.algo.hold_sleep_s)  # the rate limiter holds this actor back
                 self.stats["held_s"] += self.algo.hold_sleep_s
@@ -127,11 +127,11 @@ class ApexActor:
         timeout = self.cfg.transport.call_timeout_s
         T = self.algo.unroll_length
         try:
-            reply = t.call_sync(self.learner, "hello", TensorDict(rank=torch.tensor(self.ctx.rank)), timeout)
+            reply = t.call_sync(self.learner, "hello", TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank)}), timeout)
             self._load(reply)
             pending, last_ask = None, time.monotonic()
             inserting = None  # (future, message): one insert in flight
-            while not bool(reply["stop"]):
+            while not bool(reply[keys.STOP]):
                 faults.maybe_signal(self.ctx.rank, self.runner.unrolls)
                 try:
                     traj, returns, _ = self.runner.unroll(self._act, T)
@@ -149,7 +149,7 @@ class ApexActor:
                 if not settled:
                     self._goodbye(timeout)
                     return
-                msg = TensorDict(transitions=batch, **{keys.PRIORITY: priority})
+                msg = TensorDict({keys.TRANSITIONS: batch, keys.PRIORITY: priority})
                 with budget("send"):
                     inserting = (t.call(self.shard, "insert", msg, timeout), msg)
                 budget.maybe_send(t, self.learner, self.ctx.rank)

@@ -73,30 +73,30 @@ class ApexLearner:
 
     def _reply(self, rank: int, their_version: int) -> TensorDict:
         version, params = self.published
-        reply = TensorDict(stop=torch.tensor(self.stopping.is_set()))
+        reply = TensorDict({keys.STOP: torch.tensor(self.stopping.is_set())})
         if self.stopping.is_set() or rank in self.ctx.transport.lost_peers():
-            reply["stop"] = torch.tensor(True)
+            reply[keys.STOP] = torch.tensor(True)
             self.said_stop.add(rank)
         elif version > their_version:
-            reply["params"], reply["version"] = params, torch.tensor(version)
+            reply[keys.PARAMS], reply[keys.PARAMS_VERSION] = params, torch.tensor(version)
         return reply
 
     def _hello(self, msg: TensorDict) -> TensorDict:
-        return self._reply(int(msg["rank"]), -1)
+        return self._reply(int(msg[keys.WORKER_RANK]), -1)
 
     def _params(self, msg: TensorDict) -> TensorDict:
-        rank, version, frames = int(msg[keys.ACTOR_RANK]), int(msg["version"]), int(msg["frames"])
+        rank, version, frames = int(msg[keys.ACTOR_RANK]), int(msg[keys.PARAMS_VERSION]), int(msg[keys.FRAMES])
         with self._lock:
             p = self._pending
             p["frames"] += frames
-            if float(msg["epsilon"]) <= self._counted_eps:
+            if float(msg[keys.EPSILON]) <= self._counted_eps:
                 p["returns"].extend(msg[keys.EPISODE_RETURNS].tolist())
-            p["held_s"] += float(msg["held_s"])
+            p["held_s"] += float(msg[keys.HELD_S])
             if frames:  # policy lag at the actor: updates since the parameters it acted with
                 p["lag"].append((self.session.tracker.updates - version, frames))
-            eps = round(float(msg["epsilon"]), 6)
+            eps = round(float(msg[keys.EPSILON]), 6)
             self._rungs.setdefault(eps, collections.deque(maxlen=20)).extend(msg[keys.EPISODE_RETURNS].tolist())
-            self._env_errors[rank] = int(msg["env_errors"])
+            self._env_errors[rank] = int(msg[keys.ENV_ERRORS])
         return self._reply(rank, version)
 
     # ---- the loop ---------------------------------------------------------------------------------

@@ -42,9 +42,9 @@ class ImpalaActor:
         self.runner = make_env_runner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank, self.model, self._act, self.T)
 
     def _load(self, reply: TensorDict) -> None:
-        if "params" in reply.keys():
-            self.version = int(reply["version"])
-            self.runner.load_weights(self.model, reply["params"], self.version)
+        if keys.PARAMS in reply.keys():
+            self.version = int(reply[keys.PARAMS_VERSION])
+            self.runner.load_weights(self.model, reply[keys.PARAMS], self.version)
             if self.fast is not None:
                 self.fast.refresh()  # the load copies in place; refreshing costs microseconds and assumes nothing
 
@@ -60,18 +60,19 @@ class ImpalaActor:
             traj[keys.POLICY_VERSION] = torch.full((B, T), self.version, dtype=torch.int64)
         if faults.due("bad_obs", self.ctx.rank, self.runner.unrolls):
             traj[keys.OBSERVATION] = torch.zeros(B, T, traj[keys.OBSERVATION].shape[-1] + 1, dtype=torch.float64)
-        return TensorDict(
-            traj=traj, version=torch.tensor(self.version), env_errors=torch.tensor(self.runner.env_errors),
-            **{keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
-               keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
-               keys.ACTOR_RANK: torch.tensor(self.ctx.rank)},
-        )
+        return TensorDict({
+            keys.TRAJ: traj, keys.PARAMS_VERSION: torch.tensor(self.version),
+            keys.ENV_ERRORS: torch.tensor(self.runner.env_errors),
+            keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
+            keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
+            keys.ACTOR_RANK: torch.tensor(self.ctx.rank),
+        })
 
     def run(self) -> None:
         t = self.ctx.transport
         timeout = self.cfg.transport.call_timeout_s
         try:
-            self._load(t.call_sync(self.learner, "hello", TensorDict(rank=torch.tensor(self.ctx.rank)), timeout))
+            self._load(t.call_sync(self.learner, "hello", TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank)}), timeout))
             pending = None
             while True:
                 faults.maybe_signal(self.ctx.rank, self.runner.unrolls)
@@ -84,7 +85,7 @@ class ImpalaActor:
                 if pending is not None:  # at most one send in flight
                     with budget("wait"):
                         reply = pending.result()
-                    if bool(reply["stop"]):
+                    if bool(reply[keys.STOP]):
                         return
                     self._load(reply)
                 with budget("send"):

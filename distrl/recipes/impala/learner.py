@@ -28,9 +28,9 @@ def params_reply(published: tuple[int, TensorDict], stop: bool, their_version: i
     when they are newer than the actor's ``their_version`` (what ``ImpalaActor`` reads; also
     ``FleetCollector``'s reply to the same actors)."""
     version, params = published
-    reply = TensorDict(stop=torch.tensor(stop))
+    reply = TensorDict({keys.STOP: torch.tensor(stop)})
     if version > their_version:
-        reply["params"], reply["version"] = params, torch.tensor(version)
+        reply[keys.PARAMS], reply[keys.PARAMS_VERSION] = params, torch.tensor(version)
     return reply
 
 
@@ -75,14 +75,14 @@ class ImpalaLearner:
         if self.stopping.is_set() or rank in self.ctx.transport.lost_peers():
             # A rank declared lost (e.g. it was stopped and came back) is told to stop; its
             # late data is ignored rather than mixed into a run that has moved on.
-            reply = self._reply(int(msg["version"]))
-            reply["stop"] = torch.tensor(True)
+            reply = self._reply(int(msg[keys.PARAMS_VERSION]))
+            reply[keys.STOP] = torch.tensor(True)
             self.said_stop.add(rank)
             return reply
-        self._env_errors[rank] = int(msg["env_errors"])  # each actor's running count
+        self._env_errors[rank] = int(msg[keys.ENV_ERRORS])  # each actor's running count
         if any(self._env_errors.values()):
             self.session.tracker.counters["env_errors"] = sum(self._env_errors.values())
-        problem = self.session.check_trajectory(msg["traj"], self.obs_dim)
+        problem = self.session.check_trajectory(msg[keys.TRAJ], self.obs_dim)
         if problem:
             self.session.reject(rank, problem)
         else:
@@ -90,10 +90,10 @@ class ImpalaLearner:
                 self.queue.put(msg, timeout=self.algo.put_timeout_s)
             except queue.Full:
                 self.session.tracker.counters["dropped_trajectories"] += 1
-        reply = self._reply(int(msg["version"]))
-        if bool(reply["stop"]):  # the learner stopped while this message waited for queue space
+        reply = self._reply(int(msg[keys.PARAMS_VERSION]))
+        if bool(reply[keys.STOP]):  # the learner stopped while this message waited for queue space
             self.said_stop.add(rank)
-        self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), msg["traj"].numel())
+        self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), msg[keys.TRAJ].numel())
         return reply
 
     # ---- the loop --------------------------------------------------------------------------
@@ -108,8 +108,8 @@ class ImpalaLearner:
         tracker = self.session.tracker
         for m in msgs:
             tracker.add_episodes(m[keys.EPISODE_RETURNS].tolist())
-            tracker.add_frames(m["traj"].numel())
-        return torch.cat([m["traj"] for m in msgs], dim=0).to(self.device, non_blocking=True)
+            tracker.add_frames(m[keys.TRAJ].numel())
+        return torch.cat([m[keys.TRAJ] for m in msgs], dim=0).to(self.device, non_blocking=True)
 
     def _update(self, batch: TensorDict) -> None:
         tracker = self.session.tracker
@@ -119,11 +119,11 @@ class ImpalaLearner:
         out = impala_loss(self.model, batch, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef,
                           a.normalize_advantage, a.reward_scale)
         if faults.due("nan_loss", self.ctx.rank, tracker.updates):
-            out["loss"] = out["loss"] * float("nan")
-        if not self.session.loss_is_finite(out["loss"]):
+            out[keys.LOSS] = out[keys.LOSS] * float("nan")
+        if not self.session.loss_is_finite(out[keys.LOSS]):
             return
         self.optim.zero_grad(set_to_none=True)
-        out["loss"].backward()
+        out[keys.LOSS].backward()
         grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
         self.optim.step()
         tracker.updates += 1

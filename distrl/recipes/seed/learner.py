@@ -84,20 +84,20 @@ class SeedLearner:
         rows = torch.cat(self._rows, dim=0)
         batch, rest = rows[: self.algo.batch_size], rows[self.algo.batch_size:]
         self._rows = [rest] if rest.shape[0] else []
-        tracker.add_frames(batch["traj"].numel())
+        tracker.add_frames(batch[keys.TRAJ].numel())
         return batch.to(self.device, non_blocking=True)
 
     def _update(self, batch: TensorDict) -> None:
         tracker, a = self.session.tracker, self.algo
-        traj = batch["traj"]
+        traj = batch[keys.TRAJ]
         tracker.add_lag(tracker.updates - traj[keys.POLICY_VERSION])
         model = UnrolledCore(self.model, batch[CORE_STATE], traj[keys.DONE][..., 0]) if self.recurrent else self.model
         out = impala_loss(model, traj, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef,
                           a.normalize_advantage, a.reward_scale)
-        if not self.session.loss_is_finite(out["loss"]):
+        if not self.session.loss_is_finite(out[keys.LOSS]):
             return
         self.optim.zero_grad(set_to_none=True)
-        out["loss"].backward()
+        out[keys.LOSS].backward()
         grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
         with self.lock:  # the only write to the shared parameters
             self.optim.step()

@@ -109,11 +109,12 @@ class GroupTrajectories:
             keys.OBSERVATION: self.obs, keys.ACTION: self.action, keys.ACTION_LOG_PROB: self.log_prob,
             keys.POLICY_VERSION: self.version,
             keys.NEXT: TensorDict({
-                keys.OBSERVATION: self.next_obs, "reward": self.reward.unsqueeze(-1), "done": done.unsqueeze(-1),
-                "terminated": self.terminated.unsqueeze(-1), "truncated": self.truncated.unsqueeze(-1),
+                keys.OBSERVATION: self.next_obs, keys.STEP_REWARD: self.reward.unsqueeze(-1),
+                keys.STEP_DONE: done.unsqueeze(-1),
+                keys.STEP_TERMINATED: self.terminated.unsqueeze(-1), keys.STEP_TRUNCATED: self.truncated.unsqueeze(-1),
             }, batch_size=[T, B]),
         }, batch_size=[T, B]).transpose(0, 1).contiguous()  # a copy: the buffers are reused
-        chunk = TensorDict(traj=traj, batch_size=[B])
+        chunk = TensorDict({keys.TRAJ: traj}, batch_size=[B])
         if self._chunk_state is not None:
             chunk[CORE_STATE] = self._chunk_state.clone()
         returns, self.returns = self.returns, []

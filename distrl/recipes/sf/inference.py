@@ -84,7 +84,7 @@ class SFInference:
     def _pull(self, timeout_s: float) -> None:
         """Waits up to ``timeout_s`` for doorbell records and enqueues each well-formed one (the
         batcher calls it when its queue is empty); a malformed one is refused at once."""
-        slots, T = self.shared["traj"].shape[0], self.algo.unroll_length
+        slots, T = self.shared[keys.TRAJ].shape[0], self.algo.unroll_length
         for rank, group, slot, t in self.bell.requests(timeout_s):
             well_formed = (rank in self.served and 0 <= group < self.algo.groups_per_worker
                            and 0 <= slot < slots and 0 <= t < T)
@@ -128,10 +128,10 @@ class SFInference:
             self.bell.close()
 
     def _loop(self) -> None:
-        stop, traj = self.shared["control"].numpy()[STOP_FLAG:STOP_FLAG + 1], self.shared["traj"]
+        stop, traj = self.shared[keys.CONTROL].numpy()[STOP_FLAG:STOP_FLAG + 1], self.shared[keys.TRAJ]
         # numpy views, taken once: a torch indexed read or write costs 3.5 us, numpy's under 1 us
-        traj = {name: traj[key].numpy() for name, key in (("obs", keys.OBSERVATION), ("action", keys.ACTION),
-                ("log_prob", keys.ACTION_LOG_PROB), ("version", keys.POLICY_VERSION))}
+        traj = {key: traj[key].numpy()
+                for key in (keys.OBSERVATION, keys.ACTION, keys.ACTION_LOG_PROB, keys.POLICY_VERSION)}
         last_stats = time.monotonic()
         with torch.no_grad():
             while not stop[0]:
@@ -155,7 +155,7 @@ class SFInference:
     def _serve(self, batch: list[SlotRequest], traj: dict[str, np.ndarray]) -> None:
         """Gather ``[N, F]`` observations from the slots, one forward, write actions back, answer."""
         start = time.monotonic()
-        obs = torch.from_numpy(np.concatenate([traj["obs"][r.slot, :, r.t] for r in batch]))
+        obs = torch.from_numpy(np.concatenate([traj[keys.OBSERVATION][r.slot, :, r.t] for r in batch]))
         if self.fast is not None:
             action, log_prob = self.fast.act(obs)
         else:
@@ -164,8 +164,8 @@ class SFInference:
         offset = 0
         for r in batch:
             rows = slice(offset, offset + r.size)
-            traj["action"][r.slot, :, r.t], traj["log_prob"][r.slot, :, r.t] = action[rows], log_prob[rows]
-            traj["version"][r.slot, :, r.t] = self.version
+            traj[keys.ACTION][r.slot, :, r.t], traj[keys.ACTION_LOG_PROB][r.slot, :, r.t] = action[rows], log_prob[rows]
+            traj[keys.POLICY_VERSION][r.slot, :, r.t] = self.version
             offset += r.size
         self._answer(batch)
         done = time.monotonic()

@@ -67,7 +67,7 @@ class SFLearner:
         self.shared, self.shm_path = shm.create(layout, "sf")
         doorbells.make(self.shm_path, ctx.rank, ctx.ranks_of("inference"), self.workers)  # unlinked with the rest
         self.bell = doorbells.ServerBell(self.shm_path, ctx.rank, self.workers, doorbells.SLOT)
-        self.traj, self.control, self.evicted = self.shared["traj"], self.shared["control"], self.shared["evicted"]
+        self.traj, self.control, self.evicted = self.shared[keys.TRAJ], self.shared[keys.CONTROL], self.shared[keys.EVICTED]
         self._publish()
         self.handed: collections.deque[int] = collections.deque()  # slots handed in, not yet copied out
         self.owed: collections.deque[tuple[int, int]] = collections.deque()  # (rank, group) owed a spare
@@ -209,10 +209,10 @@ class SFLearner:
         tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
         faults.maybe_signal(self.ctx.rank, tracker.updates)
         out = appo_loss(self.model, batch, a)
-        if not self.session.loss_is_finite(out["loss"]):
+        if not self.session.loss_is_finite(out[keys.LOSS]):
             return
         self.optim.zero_grad(set_to_none=True)
-        out["loss"].backward()
+        out[keys.LOSS].backward()
         grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
         self.optim.step()
         tracker.updates += 1

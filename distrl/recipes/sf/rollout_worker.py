@@ -68,15 +68,16 @@ class SFRolloutWorker:
         # both channels' ends before "attached": then the files go
         self.bell = bell.WorkerBell(path, self.server, self.ctx.rank, bell.ACT)
         self.slot_bell = bell.WorkerBell(path, self.learner, self.ctx.rank, bell.SLOT)
-        self.traj, self.control, self.evicted = self.shared["traj"], self.shared["control"], self.shared["evicted"]
+        self.traj, self.control, self.evicted = self.shared[keys.TRAJ], self.shared[keys.CONTROL], self.shared[keys.EVICTED]
         # numpy views of the shared tensors, taken once: a nested TensorDict lookup costs about
         # 5 us and a torch indexed write 3.5 us against numpy's 0.4-0.9 us, and a group step makes
         # eight of each (about 5% of a 128-env CartPole step in torch)
         nxt = self.traj[keys.NEXT]
-        self.buf = {"obs": self.traj[keys.OBSERVATION].numpy(), "action": self.traj[keys.ACTION].numpy(),
-                    "next_obs": nxt[keys.OBSERVATION].numpy(),
+        self.buf = {keys.OBSERVATION: self.traj[keys.OBSERVATION].numpy(), keys.ACTION: self.traj[keys.ACTION].numpy(),
+                    keys.NEXT_OBSERVATION: nxt[keys.OBSERVATION].numpy(),
                     **{k: nxt[k].numpy()[..., 0]
-                       for k in ("reward", "terminated", "truncated", "done", keys.EPISODE_RETURN)}}
+                       for k in (keys.STEP_REWARD, keys.STEP_TERMINATED, keys.STEP_TRUNCATED, keys.STEP_DONE,
+                                 keys.EPISODE_RETURN)}}
         self.stop_flag, self.evicted_flag = self.control.numpy()[STOP_FLAG:STOP_FLAG + 1], self.evicted.numpy()
         slots = t.call_sync(self.learner, "attached", self.me, timeout)[keys.SLOT]  # [G, 2]: slot, spare
         B, seed = self.algo.envs_per_group, self.cfg.run.seed + 1000 * self.ctx.rank
@@ -91,19 +92,19 @@ class SFRolloutWorker:
     def _request(self, g: int) -> None:
         """Write group ``g``'s observations at its slot's step ``t`` and ask for actions."""
         grp = self.groups[g]
-        self.buf["obs"][grp.slot, :, grp.t] = grp.obs
+        self.buf[keys.OBSERVATION][grp.slot, :, grp.t] = grp.obs
         self.bell.ask(g, grp.slot, grp.t)
 
     def _step(self, g: int) -> None:
         """Step group ``g`` with the actions inference wrote; write the outcome; hand in a full slot."""
         grp, buf = self.groups[g], self.buf
         s, t = grp.slot, grp.t
-        action = buf["action"][s, :, t]
+        action = buf[keys.ACTION][s, :, t]
         obs, reward, term, trunc, info = grp.env.step(action)
         done = term | trunc
-        buf["next_obs"][s, :, t] = final_observations(obs, info, done)
-        buf["reward"][s, :, t], buf["terminated"][s, :, t] = reward, term
-        buf["truncated"][s, :, t], buf["done"][s, :, t] = trunc, done
+        buf[keys.NEXT_OBSERVATION][s, :, t] = final_observations(obs, info, done)
+        buf[keys.STEP_REWARD][s, :, t], buf[keys.STEP_TERMINATED][s, :, t] = reward, term
+        buf[keys.STEP_TRUNCATED][s, :, t], buf[keys.STEP_DONE][s, :, t] = trunc, done
         grp.ep_return += reward
         buf[keys.EPISODE_RETURN][s, :, t] = grp.ep_return  # read where done: one write, no branch
         if done.any():

@@ -41,20 +41,21 @@ def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_d
         keys.OBSERVATION: z(F), keys.ACTION: z(dtype=torch.int64), keys.ACTION_LOG_PROB: z(),
         keys.POLICY_VERSION: z(dtype=torch.int64),
         keys.NEXT: TensorDict({
-            keys.OBSERVATION: z(F), "reward": z(1), "done": z(1, dtype=torch.bool),
-            "terminated": z(1, dtype=torch.bool), "truncated": z(1, dtype=torch.bool),
+            keys.OBSERVATION: z(F), keys.STEP_REWARD: z(1), keys.STEP_DONE: z(1, dtype=torch.bool),
+            keys.STEP_TERMINATED: z(1, dtype=torch.bool), keys.STEP_TRUNCATED: z(1, dtype=torch.bool),
             keys.EPISODE_RETURN: z(1),
         }, batch_size=[S, B, T]),
     }, batch_size=[S, B, T])
-    return TensorDict(traj=traj, params=torch.zeros(num_params), control=torch.zeros(3, dtype=torch.int64),
-                      evicted=torch.zeros(world_size, dtype=torch.int64))
+    return TensorDict({keys.TRAJ: traj, keys.PARAMS: torch.zeros(num_params),
+                       keys.CONTROL: torch.zeros(3, dtype=torch.int64),
+                       keys.EVICTED: torch.zeros(world_size, dtype=torch.int64)})
 
 
 def publish_params(shared: TensorDict, flat: torch.Tensor, version: int) -> None:
     """Learner side: write ``flat [P]`` and its version under the seqlock."""
-    control = shared["control"]
+    control = shared[keys.CONTROL]
     control[PARAM_SEQ] += 1  # odd: a write is in progress
-    shared["params"].copy_(flat)
+    shared[keys.PARAMS].copy_(flat)
     control[PARAM_VERSION] = version
     control[PARAM_SEQ] += 1
 
@@ -64,11 +65,11 @@ def read_params(shared: TensorDict, last_seq: int, out: torch.Tensor) -> Optiona
 
     Returns ``(seq, version)`` of the copy, or ``None`` when nothing newer is there (or a write
     is in progress: the next batch tries again; a torn copy is never returned)."""
-    control = shared["control"]
+    control = shared[keys.CONTROL]
     seq = int(control[PARAM_SEQ])
     if seq == last_seq or seq % 2:
         return None
-    out.copy_(shared["params"])
+    out.copy_(shared[keys.PARAMS])
     version = int(control[PARAM_VERSION])
     return (seq, version) if int(control[PARAM_SEQ]) == seq else None
 

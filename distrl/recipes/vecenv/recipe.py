@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distrl.config import Config, NetConfig, RunConfig, check, override
+from distrl.data import keys
 from distrl.recipes.base import Recipe, role
 
 
@@ -38,7 +39,7 @@ class VecEnvConfig:
     init_log_std: float = 0.0  #: initial log standard deviation of the Gaussian policy (continuous actions)
     normalize_obs: bool = False  #: normalise observations by running mean and std over every rank's rollouts
     env_factory: str = ""  #: "module:function" building a batched TorchRL env; empty: the torch-native suite
-    obs_key: str = "observation"  #: observation key of a factory-built TorchRL env
+    obs_key: str = keys.OBSERVATION  #: observation key of a factory-built TorchRL env
     compile: bool = False  #: torch.compile the policy's sampling and the torch-native env's dynamics
 
     def __post_init__(self):
