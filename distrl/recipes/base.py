@@ -96,3 +96,13 @@ class Recipe:
         if unknown:
             raise ValueError(f"recipe {self.name!r} names roles it cannot build: {unknown}")
         return dict(enumerate(roles))
+
+
+def require_discrete_actions(cfg: Config) -> None:
+    """``ValueError`` naming the recipe when ``cfg.run.env`` has continuous actions (the recipes whose
+    networks end in a categorical head or Q-values call it from their config check)."""
+    from distrl.envs.gym import env_info
+
+    if env_info(cfg.run.env).num_actions is None:
+        raise ValueError(f"{cfg.recipe} supports discrete action spaces; {cfg.run.env} is continuous "
+                         "(try the vecenv recipe)")

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.envs.gym import env_info
-from distrl.recipes.base import Recipe, role
+from distrl.recipes.base import Recipe, role, require_discrete_actions
 
 OPTIMIZERS = ("rmsprop", "adam")
 
@@ -84,8 +83,7 @@ def debug_a2c() -> Config:
 
 
 def _check_config(cfg: Config) -> None:
-    if env_info(cfg.run.env).num_actions is None:
-        raise ValueError(f"a3c supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
+    require_discrete_actions(cfg)
 
 
 RECIPE = Recipe(

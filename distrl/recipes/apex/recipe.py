@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distrl.config import Config, NetConfig, RunConfig, check, override
-from distrl.envs.gym import env_info
-from distrl.recipes.base import Recipe, role
+from distrl.recipes.base import Recipe, role, require_discrete_actions
 from distrl.replay.config import ReplayConfig
 
 
@@ -108,8 +107,7 @@ def debug() -> Config:
 
 
 def _check_config(cfg: Config) -> None:
-    if env_info(cfg.run.env).num_actions is None:
-        raise ValueError(f"apex supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
+    require_discrete_actions(cfg)
 
 
 def _roles(world_size: int, cfg: Config) -> list[str]:

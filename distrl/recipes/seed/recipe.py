@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
 from distrl.envs import partial  # noqa: F401  (registers distrl/CartPoleNoVel-v1)
-from distrl.envs.gym import env_info
-from distrl.recipes.base import Recipe, role
+from distrl.recipes.base import Recipe, role, require_discrete_actions
 
 CORES = ("mlp", "lstm")
 
@@ -120,8 +119,7 @@ def lstm_cartpole() -> Config:
 
 
 def _check_config(cfg: Config) -> None:
-    if env_info(cfg.run.env).num_actions is None:
-        raise ValueError(f"seed supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
+    require_discrete_actions(cfg)
     if cfg.algo.request_timeout_s >= cfg.transport.call_timeout_s:
         raise ValueError(f"algo.request_timeout_s ({cfg.algo.request_timeout_s}) must be below "
                          f"transport.call_timeout_s ({cfg.transport.call_timeout_s}) so the server answers first")

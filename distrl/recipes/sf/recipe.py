@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.envs.gym import env_info
-from distrl.recipes.base import Recipe, role
+from distrl.recipes.base import Recipe, role, require_discrete_actions
 
 
 @dataclass(frozen=True)
@@ -99,8 +98,7 @@ def _check_config(cfg: Config) -> None:
     if a.batch_size > spare_rows:
         raise ValueError(f"algo.batch_size ({a.batch_size}) must be at most groups_per_worker x (slots_per_group - 1)"
                          f" x envs_per_group ({spare_rows}): the rows one worker hands in while filling its next slots")
-    if env_info(cfg.run.env).num_actions is None:
-        raise ValueError(f"sf supports discrete action spaces; {cfg.run.env} is continuous (try the vecenv recipe)")
+    require_discrete_actions(cfg)
     if max(cfg.algo.request_timeout_s, cfg.algo.slot_timeout_s) >= cfg.transport.call_timeout_s:
         raise ValueError(f"algo.request_timeout_s and algo.slot_timeout_s must be below transport.call_timeout_s "
                          f"({cfg.transport.call_timeout_s})")
