@@ -9,10 +9,12 @@ best in a greedy evaluation; ``--resume`` always continues from the newest, neve
 from __future__ import annotations
 
 import os
+import random
 import re
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 _NAME = re.compile(r"^ckpt_(\d{10})\.pt$")
@@ -68,3 +70,15 @@ def load_latest_checkpoint(run_dir: str | Path) -> Optional[dict[str, Any]]:
         except Exception:  # a damaged file: fall back to the previous one
             continue
     return None
+
+
+def rng_state() -> dict[str, Any]:
+    """The state of every random generator a run draws from (torch, numpy, python), for a checkpoint."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Put back what :func:`rng_state` saved: a resumed run draws what the uninterrupted one would."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])

@@ -100,3 +100,11 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, x: str = "frames"
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return out
+
+
+def plot_run_curves(run_dir: str | Path, recipe: str) -> None:
+    """``curves.png`` beside a run's metrics; a plot that fails costs a warning line, never the run."""
+    try:
+        plot_runs([run_dir], Path(run_dir) / "curves.png")
+    except Exception as e:  # noqa: BLE001  (matplotlib missing, no rows yet, a full disk...)
+        print(f"[{recipe}] warning: curves.png not written: {e}", flush=True)

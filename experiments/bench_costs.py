@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +70,7 @@ def stage_costs(B: int, T: int, seconds: float) -> dict[str, Rate]:
     optim = torch.optim.Adam(model.parameters(), lr=5e-4, eps=1e-5)
 
     def learn() -> int:
-        out = impala_loss(model, traj, 0.99, 1.0, 1.0, 0.5, 0.01, False, 0.1)
+        out = impala_loss(model, traj, SimpleNamespace(gamma=0.99, rho_bar=1.0, c_bar=1.0, value_coef=0.5, entropy_coef=0.01, normalize_advantage=False, reward_scale=0.1))
         optim.zero_grad(set_to_none=True)
         out["loss"].backward()
         clip_towers(model.tower_parameters(), 1.0)

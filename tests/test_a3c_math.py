@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -101,7 +102,7 @@ def test_loss_gradient_is_algorithm_s3(reward_scale):
     model = sharpened_model(4, 3, seed=0)
     batch = random_batch()
     gamma, vc, beta = 0.95, 0.5, 0.01
-    out = a3c_loss(model, batch, gamma, vc, beta, reward_scale=reward_scale)
+    out = a3c_loss(model, batch, SimpleNamespace(gamma=gamma, value_coef=vc, entropy_coef=beta, normalize_advantage=False, reward_scale=reward_scale))
     grads = torch.autograd.grad(out["loss"], list(model.parameters()))
 
     B, T = batch.batch_size
@@ -175,7 +176,7 @@ def test_loss_and_its_reported_terms_match_algorithm_s3(normalize):
     done, term = batch[keys.DONE], batch[keys.TERMINATED]
     assert term.any() and (done & ~term).any()  # both kinds of episode end restart a return
     gamma, vc, beta, scale = 0.95, 0.5, 0.1, 0.5
-    out = a3c_loss(model, batch, gamma, vc, beta, normalize_advantage=normalize, reward_scale=scale)
+    out = a3c_loss(model, batch, SimpleNamespace(gamma=gamma, value_coef=vc, entropy_coef=beta, normalize_advantage=normalize, reward_scale=scale))
     grads = torch.autograd.grad(out["loss"], list(model.parameters()))
 
     model64 = copy.deepcopy(model).double()

@@ -87,12 +87,12 @@ def test_replies_carry_parameters_only_when_newer(make_server):
     server = make_server()
     pull = lambda v: server._pull(TensorDict({keys.WORKER_RANK: torch.tensor(1), keys.POLICY_VERSION: torch.tensor(v)}))  # noqa: E731
     first = pull(-1)
-    assert int(first[keys.POLICY_VERSION]) == 0 and not bool(first[keys.STOP])
+    assert int(first[keys.PARAMS_VERSION]) == 0 and not bool(first[keys.STOP])
     torch.testing.assert_close(first[keys.PARAMS], parameters_to_vector(server.params).detach())
     assert keys.PARAMS not in pull(0).keys()
     server._push(gradient_msg(server, 1, 0))
     step(server)
-    assert int(pull(0)[keys.POLICY_VERSION]) == 1 and keys.PARAMS in pull(0).keys()
+    assert int(pull(0)[keys.PARAMS_VERSION]) == 1 and keys.PARAMS in pull(0).keys()
 
 
 def clipped_by_tower(grad: torch.Tensor, tower: torch.Tensor, max_norm: float) -> torch.Tensor:
@@ -232,7 +232,7 @@ def test_worker_gradient_is_the_loss_gradient_at_the_pulled_version(make_server,
     with torch.no_grad():
         server.model.policy[-1].weight.mul_(100.0)
         server.model.policy[-1].bias.normal_()
-    server._publish()
+    server.board.publish(server.version)
     worker = A3CWorker(RoleContext(server.cfg, server.ctx.transport.hub.endpoint(1), 1, ROLES, tmp_path))
     assert not worker._pull() and worker.version == 0
     torch.testing.assert_close(parameters_to_vector(worker.params), parameters_to_vector(server.params))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -96,7 +97,7 @@ def test_loss_gradient_is_the_actor_critic_gradient():
     model = ActorCritic(4, 2)
     batch = random_batch()
     gamma, rho_bar, c_bar, vc, ec = 0.99, 1.0, 1.0, 0.5, 0.01
-    out = impala_loss(model, batch, gamma, rho_bar, c_bar, vc, ec)
+    out = impala_loss(model, batch, SimpleNamespace(gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, value_coef=vc, entropy_coef=ec, normalize_advantage=False, reward_scale=1.0))
     grads = torch.autograd.grad(out["loss"], list(model.parameters()))
 
     logits, value = model(batch[keys.OBSERVATION])
@@ -125,7 +126,7 @@ def test_on_policy_ratio_is_one():
     with torch.no_grad():
         logits, _ = model(batch[keys.OBSERVATION])
         batch[keys.ACTION_LOG_PROB] = torch.log_softmax(logits, -1).gather(-1, batch[keys.ACTION].unsqueeze(-1))[..., 0]
-    out = impala_loss(model, batch, 0.99, 1.0, 1.0, 0.5, 0.01)
+    out = impala_loss(model, batch, SimpleNamespace(gamma=0.99, rho_bar=1.0, c_bar=1.0, value_coef=0.5, entropy_coef=0.01, normalize_advantage=False, reward_scale=1.0))
     assert out["rho_mean"].item() == pytest.approx(1.0, abs=1e-5)
     assert set(out.keys()) == {"loss", "loss_policy", "loss_value", "entropy", "rho_mean", "advantage_std",
                                "value_mean", "logit_range"}
@@ -208,7 +209,7 @@ def test_loss_and_its_reported_terms_match_the_slow_loop(rho_bar, c_bar, normali
         g = torch.Generator().manual_seed(4)
         batch[keys.ACTION_LOG_PROB] = log_pi + (torch.rand(log_pi.shape, generator=g) * 3.2 - 1.6)
     gamma, vc, ec, scale = 0.97, 0.5, 0.1, 0.5
-    out = impala_loss(model, batch, gamma, rho_bar, c_bar, vc, ec, normalize_advantage=normalize, reward_scale=scale)
+    out = impala_loss(model, batch, SimpleNamespace(gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, value_coef=vc, entropy_coef=ec, normalize_advantage=normalize, reward_scale=scale))
     grads = torch.autograd.grad(out["loss"], list(model.parameters()))
 
     model64 = copy.deepcopy(model).double()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from types import SimpleNamespace
 from dataclasses import dataclass, field
 
 import pytest
@@ -17,7 +18,8 @@ from distrl.config import NetConfig, override
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes
 from distrl.models import ActorCritic
-from distrl.models_recurrent import CORE_STATE, RecurrentActorCritic, UnrolledCore
+from distrl.data.keys import CORE_STATE
+from distrl.models_recurrent import RecurrentActorCritic, UnrolledCore
 from distrl.roles.batcher import (
     ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED, DynamicBatcher, Request,
 )
@@ -261,7 +263,7 @@ def test_recurrent_replay_matches_stepping_and_trains_with_the_impala_loss():
         keys.ACTION_LOG_PROB: torch.full((B, T), -0.7),
         keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, "reward": torch.ones(B, T, 1), "done": done[..., None],
                                "terminated": done[..., None]}, [B, T])}, [B, T])
-    out = impala_loss(UnrolledCore(model, state0, done), batch, 0.99, 1.0, 1.0, 0.5, 0.01)
+    out = impala_loss(UnrolledCore(model, state0, done), batch, SimpleNamespace(gamma=0.99, rho_bar=1.0, c_bar=1.0, value_coef=0.5, entropy_coef=0.01, normalize_advantage=False, reward_scale=1.0))
     out["loss"].backward()
     assert all(p.grad is not None for p in model.parameters())
 

@@ -538,7 +538,8 @@ def test_hand_ins_come_through_the_doorbell_and_spares_go_back_as_slots_come_fre
             worker.wait(1, 0.3, never)
         assert learner._take_slot()
         assert worker.wait(1, 1.0, never) == slots[1]
-        taken = [r[keys.OBSERVATION].unique().tolist() for r in learner._rows]
+        obs = learner.rows.take(len(learner.rows))[keys.OBSERVATION]  # two slots' rows, oldest first
+        taken = [half.unique().tolist() for half in obs.chunk(2)]
         assert taken == [[float(s + 1)] for s in slots[:2]]  # as handed in, in order
         assert learner.session.tracker.episodes == 2
         assert sorted(learner.session.tracker.returns) == [40.0 + s for s in sorted(slots[:2])]

@@ -86,7 +86,7 @@ def test_sf_rows_that_age_past_the_cap_before_the_batch_is_cut_are_not_counted(t
         B, T = cfg.algo.batch_size, cfg.algo.unroll_length
         rows = learner.traj[0][:1].expand(B, T).clone()
         rows[keys.POLICY_VERSION] = torch.tensor([0] * (B // 2) + [25] * (B // 2)).unsqueeze(1).expand(B, T)
-        learner._rows = [rows]  # within the cap when they arrived (updates 0); then 30 updates went by
+        learner.rows.add(rows)  # within the cap when they arrived (updates 0); then 30 updates went by
         tracker.updates = 30
         batch = learner._next_batch()
         assert batch.shape == (B // 2, T)

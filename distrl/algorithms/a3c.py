@@ -56,16 +56,11 @@ def n_step_advantage(
     return returns - value, returns
 
 
-def a3c_loss(
-    model: torch.nn.Module,
-    batch: TensorDict,
-    gamma: float,
-    value_coef: float,
-    entropy_coef: float,
-    normalize_advantage: bool = False,
-    reward_scale: float = 1.0,
-) -> TensorDict:
+def a3c_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     """The n-step advantage actor-critic loss of a ``[B, T]`` segment batch under ``model``.
+
+    ``hp`` provides ``gamma, value_coef, entropy_coef, normalize_advantage, reward_scale``
+    (:class:`distrl.recipes.a3c.recipe.A3CConfig`).
 
     ``batch`` holds :data:`distrl.data.keys.A3C_IN_KEYS`: ``observation [B, T, F]``,
     ``action [B, T]``, and the ``("next", ...)`` entries ``observation [B, T, F]``,
@@ -83,16 +78,16 @@ def a3c_loss(
     logits, value = model(batch[keys.OBSERVATION])  # [B, T, A], [B, T, 1]
     with torch.no_grad():
         next_value = model.value(batch[keys.NEXT_OBSERVATION])
-        advantage, returns = n_step_advantage(gamma, value.detach(), next_value, batch[keys.REWARD] * reward_scale,
+        advantage, returns = n_step_advantage(hp.gamma, value.detach(), next_value, batch[keys.REWARD] * hp.reward_scale,
                                               batch[keys.DONE], batch[keys.TERMINATED])
         raw_mean = advantage.mean()
-        if normalize_advantage:
+        if hp.normalize_advantage:
             advantage = (advantage - raw_mean) / (advantage.std() + 1e-8)
     log_probs = F.log_softmax(logits, dim=-1)
     log_pi = log_probs.gather(-1, batch[keys.ACTION].unsqueeze(-1))  # [B, T, 1]
     loss_policy = -(advantage * log_pi).mean()
     loss_value = 0.5 * (returns - value).pow(2).mean()
     entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
-    loss = loss_policy + value_coef * loss_value - entropy_coef * entropy
+    loss = loss_policy + hp.value_coef * loss_value - hp.entropy_coef * entropy
     return TensorDict(loss=loss, loss_policy=loss_policy.detach(), loss_value=loss_value.detach(),
                       entropy=entropy.detach(), advantage_mean=raw_mean)

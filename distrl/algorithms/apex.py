@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from tensordict import TensorDict
+
+from distrl.data import keys
 
 
 # ---- prioritized replay ------------------------------------------------------------------------
@@ -111,3 +114,21 @@ def weighted_huber_loss(q_taken: torch.Tensor, target: torch.Tensor, weight: tor
     td = target.detach() - q_taken
     per_item = F.huber_loss(q_taken, target.detach(), reduction="none", delta=delta)
     return (weight * per_item).mean(), td.detach()
+
+
+def double_dqn_loss(model: torch.nn.Module, target: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
+    """The learner's loss on a sampled ``[B]`` batch: double-DQN n-step targets, Huber, weighted.
+
+    ``batch`` holds ``observation [B, *F]``, ``action [B]``, ``nstep_return [B]``,
+    ``bootstrap_discount [B]`` (``gamma^m``, 0 after a termination), ``next_observation [B, *F]``
+    and ``priority_weight [B]``; ``hp`` provides ``huber_delta``
+    (:class:`distrl.recipes.apex.recipe.ApexConfig`). ``model`` and ``target`` map ``obs -> Q [B, A]``.
+
+    Returns ``loss`` (with its graph), ``td_error [B]`` (detached: the new priorities) and ``q_mean``.
+    """
+    q_taken = model(batch[keys.OBSERVATION]).gather(-1, batch[keys.ACTION][:, None]).squeeze(-1)
+    with torch.no_grad():
+        next_obs = batch[keys.NEXT_OBSERVATION]
+        y = double_q_targets(batch[keys.NSTEP_RETURN], batch[keys.BOOTSTRAP_DISCOUNT], model(next_obs), target(next_obs))
+    loss, td = weighted_huber_loss(q_taken, y, batch[keys.PRIORITY_WEIGHT], hp.huber_delta)
+    return TensorDict({keys.LOSS: loss, keys.TD_ERROR: td, keys.Q_MEAN: q_taken.detach().mean()}, batch_size=[])

@@ -58,18 +58,12 @@ def vtrace_targets(
     return advantage, vs
 
 
-def impala_loss(
-    model: torch.nn.Module,
-    batch: TensorDict,
-    gamma: float,
-    rho_bar: float,
-    c_bar: float,
-    value_coef: float,
-    entropy_coef: float,
-    normalize_advantage: bool = False,
-    reward_scale: float = 1.0,
-) -> TensorDict:
+def impala_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     """Actor-critic loss of a ``[B, T]`` trajectory batch under the current ``model``.
+
+    ``hp`` provides ``gamma, rho_bar, c_bar, value_coef, entropy_coef, normalize_advantage,
+    reward_scale`` (:class:`distrl.recipes.impala.recipe.ImpalaConfig`, or SEED's config): every
+    loss of a model takes ``(model, batch, hp)``.
 
     ``batch`` holds :data:`distrl.data.keys.IMPALA_IN_KEYS`: ``observation [B, T, F]``,
     ``action [B, T]``, ``action_log_prob [B, T]`` (behaviour policy), ``("next", ...)`` entries
@@ -96,16 +90,16 @@ def impala_loss(
     log_mu = batch[keys.ACTION_LOG_PROB].unsqueeze(-1)
     with torch.no_grad():
         advantage, vs = vtrace_targets(
-            gamma, log_pi.detach(), log_mu, value.detach(), next_value,
-            batch[keys.REWARD] * reward_scale, batch[keys.DONE], batch[keys.TERMINATED], rho_bar, c_bar,
+            hp.gamma, log_pi.detach(), log_mu, value.detach(), next_value,
+            batch[keys.REWARD] * hp.reward_scale, batch[keys.DONE], batch[keys.TERMINATED], hp.rho_bar, hp.c_bar,
         )
     advantage_std = advantage.std()
-    if normalize_advantage:
+    if hp.normalize_advantage:
         advantage = (advantage - advantage.mean()) / (advantage_std + 1e-8)
     loss_policy = -(advantage * log_pi).mean()
     loss_value = 0.5 * (vs - value).pow(2).mean()
     entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
-    loss = loss_policy + value_coef * loss_value - entropy_coef * entropy
+    loss = loss_policy + hp.value_coef * loss_value - hp.entropy_coef * entropy
     return TensorDict(
         loss=loss, loss_policy=loss_policy.detach(), loss_value=loss_value.detach(),
         entropy=entropy.detach(), rho_mean=(log_pi.detach() - log_mu).exp().mean(),

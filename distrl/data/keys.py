@@ -166,3 +166,7 @@ PRIORITIES_APPLIED = "applied"
 
 #: the scalar ``[]`` a learner backpropagates, in a loss's output (its other entries are statistics)
 LOSS = "loss"
+#: the TD errors ``[B]`` of a replayed batch, from Ape-X's loss (the new priorities)
+TD_ERROR = "td_error"
+#: the mean ``Q(s, a)`` ``[]`` of a replayed batch's actions, from Ape-X's loss
+Q_MEAN = "q_mean"

@@ -37,8 +37,8 @@ from distrl.data import keys
 from distrl.fleet.backends import LocalFleet, RpcFleet
 from distrl.fleet.config import FleetConfig, fleet_policy, linear_layers
 from distrl.models import ActorCritic
-from distrl.recipes.impala.learner import params_reply
-from distrl.roles.session import LearnerSession
+from distrl.recipes.impala.trajectory import check_trajectory
+from distrl.roles.board import ParameterBoard
 
 
 _LIVE: "weakref.WeakSet[FleetCollector]" = weakref.WeakSet()
@@ -76,6 +76,7 @@ class FleetCollector:
         with torch.random.fork_rng():  # the actors' network, seeded without touching the user's RNG
             torch.manual_seed(cfg.seed)
             self._model = ActorCritic(cfg.obs_dim, cfg.num_actions, self.run_cfg.net)
+        self._board = ParameterBoard(self._model)  # what the actors' next replies carry
         self.policy = policy if policy is not None else fleet_policy(self._model.policy, cfg.num_actions)
         self.policy_version = -1  #: updates pushed so far; batches carry the version that acted
         self.frames = 0  #: frames yielded so far
@@ -89,7 +90,7 @@ class FleetCollector:
         fleet = LocalFleet if cfg.world_size == 1 else RpcFleet
         self._fleet = fleet(self.run_cfg, roles, cfg)
         t = self._fleet.transport
-        t.serve("hello", lambda td: params_reply(self._published, self._stopping.is_set(), -1))
+        t.serve("hello", lambda td: self._board.reply(-1, self._stopping.is_set()))
         t.serve("put_trajectory", self._put_trajectory)
         t.serve("time_budget", lambda td: None)  # the actors report their time; nothing here logs it
         t.serve("ping", lambda td: None)
@@ -103,7 +104,7 @@ class FleetCollector:
     # ---- the actors' side (transport threads: bounded waits only, never a call out) ------------
     def _put_trajectory(self, msg: TensorDict) -> TensorDict:
         if not self._stopping.is_set():
-            problem = LearnerSession.check_trajectory(msg[keys.TRAJ], self.cfg.obs_dim)
+            problem = check_trajectory(msg[keys.TRAJ], self.cfg.obs_dim)
             if problem:
                 self.counters["rejected_trajectories"] += 1
                 print(f"[fleet] rejected a trajectory from rank {int(msg[keys.ACTOR_RANK])}: {problem}", flush=True)
@@ -112,7 +113,7 @@ class FleetCollector:
                     self._queue.put(msg, timeout=self.cfg.put_timeout_s)
                 except queue.Full:
                     self.counters["dropped_trajectories"] += 1
-        return params_reply(self._published, self._stopping.is_set(), int(msg[keys.PARAMS_VERSION]))
+        return self._board.reply(int(msg[keys.PARAMS_VERSION]), self._stopping.is_set())
 
     # ---- the TorchRL collector surface -----------------------------------------------------------
     def update_policy_weights_(self, policy_or_weights: Optional[nn.Module | Mapping | TensorDictBase] = None) -> None:
@@ -135,8 +136,7 @@ class FleetCollector:
             for mine, new in zip(own, weights):
                 mine.copy_(new.detach())
         self.policy_version += 1
-        params = TensorDict({k: v.detach().to("cpu", copy=True) for k, v in self._model.state_dict().items()})
-        self._published = (self.policy_version, params)  # one attribute write: handlers see old or new
+        self._board.publish(self.policy_version)
 
     def __iter__(self):
         if self._closed:

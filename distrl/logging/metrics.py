@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -57,3 +58,11 @@ class MetricsWriter:
             import wandb
 
             wandb.finish()
+
+
+def wandb_run_id(run_dir: Path) -> str:
+    """The W&B run id of this run directory, made once and kept so a resumed run continues it."""
+    path = run_dir / "wandb_id"
+    if not path.exists():
+        path.write_text(uuid.uuid4().hex[:12])
+    return path.read_text().strip()

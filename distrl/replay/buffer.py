@@ -31,8 +31,8 @@ from tensordict import TensorDict, TensorDictBase
 
 from distrl.data import keys
 from distrl.replay.store import Layout, layout_of
-from distrl.replay.client import ShardedReplayClient
-from distrl.transport.base import RemoteError, Transport, TransportError
+from distrl.replay.client import Inserter, ShardedReplayClient
+from distrl.transport.base import Transport
 
 
 class ReplayServiceBuffer:
@@ -54,8 +54,8 @@ class ReplayServiceBuffer:
         self.t, self.batch_size, self.beta, self.priority_key = transport, batch_size, beta, priority_key
         self.timeout, self.hold_sleep_s = timeout, hold_sleep_s
         self.client = ShardedReplayClient(transport, shards, timeout, seed, on_lost=self._lost)
+        self.inserter = Inserter(transport, shards, timeout, hold_sleep_s, on_lost=self._lost)
         self.layout: Layout | None = None  # of the first batch: every shard refuses any other
-        self._next_shard = 0
         self._close: list = []  # what :meth:`close` ends besides the shards (local threads, hub)
 
     @classmethod
@@ -112,28 +112,18 @@ class ReplayServiceBuffer:
         msg = TensorDict({keys.TRANSITIONS: data})
         if priority is not None:
             msg[keys.PRIORITY] = torch.as_tensor(priority, dtype=torch.float32).reshape(-1).cpu()
-        deadline = time.monotonic() + self.timeout
-        while True:
-            live = self.client.live
-            if not live:
-                raise RuntimeError("extend: every replay shard is gone")
-            rank = live[self._next_shard % len(live)]
-            try:
-                reply = self.t.call_sync(rank, "insert", msg, self.timeout)
-            except RemoteError:
-                raise
-            except TransportError as e:  # the shard died: the next one takes the batch
-                self._lost(rank, str(e))
-                continue
-            if bool(reply[keys.STOP]):
-                raise RuntimeError("extend: the replay service has stopped")
-            if not bool(reply[keys.HELD]):
-                self._next_shard += 1
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"extend: shard {rank} held the insert for {self.timeout:g}s (its queue is full "
-                                   "or its rate limiter waits for samples)")
-            time.sleep(self.hold_sleep_s)
+        if not self.client.live:
+            raise RuntimeError("extend: every replay shard is gone")
+        self.inserter.send(msg)
+        settled = self.inserter.settle(deadline=time.monotonic() + self.timeout)
+        if settled == Inserter.NO_SHARD:
+            raise RuntimeError("extend: every replay shard is gone")
+        if settled == Inserter.STOPPED:
+            raise RuntimeError("extend: the replay service has stopped")
+        if settled == Inserter.HELD:
+            raise RuntimeError(f"extend: shard {self.inserter.shard} held the insert for {self.timeout:g}s (its queue "
+                               "is full or its rate limiter waits for samples)")
+        self.inserter.next_shard()  # batches go round robin over the shards
 
     def sample(self, batch_size: Optional[int] = None) -> TensorDictBase:
         """``[batch_size]`` items drawn by priority over every shard, with ``index``,

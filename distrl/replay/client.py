@@ -1,6 +1,7 @@
 """How a learner uses R replay shards as one prioritized buffer: sampling in proportion to each
 shard's total priority, importance weights over all of them, priority updates routed back to the
-shard each item came from, statistics, checkpoints of every shard's contents, shutdown.
+shard each item came from, statistics, checkpoints of every shard's contents, shutdown; and
+:class:`Inserter`, the one way transitions go in (Ape-X's actors, :class:`ReplayServiceBuffer`).
 
 Every call is asynchronous and bounded by the transport's timeout. The learner's loop is the only
 caller, so nothing here runs on a transport thread.
@@ -188,3 +189,73 @@ class ShardedReplayClient:
                 f.result()
             except TransportError:
                 pass
+
+
+class Inserter:
+    """The one insert protocol, for Ape-X's actors and :class:`ReplayServiceBuffer`.
+
+    :meth:`send` puts one batch of transitions in flight to the current shard; :meth:`settle` waits
+    until a shard has taken it. While the shard's rate limiter holds it back (``held``), it sleeps
+    ``hold_sleep_s`` and sends it again (the sleep is added to ``held_s``); when the shard is lost, the
+    next live shard gets it; a ``stop`` reply ends it. One batch is in flight at a time.
+
+    Args:
+        shards: the replay ranks; ``first``: the index of the shard to start with.
+        on_lost: told ``(rank, reason)`` when a shard fails a call (the buffer marks it lost).
+    """
+
+    TAKEN, STOPPED, NO_SHARD, HELD = "taken", "stopped", "no_shard", "held"
+
+    def __init__(self, transport: Transport, shards: list[int], timeout: float, hold_sleep_s: float, first: int = 0,
+                 on_lost: Optional[Callable[[int, str], None]] = None):
+        self.t, self.shards, self.timeout, self.hold_sleep_s = transport, shards, timeout, hold_sleep_s
+        self.index = first
+        self.shard = shards[first % len(shards)]
+        self.on_lost = on_lost
+        self.held_s = 0.0
+        self._in_flight: Optional[tuple[Future, TensorDict]] = None
+
+    def send(self, msg: TensorDict) -> None:
+        """Put ``msg`` (``transitions [N]``, ``priority [N]``) in flight to the current shard."""
+        self._in_flight = (self.t.call(self.shard, "insert", msg, self.timeout), msg)
+
+    def next_shard(self) -> None:
+        """Insert into the next live shard from now on (the buffer spreads batches round robin)."""
+        self.index += 1
+        live = [r for r in self.shards if r not in self.t.lost_peers()]
+        if live:
+            self.shard = live[self.index % len(live)]
+
+    def settle(self, deadline: Optional[float] = None) -> str:
+        """Wait for the batch in flight: :attr:`TAKEN` (also when none is), :attr:`STOPPED` (the
+        replay service has stopped), :attr:`NO_SHARD` (every shard is lost) or :attr:`HELD` (still
+        held back at ``deadline``, a ``time.monotonic()`` value; the batch stays in flight)."""
+        if self._in_flight is None:
+            return self.TAKEN
+        fut, msg = self._in_flight
+        while True:
+            try:
+                reply = fut.result()
+            except RemoteError:
+                raise
+            except TransportError as e:  # the shard died: go on with another one, if any is left
+                if self.on_lost is not None:
+                    self.on_lost(self.shard, str(e))
+                live = [r for r in self.shards if r not in self.t.lost_peers() and r != self.shard]
+                if not live:
+                    self._in_flight = None
+                    return self.NO_SHARD
+                self.shard = live[self.index % len(live)]
+            else:
+                if bool(reply[keys.STOP]):
+                    self._in_flight = None
+                    return self.STOPPED
+                if not bool(reply[keys.HELD]):
+                    self._in_flight = None
+                    return self.TAKEN
+                if deadline is not None and time.monotonic() > deadline:
+                    self._in_flight = (fut, msg)
+                    return self.HELD
+                time.sleep(self.hold_sleep_s)  # the rate limiter holds this sender back
+                self.held_s += self.hold_sleep_s
+            fut = self.t.call(self.shard, "insert", msg, self.timeout)

@@ -73,9 +73,14 @@ class ReplayServer:
         self.loops = 0  # insert messages taken by the loop
         self.last_contact = time.monotonic()  # of the learner: a shard outlives it by a bounded time only
         self.counts = {"insert_held": 0, "sample_held": 0, "rejected": 0, "stale_priorities": 0}
-        for name in ("insert", "sample", "update_priorities", "replay_stats", "replay_state", "load_replay_state",
-                     "replay_stop"):
-            ctx.transport.serve(name, getattr(self, "_" + name))
+        serve = ctx.transport.serve
+        serve("insert", self._insert)
+        serve("sample", self._sample)
+        serve("update_priorities", self._update_priorities)
+        serve("replay_stats", self._replay_stats)
+        serve("replay_state", self._replay_state)
+        serve("load_replay_state", self._load_replay_state)
+        serve("replay_stop", self._replay_stop)
 
     # ---- handlers (transport threads: bounded work under the lock, never a call out) ------------
     def _insert(self, msg: TensorDict) -> TensorDict:

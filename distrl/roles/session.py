@@ -1,44 +1,41 @@
 """What every learner does besides learning: liveness of the other ranks, the stop rule,
 rejecting bad input, skipping non-finite losses, periodic checkpoints, the final summary.
 
-A learner role builds one :class:`LearnerSession` and calls :meth:`LearnerSession.tick` once
-per loop iteration; recipes differ only in how they learn.
+A learner role builds one :class:`LearnerSession`, hands its loop to :meth:`LearnerSession.train`
+(or calls :meth:`LearnerSession.tick` once per iteration), and takes the steps every learner
+shares from it: :meth:`~LearnerSession.apply_loss` (finite -> backward -> clip -> step),
+:meth:`~LearnerSession.greedy_returns` (evaluation on seeds no training env uses),
+:attr:`~LearnerSession.stopping` (the one stop signal its handlers read) and
+:meth:`~LearnerSession.await_peers` (every live peer hears it). Recipes differ only in how they learn.
 """
 from __future__ import annotations
 
-import random
 import signal
 import threading
 import time
-import uuid
 from concurrent.futures import Future
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import numpy as np
 import torch
 from tensordict import TensorDict
 
-from distrl.recipes.base import RoleContext
-from distrl.checkpoint import load_latest_checkpoint, save_best, save_checkpoint
+from distrl import faults
+from distrl.checkpoint import load_latest_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
 from distrl.data import keys
-from distrl.envs.gym import env_info, is_factory
-from distrl.logging.metrics import MetricsWriter
+from distrl.envs.gym import env_info, evaluate, is_factory
+from distrl.logging.metrics import MetricsWriter, wandb_run_id
 from distrl.logging.timing import TimeBudget
 from distrl.logging.tracker import RunTracker
-from distrl.models import resolve_device
+from distrl.plots import plot_run_curves
+from distrl.models import clip_towers, resolve_device
+from distrl.recipes.base import RoleContext
 from distrl.transport.base import PeerLostError, TransportError
 
 PING_INTERVAL_S = 0.25
 MAX_NONFINITE_STREAK = 10  #: consecutive non-finite losses after which the run stops
-
-
-def wandb_run_id(run_dir: Path) -> str:
-    """The W&B run id of this run directory, made once and kept so a resumed run continues it."""
-    path = run_dir / "wandb_id"
-    if not path.exists():
-        path.write_text(uuid.uuid4().hex[:12])
-    return path.read_text().strip()
+EVAL_SEED_OFFSET = 10_000  #: greedy evaluation seeds are run.seed + this: episodes no training env plays
 
 
 class LearnerSession:
@@ -52,6 +49,9 @@ class LearnerSession:
         writer = MetricsWriter(self.run_dir, self.cfg.run.logger, self.run_dir.name, self.cfg.to_dict(), self._wandb_id)
         self.tracker = RunTracker(self.cfg, self.run_dir, ctx.roles, writer)
         self.stop_reason: Optional[str] = None
+        #: set once the loop has stopped: the one stop signal every handler of the learner reads
+        #: (a reply then says ``stop``; Sample Factory mirrors it into its shared memory)
+        self.stopping = threading.Event()
         # Peers to watch: the other ranks a transport reaches (collective recipes have none).
         self.peers = [r for r in ctx.roles if r != ctx.rank] if ctx.transport is not None else []
         self._pings: dict[int, tuple[float, Future]] = {}
@@ -159,22 +159,6 @@ class LearnerSession:
         return TensorDict()
 
     # ---- bad input --------------------------------------------------------------------------------
-    @staticmethod
-    def check_trajectory(traj: TensorDict, obs_dim: int) -> Optional[str]:
-        """Why ``traj`` cannot be learned from, or ``None`` if it is a well-formed ``[B, T]`` batch
-        (static: ``FleetCollector`` checks what the same actors send it)."""
-        missing = [k for k in keys.IMPALA_IN_KEYS if k not in traj.keys(include_nested=True)]
-        if missing:
-            return f"missing keys {missing}"
-        if traj.batch_dims != 2:
-            return f"batch dims {tuple(traj.batch_size)} are not [B, T]"
-        obs = traj[keys.OBSERVATION]
-        if obs.dtype != torch.float32 or obs.shape[-1] != obs_dim or obs.dim() != 3:
-            return f"observation {tuple(obs.shape)} {obs.dtype}, expected [B, T, {obs_dim}] float32"
-        if not torch.isfinite(obs).all():
-            return "non-finite observation"
-        return None
-
     def reject(self, rank: int, problem: str) -> None:
         n = self.tracker.counters["rejected_trajectories"] = self.tracker.counters["rejected_trajectories"] + 1
         if n <= 5:  # say it, but do not flood the log
@@ -200,7 +184,7 @@ class LearnerSession:
     def _state(self, model: torch.nn.Module, optim: torch.optim.Optimizer, extra: Optional[dict] = None) -> dict:
         state: dict[str, Any] = {
             "model": model.state_dict(), "optim": optim.state_dict(), "tracker": self.tracker.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+            "rng": rng_state(),
             "config": self.cfg.to_dict(), "wandb_id": self._wandb_id, "action_encoding": self.action_encoding,
         }
         if self.extra_state is not None:
@@ -245,9 +229,7 @@ class LearnerSession:
         model.load_state_dict(state["model"])
         optim.load_state_dict(state["optim"])
         self.tracker.load_state_dict(state["tracker"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
+        set_rng_state(state["rng"])
         print(f"[learner] resumed from update {self.tracker.updates}, {self.tracker.env_frames:,} frames", flush=True)
         done = self.tracker.stop_reason(target=False)
         if done:  # budgets count the whole run, resumed parts included
@@ -259,14 +241,64 @@ class LearnerSession:
               model: torch.nn.Module, optim: torch.optim.Optimizer) -> str:
         """The loop of a learner fed by other ranks: take a batch (``None`` when none came in time),
         update on it, :meth:`tick`; until the stop rule says why, which it returns."""
-        while not self.should_stop():
-            with self.budget("wait"):
-                batch = next_batch()
-            if batch is not None:
-                with self.budget("learn"):
-                    update(batch)
-            self.tick(model, optim)
+        try:
+            while not self.should_stop():
+                with self.budget("wait"):
+                    batch = next_batch()
+                if batch is not None:
+                    with self.budget("learn"):
+                        update(batch)
+                self.tick(model, optim)
+        finally:
+            self.stopping.set()
         return self.stop_reason
+
+    # ---- the steps every learner shares -------------------------------------------------------------
+    def apply_loss(self, optim: torch.optim.Optimizer, towers: list[list[torch.nn.Parameter]], max_grad_norm: float,
+                   loss: Optional[torch.Tensor] = None, lock=None) -> Optional[torch.Tensor]:
+        """One optimizer step: finite -> backward -> clip -> step, and ``tracker.updates`` counted.
+
+        ``loss``: a scalar with its graph; ``None`` when the gradients are already in ``.grad``
+        (A3C's server applies its workers' gradients), which are then checked instead. Each group
+        of ``towers`` is clipped to ``max_grad_norm`` on its own (:func:`distrl.models.clip_towers`;
+        one group is a global clip). ``lock`` (optional) is held around the step, for a model that
+        another thread reads (SEED's inference). Returns the gradient norm before clipping, or
+        ``None`` when a non-finite loss or gradient skipped the step (counted; a streak stops the run).
+        """
+        if loss is not None:
+            if faults.due("nan_loss", self.ctx.rank, self.tracker.updates):
+                loss = loss * float("nan")
+            if not self.loss_is_finite(loss):
+                return None
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+        grad_norm = clip_towers(towers, max_grad_norm)
+        if loss is None and not self.loss_is_finite(grad_norm):
+            return None
+        with lock or nullcontext():
+            optim.step()
+            self.tracker.updates += 1
+        return grad_norm
+
+    def greedy_returns(self, policy: Callable[[torch.Tensor], torch.Tensor]) -> list[float]:
+        """Returns of ``run.eval_episodes`` greedy episodes of ``policy`` (``obs [B, *F] -> logits or
+        Q [B, A]``) on ``run.env``, seeded apart from every training env."""
+        run = self.cfg.run
+        return evaluate(policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device)
+
+    def await_peers(self, waiting: Callable[[], set[int]], drain: Optional[Callable[[], bool]] = None,
+                    heartbeat: bool = False) -> None:
+        """After the stop: wait, bounded by the call timeout, until every live rank of ``waiting()``
+        has heard it. ``drain`` (optional) frees a blocked sender and says whether it did; the wait
+        sleeps only when it did not. ``heartbeat`` keeps pinging, so a peer that died meanwhile is
+        declared lost instead of waited for."""
+        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
+        lost = self.ctx.transport.lost_peers
+        while time.monotonic() < deadline and waiting() - lost():
+            if heartbeat:
+                self.heartbeat()
+            if drain is None or not drain():
+                time.sleep(0.02)
 
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Once per learner loop iteration: liveness, progress, periodic checkpoint."""
@@ -278,15 +310,6 @@ class LearnerSession:
         if time.monotonic() - self._last_checkpoint >= self.cfg.run.checkpoint_interval_s:
             with self.budget("checkpoint"):
                 self.checkpoint(model, optim)
-
-    def _plot_curves(self) -> None:
-        """``curves.png`` beside the metrics; a plot that fails costs a warning line, never the run."""
-        try:
-            from distrl.plots import plot_runs
-
-            plot_runs([self.run_dir], self.run_dir / "curves.png")
-        except Exception as e:  # noqa: BLE001  (matplotlib missing, no rows yet, a full disk...)
-            print(f"[{self.cfg.recipe}] warning: curves.png not written: {e}", flush=True)
 
     def finish(self, reason: str, eval_returns: list[float], model, optim, extra: Optional[dict] = None) -> dict:
         """Final progress row, checkpoint and ``summary.json``; closes the metric sinks."""
@@ -307,7 +330,7 @@ class LearnerSession:
         if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._previous_sigterm)
         if self.cfg.run.logger != "none":
-            self._plot_curves()
+            plot_run_curves(self.run_dir, self.cfg.recipe)
         ev = summary["eval_return_mean"]
         print(f"[{self.cfg.recipe}] done ({reason}): {summary['env_frames']:,} frames in {summary['wall_s']:.1f}s "
               f"= {summary['fps']:,.0f} fps, eval return {ev}, summary in {self.run_dir / 'summary.json'}", flush=True)

@@ -17,19 +17,18 @@ acting again. A worker declared lost leaves the live set, so a dead worker canno
 from __future__ import annotations
 
 import queue
-import threading
 import time
 from typing import Optional
 
 import torch
 from tensordict import TensorDict
-from torch.nn.utils import parameters_to_vector
 
-from distrl.recipes.base import RoleContext
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
-from distrl.envs.gym import env_info, evaluate
-from distrl.models import ActorCritic, clip_towers
+from distrl.envs.gym import env_info
+from distrl.models import ActorCritic
+from distrl.recipes.base import RoleContext
+from distrl.roles.board import ParameterBoard
 from distrl.roles.session import LearnerSession
 
 WAIT_S = 0.1  #: longest the loop waits for a gradient before it lets the session tick (liveness)
@@ -61,12 +60,13 @@ class ParameterServer:
             raise ValueError(f"algo.sync needs algo.queue_size >= the {len(self.workers)} workers")
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
         self.round: dict[int, TensorDict] = {}  # A2C: this version's gradient of each worker so far
-        self.stopping = threading.Event()
+        self.stopping = self.session.stopping
+        self.board = ParameterBoard(self.model, flat=True)  # workers load it with vector_to_parameters
         self.said_stop: set[int] = set()
         self.wire = WireMeter()
         self.session.restore(self.model, self.optim)
         self.session.evaluate = self._evaluate
-        self._publish()
+        self.board.publish(self.version)
         ctx.transport.serve("pull", self._pull)
         ctx.transport.serve("push", self._push)
 
@@ -75,19 +75,11 @@ class ParameterServer:
         return self.session.tracker.updates
 
     # ---- handlers (transport threads: never block long, never call out) -------------------
-    def _publish(self) -> None:
-        """Swap in a flat copy of the parameters; one attribute write, so readers see old or new."""
-        self.published = (self.version, parameters_to_vector(self.params).detach().to("cpu", copy=True))
-
     def _reply(self, rank: int, their_version: int) -> TensorDict:
-        version, params = self.published
         stop = self.stopping.is_set() or rank in self.ctx.transport.lost_peers()
-        reply = TensorDict({keys.STOP: torch.tensor(stop), keys.POLICY_VERSION: torch.tensor(version)})
-        if version > their_version:
-            reply[keys.PARAMS] = params
         if stop:
             self.said_stop.add(rank)
-        return reply
+        return self.board.reply(their_version, stop)
 
     def _pull(self, td: TensorDict) -> TensorDict:
         return self._reply(int(td[keys.WORKER_RANK]), int(td[keys.POLICY_VERSION]))
@@ -175,13 +167,11 @@ class ParameterServer:
         for p in self.params:
             p.grad = grad[offset:offset + p.numel()].view_as(p)
             offset += p.numel()
-        grad_norm = clip_towers(self.model.tower_parameters(), self.algo.max_grad_norm)
-        if not self.session.loss_is_finite(grad_norm):
+        grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), self.algo.max_grad_norm)
+        if grad_norm is None:
             return
-        self.optim.step()
-        tracker.updates += 1
         tracker.add_frames(frames)
-        self._publish()
+        self.board.publish(self.version)
         tracker.add_lag(torch.tensor(staleness))
         tracker.observe({"parameter_server/grad_norm": float(grad_norm),
                          "parameter_server/staleness": sum(staleness) / len(staleness),
@@ -189,12 +179,9 @@ class ParameterServer:
 
     def run(self) -> dict:
         session = self.session
-        try:
-            reason = session.train(self.next_gradients, self.apply, self.model, self.optim)
-        finally:
-            self.stopping.set()
+        reason = session.train(self.next_gradients, self.apply, self.model, self.optim)
         eval_returns = self._evaluate()
-        self._await_workers()
+        session.await_peers(lambda: self.workers - self.said_stop, drain=self._drain)
         return session.finish(reason, eval_returns, self.model, self.optim, extra=self.staleness_summary())
 
     def staleness_summary(self) -> dict:
@@ -207,17 +194,12 @@ class ParameterServer:
                 "bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)}
 
     def _evaluate(self) -> list[float]:
-        """Greedy returns of ``run.eval_episodes`` episodes of the current parameters."""
-        return evaluate(lambda o: self.model.policy(o), self.cfg.run.env, self.cfg.run.eval_episodes,
-                        self.cfg.run.seed + 10_000, self.device)
+        return self.session.greedy_returns(self.model.policy)
 
-    def _await_workers(self) -> None:
-        """Let every live worker hear ``stop`` in a reply, bounded by the call timeout."""
-        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
-        while time.monotonic() < deadline:
-            if not self.workers - self.said_stop - self.ctx.transport.lost_peers():
-                return
-            try:  # drain so blocked pushes return and their workers get the stop reply
-                self.queue.get_nowait()
-            except queue.Empty:
-                time.sleep(0.02)
+    def _drain(self) -> bool:
+        """Free a queue slot, so a push blocked on a full queue returns and its worker hears stop."""
+        try:
+            self.queue.get_nowait()
+            return True
+        except queue.Empty:
+            return False

@@ -46,7 +46,7 @@ class A3CWorker:
         """Take the reply's parameters if it has any; ``True`` when the server says stop."""
         if keys.PARAMS in reply.keys():
             vector_to_parameters(reply[keys.PARAMS], self.params)
-            self.version = int(reply[keys.POLICY_VERSION])
+            self.version = int(reply[keys.PARAMS_VERSION])
         return bool(reply[keys.STOP])
 
     def act(self) -> tuple[TensorDict, list[float], list[int]]:
@@ -60,7 +60,7 @@ class A3CWorker:
     def gradient(self, traj: TensorDict, returns: list[float], lengths: list[int]) -> TensorDict:
         """The push message of segment ``traj``: the flat gradient ``[P]``, its version, the episodes."""
         a = self.algo
-        out = a3c_loss(self.model, traj, a.gamma, a.value_coef, a.entropy_coef, a.normalize_advantage, a.reward_scale)
+        out = a3c_loss(self.model, traj, a)
         self.model.zero_grad(set_to_none=True)
         out[keys.LOSS].backward()
         grad = torch.cat([p.grad.reshape(-1) for p in self.params])

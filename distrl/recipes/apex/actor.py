@@ -18,12 +18,13 @@ from tensordict import TensorDict
 
 from distrl import faults
 from distrl.algorithms.apex import epsilon_ladder, nstep_returns
-from distrl.recipes.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.models import QNetwork
+from distrl.recipes.base import RoleContext
+from distrl.replay.client import Inserter
 from distrl.roles.env_runner import make_env_runner
-from distrl.transport.base import RemoteError, TransportError
+from distrl.transport.base import TransportError
 
 
 class ApexActor:
@@ -36,7 +37,8 @@ class ApexActor:
         actors, self.shards = ctx.ranks_of("actor"), ctx.ranks_of("replay")
         self.index = actors.index(ctx.rank)
         self.epsilon = epsilon_ladder(len(actors), a.eps_base, a.eps_alpha)[self.index]
-        self.shard = self.shards[self.index % len(self.shards)]
+        self.inserter = Inserter(ctx.transport, self.shards, self.cfg.transport.call_timeout_s, a.hold_sleep_s,
+                                 first=self.index)  # shard i mod R first
         info = env_info(self.cfg.run.env)
         self.num_actions = info.num_actions
         self.model = QNetwork(info.obs_dim, info.num_actions, self.cfg.net)
@@ -46,7 +48,8 @@ class ApexActor:
         self.runner = make_env_runner(self.cfg.run.env, a.envs_per_actor, seed, ctx.rank, self.model, self._act,
                                       a.unroll_length)
         self.carry: TensorDict | None = None  # the last n - 1 steps, [B, n-1]
-        self.stats = {"frames": 0, "returns": [], "held_s": 0.0}  # not yet sent to the learner
+        self.stats = {"frames": 0, "returns": []}  # not yet sent to the learner
+        self._held_sent = 0.0  # of inserter.held_s
 
     def _act(self, obs: torch.Tensor) -> dict:
         q = self.model(obs)
@@ -85,35 +88,12 @@ class ApexActor:
             self.runner.load_weights(self.model, reply[keys.PARAMS], self.version)
 
     def _params_request(self) -> TensorDict:
-        s, self.stats = self.stats, {"frames": 0, "returns": [], "held_s": 0.0}
+        s, self.stats = self.stats, {"frames": 0, "returns": []}
+        held, self._held_sent = self.inserter.held_s - self._held_sent, self.inserter.held_s
         return TensorDict({keys.ACTOR_RANK: torch.tensor(self.ctx.rank), keys.PARAMS_VERSION: torch.tensor(self.version),
-                           keys.FRAMES: torch.tensor(s["frames"]), keys.HELD_S: torch.tensor(s["held_s"]),
+                           keys.FRAMES: torch.tensor(s["frames"]), keys.HELD_S: torch.tensor(held),
                            keys.EPSILON: torch.tensor(self.epsilon), keys.ENV_ERRORS: torch.tensor(self.runner.env_errors),
                            keys.EPISODE_RETURNS: torch.tensor(s["returns"], dtype=torch.float32)})
-
-    def _settle(self, fut, msg: TensorDict, timeout: float) -> bool:
-        """Wait for the insert in flight until the shard has taken ``msg`` (re-sending it while the
-        rate limiter holds it back, or to another shard if its shard died); False when the run is
-        over for this actor."""
-        while True:
-            try:
-                reply = fut.result()
-            except RemoteError:
-                raise
-            except TransportError:  # the shard died: go on with another one, if any is left
-                live = [r for r in self.shards if r not in self.ctx.transport.lost_peers() and r != self.shard]
-                if not live:
-                    print(f"[actor {self.ctx.rank}] no replay shard left, exiting", flush=True)
-                    return False
-                self.shard = live[self.index % len(live)]
-            else:
-                if bool(reply[keys.STOP]):
-                    return False
-                if not bool(reply[keys.HELD]):
-                    return True
-                time.sleep(self.algo.hold_sleep_s)  # the rate limiter holds this actor back
-                self.stats["held_s"] += self.algo.hold_sleep_s
-            fut = self.ctx.transport.call(self.shard, "insert", msg, timeout)
 
     def _goodbye(self, timeout: float) -> None:
         """Told to stop by a shard: hand the learner the last statistics, and let it know we heard."""
@@ -130,7 +110,6 @@ class ApexActor:
             reply = t.call_sync(self.learner, "hello", TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank)}), timeout)
             self._load(reply)
             pending, last_ask = None, time.monotonic()
-            inserting = None  # (future, message): one insert in flight
             while not bool(reply[keys.STOP]):
                 faults.maybe_signal(self.ctx.rank, self.runner.unrolls)
                 try:
@@ -145,13 +124,14 @@ class ApexActor:
                 with budget("priorities"):
                     batch, priority = self.transitions(traj)
                 with budget("wait"):  # the previous insert, held back by the rate limiter when it must
-                    settled = inserting is None or self._settle(*inserting, timeout)
-                if not settled:
+                    settled = self.inserter.settle()
+                if settled != Inserter.TAKEN:
+                    if settled == Inserter.NO_SHARD:
+                        print(f"[actor {self.ctx.rank}] no replay shard left, exiting", flush=True)
                     self._goodbye(timeout)
                     return
-                msg = TensorDict({keys.TRANSITIONS: batch, keys.PRIORITY: priority})
                 with budget("send"):
-                    inserting = (t.call(self.shard, "insert", msg, timeout), msg)
+                    self.inserter.send(TensorDict({keys.TRANSITIONS: batch, keys.PRIORITY: priority}))
                 budget.maybe_send(t, self.learner, self.ctx.rank)
                 if pending is not None and pending.done():
                     reply, pending = pending.result(), None

@@ -21,12 +21,13 @@ import torch
 from tensordict import TensorDict
 
 from distrl import faults
-from distrl.algorithms.apex import annealed_beta, double_q_targets, epsilon_ladder, weighted_huber_loss
-from distrl.recipes.base import RoleContext
+from distrl.algorithms.apex import annealed_beta, double_dqn_loss, epsilon_ladder
 from distrl.data import keys
-from distrl.envs.gym import env_info, evaluate
+from distrl.envs.gym import env_info
 from distrl.models import QNetwork
+from distrl.recipes.base import RoleContext
 from distrl.replay.client import ShardedReplayClient
+from distrl.roles.board import ParameterBoard
 from distrl.roles.session import LearnerSession
 
 
@@ -52,7 +53,8 @@ class ApexLearner:
         ladder = epsilon_ladder(len(self.actors), self.algo.eps_base, self.algo.eps_alpha)
         #: rungs whose episodes make the training mean (the stop rule's trigger; every rung is logged)
         self._counted_eps = max(self.algo.report_max_eps, min(ladder)) + 1e-9
-        self.stopping = threading.Event()
+        self.stopping = self.session.stopping
+        self.board = ParameterBoard(self.model)
         self.said_stop: set[int] = set()
         self._lock = threading.Lock()
         self._pending = {"frames": 0, "returns": [], "lag": [], "held_s": 0.0}  # from actors, not yet folded
@@ -62,24 +64,16 @@ class ApexLearner:
         self.held_s = 0.0  # the learner's own wait on held samples
         self.actor_held_s = 0.0  # every actor's wait on held inserts, as they reported it
         self.times = collections.Counter()  # where the loop's time goes (design rule 9)
-        self._publish()
+        self.board.publish(self.session.tracker.updates)
         ctx.transport.serve("hello", self._hello)
         ctx.transport.serve("params", self._params)
 
     # ---- handlers (transport threads) -------------------------------------------------------------
-    def _publish(self) -> None:
-        params = TensorDict({k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
-        self.published = (self.session.tracker.updates, params)  # one attribute write: readers see old or new
-
     def _reply(self, rank: int, their_version: int) -> TensorDict:
-        version, params = self.published
-        reply = TensorDict({keys.STOP: torch.tensor(self.stopping.is_set())})
-        if self.stopping.is_set() or rank in self.ctx.transport.lost_peers():
-            reply[keys.STOP] = torch.tensor(True)
+        stop = self.stopping.is_set() or rank in self.ctx.transport.lost_peers()
+        if stop:
             self.said_stop.add(rank)
-        elif version > their_version:
-            reply[keys.PARAMS], reply[keys.PARAMS_VERSION] = params, torch.tensor(version)
-        return reply
+        return self.board.reply(their_version, stop)
 
     def _hello(self, msg: TensorDict) -> TensorDict:
         return self._reply(int(msg[keys.WORKER_RANK]), -1)
@@ -146,27 +140,17 @@ class ApexLearner:
     def _learn(self, batch: TensorDict) -> None:
         tracker, a = self.session.tracker, self.algo
         faults.maybe_signal(self.ctx.rank, tracker.updates)
-        q_taken = self.model(batch[keys.OBSERVATION]).gather(-1, batch[keys.ACTION][:, None]).squeeze(-1)
-        with torch.no_grad():
-            next_obs = batch[keys.NEXT_OBSERVATION]
-            y = double_q_targets(batch[keys.NSTEP_RETURN], batch[keys.BOOTSTRAP_DISCOUNT], self.model(next_obs),
-                                 self.target(next_obs))
-        loss, td = weighted_huber_loss(q_taken, y, batch[keys.PRIORITY_WEIGHT], a.huber_delta)
-        if faults.due("nan_loss", self.ctx.rank, tracker.updates):
-            loss = loss * float("nan")
-        if not self.session.loss_is_finite(loss):
+        out = double_dqn_loss(self.model, self.target, batch, a)
+        grad_norm = self.session.apply_loss(self.optim, [list(self.model.parameters())], a.max_grad_norm, out[keys.LOSS])
+        if grad_norm is None:
             return
-        self.optim.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.max_grad_norm)
-        self.optim.step()
-        tracker.updates += 1
         if tracker.updates % a.target_update_interval == 0:
             self.target.load_state_dict(self.model.state_dict())
-        self._publish()
-        self.replay.update_priorities(batch, td.abs())
-        tracker.observe({"learner/loss": float(loss.detach()), "learner/grad_norm": float(grad_norm),
-                         "learner/q_mean": float(q_taken.detach().mean()), "learner/td_abs": float(td.abs().mean()),
+        self.board.publish(tracker.updates)
+        td = out[keys.TD_ERROR].abs()
+        self.replay.update_priorities(batch, td)
+        tracker.observe({"learner/loss": float(out[keys.LOSS].detach()), "learner/grad_norm": float(grad_norm),
+                         "learner/q_mean": float(out[keys.Q_MEAN]), "learner/td_abs": float(td.mean()),
                          "learner/sample_age": float((tracker.updates - batch[keys.POLICY_VERSION]).float().mean()),
                          "learner/weight_mean": float(batch[keys.PRIORITY_WEIGHT].mean()),
                          "learner/batch": batch.shape[0], "learner/held_s": self.held_s,
@@ -179,10 +163,9 @@ class ApexLearner:
         try:
             reason = session.train(self._next_batch, self._update, self.model, self.optim)
         finally:
-            self.stopping.set()
             self.replay.stop()  # actors held by the rate limiter hear stop from their shard
         eval_returns = self._evaluate()
-        self._await_actors()
+        session.await_peers(lambda: self.actors - self.said_stop)  # they hear it from us or their shard
         extra = {"replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
                  "actor_held_s": round(self.actor_held_s, 3),
                  "replay_size": sum(self.replay.sizes.values()),
@@ -192,14 +175,4 @@ class ApexLearner:
         return summary
 
     def _evaluate(self) -> list[float]:
-        """Greedy returns of ``run.eval_episodes`` episodes of the current Q-network."""
-        return evaluate(lambda o: self.model(o), self.cfg.run.env, self.cfg.run.eval_episodes,
-                        self.cfg.run.seed + 10_000, self.device)
-
-    def _await_actors(self) -> None:
-        """Let every live actor hear ``stop`` (from us or its shard), bounded by the call timeout."""
-        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
-        while time.monotonic() < deadline:
-            if not self.actors - self.said_stop - self.ctx.transport.lost_peers():
-                return
-            time.sleep(0.02)
+        return self.session.greedy_returns(self.model)

@@ -6,8 +6,6 @@ the latest published parameters when the caller's are older; all learning happen
 from __future__ import annotations
 
 import queue
-import threading
-import time
 from typing import Optional
 
 import torch
@@ -18,20 +16,11 @@ from distrl.algorithms.impala import impala_loss
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
-from distrl.envs.gym import env_info, evaluate
+from distrl.envs.gym import env_info
+from distrl.models import ActorCritic
+from distrl.recipes.impala.trajectory import check_trajectory
+from distrl.roles.board import ParameterBoard
 from distrl.roles.session import LearnerSession
-from distrl.models import ActorCritic, clip_towers
-
-
-def params_reply(published: tuple[int, TensorDict], stop: bool, their_version: int) -> TensorDict:
-    """The reply to an actor's message: ``stop``, and the ``published`` ``(version, params)``
-    when they are newer than the actor's ``their_version`` (what ``ImpalaActor`` reads; also
-    ``FleetCollector``'s reply to the same actors)."""
-    version, params = published
-    reply = TensorDict({keys.STOP: torch.tensor(stop)})
-    if version > their_version:
-        reply[keys.PARAMS], reply[keys.PARAMS_VERSION] = params, torch.tensor(version)
-    return reply
 
 
 class ImpalaLearner:
@@ -47,25 +36,21 @@ class ImpalaLearner:
         self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net).to(self.device)
         self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
-        self.stopping = threading.Event()
+        self.stopping = self.session.stopping
+        self.board = ParameterBoard(self.model)
         self.actors = set(ctx.ranks_of("actor"))
         self.said_stop: set[int] = set()
         self.wire = WireMeter()  # trajectories in + parameters out, per env frame (as seed counts)
         self._env_errors: dict[int, int] = {}
         self.session.restore(self.model, self.optim)
         self.session.evaluate = self._evaluate
-        self._publish()
+        self.board.publish(self.session.tracker.updates)
         ctx.transport.serve("hello", self._hello)
         ctx.transport.serve("put_trajectory", self._put_trajectory)
 
     # ---- handlers (transport threads: never block long, never call out) -------------------
-    def _publish(self) -> None:
-        """Swap in a snapshot of the parameters; one attribute write, so readers see old or new."""
-        params = TensorDict({k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
-        self.published = (self.session.tracker.updates, params)
-
     def _reply(self, their_version: int) -> TensorDict:
-        return params_reply(self.published, self.stopping.is_set(), their_version)
+        return self.board.reply(their_version, self.stopping.is_set())
 
     def _hello(self, td: TensorDict) -> TensorDict:
         return self._reply(-1)
@@ -82,7 +67,7 @@ class ImpalaLearner:
         self._env_errors[rank] = int(msg[keys.ENV_ERRORS])  # each actor's running count
         if any(self._env_errors.values()):
             self.session.tracker.counters["env_errors"] = sum(self._env_errors.values())
-        problem = self.session.check_trajectory(msg[keys.TRAJ], self.obs_dim)
+        problem = check_trajectory(msg[keys.TRAJ], self.obs_dim)
         if problem:
             self.session.reject(rank, problem)
         else:
@@ -116,45 +101,29 @@ class ImpalaLearner:
         tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
         a = self.algo
         faults.maybe_signal(self.ctx.rank, tracker.updates)
-        out = impala_loss(self.model, batch, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef,
-                          a.normalize_advantage, a.reward_scale)
-        if faults.due("nan_loss", self.ctx.rank, tracker.updates):
-            out[keys.LOSS] = out[keys.LOSS] * float("nan")
-        if not self.session.loss_is_finite(out[keys.LOSS]):
+        out = impala_loss(self.model, batch, a)
+        grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm, out[keys.LOSS])
+        if grad_norm is None:
             return
-        self.optim.zero_grad(set_to_none=True)
-        out[keys.LOSS].backward()
-        grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
-        self.optim.step()
-        tracker.updates += 1
-        self._publish()
+        self.board.publish(tracker.updates)
         tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
                         | {"learner/grad_norm": float(grad_norm), "learner/bytes_per_env_step": self.wire.bytes_per_env_step})
 
     def run(self) -> dict:
         session = self.session
-        try:
-            reason = session.train(self._next_batch, self._update, self.model, self.optim)
-        finally:
-            self.stopping.set()
+        reason = session.train(self._next_batch, self._update, self.model, self.optim)
         eval_returns = self._evaluate()
-        self._await_actors()
+        session.await_peers(lambda: self.actors - self.said_stop, drain=self._drain)
         return session.finish(reason, eval_returns, self.model, self.optim,
                               extra={"bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)})
 
     def _evaluate(self) -> list[float]:
-        """Greedy returns of ``run.eval_episodes`` episodes of the current policy."""
-        return evaluate(lambda o: self.model.policy(o), self.cfg.run.env, self.cfg.run.eval_episodes,
-                        self.cfg.run.seed + 10_000, self.device)
+        return self.session.greedy_returns(self.model.policy)
 
-    def _await_actors(self) -> None:
-        """Let every live actor hear ``stop`` in a reply, bounded by the call timeout."""
-        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
-        while time.monotonic() < deadline:
-            waiting = self.actors - self.said_stop - self.ctx.transport.lost_peers()
-            if not waiting:
-                return
-            try:  # drain so blocked puts return and their actors get the stop reply
-                self.queue.get_nowait()
-            except queue.Empty:
-                time.sleep(0.02)
+    def _drain(self) -> bool:
+        """Free a queue slot, so a put blocked on a full queue returns and its actor hears stop."""
+        try:
+            self.queue.get_nowait()
+            return True
+        except queue.Empty:
+            return False

@@ -42,7 +42,8 @@ class InferenceServer:
     """
 
     def __init__(self, model: torch.nn.Module, lock: threading.Lock, version, cfg, worker_ranks: list[int],
-                 obs_dim: int, device: torch.device, out: queue.Queue, is_lost=lambda rank: False):
+                 obs_dim: int, device: torch.device, out: queue.Queue, is_lost=lambda rank: False,
+                 stopping: Optional[threading.Event] = None):
         algo = cfg.algo
         self.model, self.lock, self.version, self.out, self.device = model, lock, version, out, device
         self.is_lost = is_lost
@@ -60,7 +61,8 @@ class InferenceServer:
         self.said_stop: set[int] = set()  # workers that got a stop reply
         self.run_ids: dict[int, int] = {}  # rank -> run id announced on hello
         self.failure: Optional[BaseException] = None
-        self.stopping = threading.Event()  # from now on every request is answered with stop
+        #: set: every request from now on is answered with stop (the learner passes its session's)
+        self.stopping = stopping if stopping is not None else threading.Event()
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="distrl-seed-inference", daemon=True)
 

@@ -13,19 +13,19 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-import time
 from typing import Optional
 
 import torch
 from tensordict import TensorDict
 
 from distrl.algorithms.impala import impala_loss
-from distrl.recipes.base import RoleContext
 from distrl.data import keys
-from distrl.envs.gym import env_info, evaluate
-from distrl.models import ActorCritic, clip_towers
-from distrl.models_recurrent import CORE_STATE, RecurrentActorCritic, UnrolledCore
+from distrl.envs.gym import env_info
+from distrl.models import ActorCritic
+from distrl.models_recurrent import RecurrentActorCritic, UnrolledCore
+from distrl.recipes.base import RoleContext
 from distrl.recipes.seed.inference import InferenceServer
+from distrl.roles.rows import RowQueue
 from distrl.roles.session import LearnerSession
 
 
@@ -54,10 +54,11 @@ class SeedLearner:
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
         self.workers = ctx.ranks_of("env_worker")
         self._counted: collections.Counter = collections.Counter()
-        self._rows: list[TensorDict] = []  # chunk rows not yet trained on
+        self.rows = RowQueue()  # chunk rows not yet trained on
         self.server = InferenceServer(self.model, self.lock, lambda: self.session.tracker.updates, self.cfg,
                                       self.workers, info.obs_dim, self.device, self.queue,
-                                      is_lost=lambda rank: rank in ctx.transport.lost_peers())
+                                      is_lost=lambda rank: rank in ctx.transport.lost_peers(),
+                                      stopping=self.session.stopping)
         ctx.transport.serve("hello", self.server.hello)
         ctx.transport.serve("infer", self.server.infer)
         needed = len(self.workers) * self.algo.groups_per_worker + 2
@@ -70,7 +71,7 @@ class SeedLearner:
         """``algo.batch_size`` env trajectories: chunks are as wide as a request (wide requests keep
         the wire efficient), so they are cut into rows here, the rest kept for the next update."""
         tracker = self.session.tracker
-        while sum(c.shape[0] for c in self._rows) < self.algo.batch_size:
+        while len(self.rows) < self.algo.batch_size:
             try:
                 chunk, returns = self.queue.get(timeout=0.2)
             except queue.Empty:
@@ -80,10 +81,8 @@ class SeedLearner:
                     return None
                 continue
             tracker.add_episodes(returns)
-            self._rows.append(chunk)
-        rows = torch.cat(self._rows, dim=0)
-        batch, rest = rows[: self.algo.batch_size], rows[self.algo.batch_size:]
-        self._rows = [rest] if rest.shape[0] else []
+            self.rows.add(chunk)
+        batch = self.rows.take(self.algo.batch_size)
         tracker.add_frames(batch[keys.TRAJ].numel())
         return batch.to(self.device, non_blocking=True)
 
@@ -91,19 +90,16 @@ class SeedLearner:
         tracker, a = self.session.tracker, self.algo
         traj = batch[keys.TRAJ]
         tracker.add_lag(tracker.updates - traj[keys.POLICY_VERSION])
-        model = UnrolledCore(self.model, batch[CORE_STATE], traj[keys.DONE][..., 0]) if self.recurrent else self.model
-        out = impala_loss(model, traj, a.gamma, a.rho_bar, a.c_bar, a.value_coef, a.entropy_coef,
-                          a.normalize_advantage, a.reward_scale)
-        if not self.session.loss_is_finite(out[keys.LOSS]):
+        model = UnrolledCore(self.model, batch[keys.CORE_STATE], traj[keys.DONE][..., 0]) if self.recurrent else self.model
+        out = impala_loss(model, traj, a)
+        # the lock: the step is the only write to the parameters the inference thread reads
+        grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm,
+                                            out[keys.LOSS], lock=self.lock)
+        if grad_norm is None:
             return
-        self.optim.zero_grad(set_to_none=True)
-        out[keys.LOSS].backward()
-        grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
-        with self.lock:  # the only write to the shared parameters
-            self.optim.step()
-            if self.recurrent:
+        if self.recurrent:
+            with self.lock:
                 self.model.obs_norm.update(traj[keys.OBSERVATION].flatten(0, 1))
-            tracker.updates += 1
         counts = self.server.counts()  # they only grow: add what is new since the last update
         tracker.counters.update(counts - self._counted)
         self._counted = counts
@@ -120,17 +116,14 @@ class SeedLearner:
         except BaseException:
             self.server.close()
             raise
-        self.server.stop()  # workers hear stop in their next reply; the thread answers the queued ones
-        eval_returns = self._evaluate()
-        self._await_workers()
+        eval_returns = self._evaluate()  # meanwhile workers hear stop (session.stopping) in their replies
+        session.await_peers(lambda: set(self.workers) - self.server.said_stop)
         self.server.close()
         extra = {"bytes_per_env_step": round(self.server.wire.bytes_per_env_step, 2), **self.server.stats.summary()}
         return session.finish(reason, eval_returns, self.model, self.optim, extra)
 
     def _evaluate(self) -> list[float]:
-        """Greedy returns of ``run.eval_episodes`` episodes of the current policy."""
-        return evaluate(self._eval_policy(), self.cfg.run.env, self.cfg.run.eval_episodes,
-                        self.cfg.run.seed + 10_000, self.device)
+        return self.session.greedy_returns(self._eval_policy())
 
     def _eval_policy(self):
         """``obs [B, F] -> logits [B, A]``; a recurrent core carries its state across calls, which is
@@ -145,11 +138,3 @@ class SeedLearner:
             return logits
 
         return policy
-
-    def _await_workers(self) -> None:
-        """Let every live worker hear ``stop``, bounded by the call timeout."""
-        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
-        while time.monotonic() < deadline:
-            if not set(self.workers) - self.server.said_stop - self.ctx.transport.lost_peers():
-                return
-            time.sleep(0.02)

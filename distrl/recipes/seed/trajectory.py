@@ -16,7 +16,6 @@ import torch
 from tensordict import TensorDict
 
 from distrl.data import keys
-from distrl.models_recurrent import CORE_STATE
 
 
 class GroupTrajectories:
@@ -66,7 +65,7 @@ class GroupTrajectories:
             final_obs: ``[D, F]`` the true last observations of the ``D`` envs whose episode ended,
                 in env order.
         The chunk is a TensorDict of batch ``[B]`` holding ``"traj"`` ``[B, T]`` (the IMPALA
-        trajectory keys) and, for a recurrent core, ``CORE_STATE`` ``[B, *S]``.
+        trajectory keys) and, for a recurrent core, ``keys.CORE_STATE`` ``[B, *S]``.
         """
         if run_id != self.run_id:  # first message of a run: nothing is pending
             self.reset(run_id)
@@ -116,6 +115,6 @@ class GroupTrajectories:
         }, batch_size=[T, B]).transpose(0, 1).contiguous()  # a copy: the buffers are reused
         chunk = TensorDict({keys.TRAJ: traj}, batch_size=[B])
         if self._chunk_state is not None:
-            chunk[CORE_STATE] = self._chunk_state.clone()
+            chunk[keys.CORE_STATE] = self._chunk_state.clone()
         returns, self.returns = self.returns, []
         return chunk, returns

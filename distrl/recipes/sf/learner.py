@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
 from typing import Optional
 
 import torch
@@ -27,13 +26,14 @@ from tensordict import TensorDict
 
 from distrl import faults
 from distrl.algorithms.appo import appo_loss
-from distrl.recipes.base import RoleContext
 from distrl.data import keys, shm
-from distrl.envs.gym import env_info, evaluate
-from distrl.models import ActorCritic, clip_towers
+from distrl.envs.gym import env_info
+from distrl.models import ActorCritic
+from distrl.recipes.base import RoleContext
 from distrl.recipes.sf import doorbell as doorbells
-from distrl.roles.session import LearnerSession
 from distrl.recipes.sf.slots import STOP as STOP_FLAG, SlotPool, publish_params, rollout_layout
+from distrl.roles.rows import RowQueue
+from distrl.roles.session import LearnerSession
 
 
 def drop_lagged(rows: TensorDict, updates: int, max_lag: int) -> tuple[TensorDict, int]:
@@ -77,9 +77,11 @@ class SFLearner:
         self.inference_summary: dict[int, dict] = {}
         self._unlinked = False
         self._lock = threading.Lock()
-        self._rows: list[TensorDict] = []
-        for name in ("hello", "attached", "inference_stats", "bye"):
-            ctx.transport.serve(name, getattr(self, f"_{name}"))
+        self.rows = RowQueue()  # rows within the lag cap, not yet trained on
+        ctx.transport.serve("hello", self._hello)
+        ctx.transport.serve("attached", self._attached)
+        ctx.transport.serve("inference_stats", self._inference_stats)
+        ctx.transport.serve("bye", self._bye)
 
     # ---- handlers --------------------------------------------------------------------------------
     def _hello(self, td: TensorDict) -> TensorDict:
@@ -110,7 +112,7 @@ class SFLearner:
 
     # ---- shared memory ----------------------------------------------------------------------------
     def _stopping(self) -> bool:
-        return bool(self.control[STOP_FLAG])
+        return self.session.stopping.is_set()
 
     def _maybe_unlink(self, force: bool = False) -> None:
         with self._lock:
@@ -176,22 +178,17 @@ class SFLearner:
         self._give_spares()
         tracker = self.session.tracker
         tracker.add_episodes(rows[keys.NEXT, keys.EPISODE_RETURN][rows[keys.DONE]].tolist())
-        rows = self._within_lag(rows)
-        if rows.shape[0]:
-            self._rows.append(rows)
+        self.rows.add(self._within_lag(rows))
         return True
 
     def _next_batch(self) -> Optional[TensorDict]:
         """``algo.batch_size`` rows within the lag cap: rows are checked as they arrive and again
         when the batch is cut (rows left over from the last batch have aged); older ones are
         dropped and counted. The frames counted are the batch's: what the update trains on."""
-        while sum(r.shape[0] for r in self._rows) < self.algo.batch_size:
+        while len(self.rows) < self.algo.batch_size:
             if not self._take_slot() and self.session.should_stop():
                 return None
-        rows = torch.cat(self._rows)
-        batch, rest = rows[: self.algo.batch_size], rows[self.algo.batch_size:]
-        self._rows = [rest] if rest.shape[0] else []
-        batch = self._within_lag(batch)
+        batch = self._within_lag(self.rows.take(self.algo.batch_size))
         if not batch.shape[0]:
             return None
         self.session.tracker.add_frames(batch.numel())
@@ -209,13 +206,9 @@ class SFLearner:
         tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
         faults.maybe_signal(self.ctx.rank, tracker.updates)
         out = appo_loss(self.model, batch, a)
-        if not self.session.loss_is_finite(out[keys.LOSS]):
+        grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm, out[keys.LOSS])
+        if grad_norm is None:
             return
-        self.optim.zero_grad(set_to_none=True)
-        out[keys.LOSS].backward()
-        grad_norm = clip_towers(self.model.tower_parameters(), a.max_grad_norm)
-        self.optim.step()
-        tracker.updates += 1
         self._publish()
         tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
                         | {"learner/grad_norm": float(grad_norm), "learner/slots_free": self.pool.owner.count(SlotPool.FREE)})
@@ -224,10 +217,10 @@ class SFLearner:
         session = self.session
         try:
             reason = session.train(self._next_batch, self._update, self.model, self.optim)
-            self.control[STOP_FLAG] = 1  # every other rank reads it in its loop
+            self.control[STOP_FLAG] = 1  # session.stopping, mirrored where every other rank reads it
             self._no_more_spares()
             eval_returns = self._evaluate()
-            self._await_byes()
+            session.await_peers(lambda: self.others - self.said_bye, heartbeat=True)
         finally:
             self.control[STOP_FLAG] = 1
             self._maybe_unlink(force=True)
@@ -247,13 +240,4 @@ class SFLearner:
         return out
 
     def _evaluate(self) -> list[float]:
-        """Greedy returns of ``run.eval_episodes`` episodes of the current policy."""
-        return evaluate(lambda o: self.model.policy(o), self.cfg.run.env, self.cfg.run.eval_episodes,
-                        self.cfg.run.seed + 10_000, self.device)
-
-    def _await_byes(self) -> None:
-        """Let every live rank see the stop flag and say goodbye, bounded by the call timeout."""
-        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
-        while time.monotonic() < deadline and self.others - self.said_bye - self.ctx.transport.lost_peers():
-            self.session.heartbeat()
-            time.sleep(0.02)
+        return self.session.greedy_returns(self.model.policy)

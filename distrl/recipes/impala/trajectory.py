@@ -1,0 +1,25 @@
+"""What an IMPALA actor sends: the check the learner and the fleet run on every trajectory."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from tensordict import TensorDict
+
+from distrl.data import keys
+
+
+def check_trajectory(traj: TensorDict, obs_dim: int) -> Optional[str]:
+    """Why ``traj`` cannot be learned from, or ``None`` if it is a well-formed ``[B, T]`` batch of
+    :data:`distrl.data.keys.IMPALA_IN_KEYS` with ``observation [B, T, obs_dim]`` float32."""
+    missing = [k for k in keys.IMPALA_IN_KEYS if k not in traj.keys(include_nested=True)]
+    if missing:
+        return f"missing keys {missing}"
+    if traj.batch_dims != 2:
+        return f"batch dims {tuple(traj.batch_size)} are not [B, T]"
+    obs = traj[keys.OBSERVATION]
+    if obs.dtype != torch.float32 or obs.shape[-1] != obs_dim or obs.dim() != 3:
+        return f"observation {tuple(obs.shape)} {obs.dtype}, expected [B, T, {obs_dim}] float32"
+    if not torch.isfinite(obs).all():
+        return "non-finite observation"
+    return None
