@@ -18,6 +18,8 @@ LOGGERS = ("wandb", "csv", "none")
 BACKENDS = ("auto", "local", "rpc")
 #: the names ``net.activation`` takes; :data:`distrl.models.ACTIVATIONS` maps each to its module
 ACTIVATION_NAMES = ("tanh", "relu", "elu")
+#: the names ``net.encoder`` takes; :data:`distrl.encoders.ENCODERS` maps each but auto to its module
+ENCODER_NAMES = ("auto", "mlp", "minatar", "nature", "impala")
 
 
 def check(ok: bool, msg: str) -> None:
@@ -80,15 +82,18 @@ class TransportConfig:
 
 @dataclass(frozen=True)
 class NetConfig:
-    """The actor-critic network: separate policy and value MLPs."""
+    """The network: an observation encoder (distrl/encoders.py), then policy and value heads; with
+    the mlp encoder, separate policy and value MLPs; with an image encoder, one conv torso for both."""
 
-    hidden: tuple[int, ...] = (64, 64)  #: hidden layer widths of each MLP
-    activation: str = "tanh"  #: tanh, relu or elu (ACTIVATION_NAMES)
+    hidden: tuple[int, ...] = (64, 64)  #: hidden layer widths of each MLP (encoder mlp; image encoders have their paper's)
+    activation: str = "tanh"  #: tanh, relu or elu (ACTIVATION_NAMES): the MLPs' activation; image encoders use ReLU
+    encoder: str = "auto"  #: auto (flat: mlp; images up to 16x16: minatar; from 36x36: nature; else impala), or one of ENCODER_NAMES
 
     def __post_init__(self):
         check(len(self.hidden) >= 1 and all(h > 0 for h in self.hidden), "net.hidden needs positive widths")
         check(self.activation in ACTIVATION_NAMES,
               f"net.activation must be one of {ACTIVATION_NAMES}, got {self.activation!r}")
+        check(self.encoder in ENCODER_NAMES, f"net.encoder must be one of {ENCODER_NAMES}, got {self.encoder!r}")
 
 
 @dataclass(frozen=True)

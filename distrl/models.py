@@ -1,80 +1,108 @@
-"""Actor-critic networks and the fast action sampling every actor uses.
+"""Actor-critic and Q networks over any observation, and the fast action sampling every actor uses.
 
-The MLPs are TorchRL's ``MLP``. Sampling uses the Gumbel-max trick on raw logits instead of a
+Each network starts with an encoder (:mod:`distrl.encoders`, chosen by ``net.encoder``):
+
+* ``mlp`` (flat observations): separate policy and value MLPs, each the encoder's layers with a
+  linear head appended (``policy.0/2/4``, ``value.0/2/4``: the state dict distrl always wrote);
+* an image encoder: one conv torso shared by the policy and value heads, as IMPALA and
+  sample-factory share it: the torso is computed once for both in ``forward``.
+
+Sampling uses the Gumbel-max trick on raw logits instead of a
 ``torch.distributions.Categorical`` object: on CPU the object alone costs about 70 of the 95 us of
 a batch-1 policy call (``python -m timeit`` of the forward and sample: 95 us, 33 us with Gumbel-max), and actors call the policy once per vector step.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import nn
-from torchrl.modules import MLP
 
+# re-exported: modules import them from here, and pickles of exported policies name distrl.models.Tanh
+from distrl.activations import ACTIVATIONS, Tanh  # noqa: F401
 from distrl.config import NetConfig
+from distrl.encoders import MLPEncoder, as_shape, make_encoder, resolve_encoder
 
 
-class _SigmoidTanh(torch.autograd.Function):
-    """``tanh(x) = 2 sigmoid(2x) - 1``, with tanh's own backward ``grad (1 - y^2)``."""
+class TorsoHead(nn.Module):
+    """``head(torso(obs))`` over a torso another module owns: the value head beside a policy
+    ``nn.Sequential(torso, head)``.
 
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        y = torch.sigmoid(x * 2).mul_(2).sub_(1)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        (y,) = ctx.saved_tensors
-        return torch.ops.aten.tanh_backward(grad, y)
-
-
-class Tanh(nn.Tanh):
-    """``nn.Tanh``, computed on CPU as ``2 sigmoid(2x) - 1``.
-
-    Why: torch's CPU tanh kernel costs 4.5 ns an element on these machines, its sigmoid 1.3 ns:
-    the 2x64 actor-critic's forward on sf's 2048-row learner batch takes 0.73 ms with this tanh
-    against 1.67 ms with ``nn.Tanh`` (``python experiments/bench_learner.py``). The same function to float32
-    rounding (1e-7 absolute); elsewhere (CUDA) ``torch.tanh`` itself. A subclass, so code that
-    asks ``isinstance(m, nn.Tanh)`` still sees a tanh.
+    The torso is held outside ``_modules``, so the model's state dict lists it once (under
+    ``policy.0``): weights travel to actors as the state dict, which would otherwise carry every
+    torso tensor twice. So this module's own ``parameters()`` and ``state_dict()`` hold the head
+    only; move and load the whole model, not this part alone.
     """
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type != "cpu":
-            return torch.tanh(x)
-        if x.requires_grad and torch.is_grad_enabled():
-            return _SigmoidTanh.apply(x)
-        return torch.sigmoid(x * 2).mul_(2).sub_(1)
+    def __init__(self, torso: nn.Module, head: nn.Module):
+        super().__init__()
+        object.__setattr__(self, "torso", torso)  # not registered: see above
+        self.head = head
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.torso(obs))
 
 
-#: ``net.activation`` name -> the activation module every distrl network builds with it
-#: (one entry per :data:`distrl.config.ACTIVATION_NAMES`; numpy_policy.py has each one's numpy twin)
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+def actor_critic_towers(obs_shape: Sequence[int], outputs: int, net: NetConfig) -> tuple[nn.Module, nn.Module]:
+    """``(policy, value)``: ``policy(obs [*B, *obs_shape]) -> [*B, outputs]``, ``value(obs) -> [*B, 1]``.
+
+    The mlp encoder gives two separate MLPs; an image encoder one torso, registered inside
+    ``policy = nn.Sequential(torso, Linear)`` (so the policy alone is a complete module, as actors
+    and exported policies use it) and borrowed by ``value = TorsoHead(torso, Linear)``. The policy's
+    last layer starts 100x smaller, which starts the policy near uniform and keeps early V-trace
+    importance ratios close to 1 (as in most PPO/IMPALA implementations).
+    """
+    if resolve_encoder(obs_shape, net.encoder) == "mlp":
+        policy, value = MLPEncoder(obs_shape, net, head=outputs), MLPEncoder(obs_shape, net, head=1)
+    else:
+        torso = make_encoder(obs_shape, net)
+        policy = nn.Sequential(torso, nn.Linear(torso.out_features, outputs))
+        value = TorsoHead(torso, nn.Linear(torso.out_features, 1))
+    with torch.no_grad():
+        policy[-1].weight.mul_(0.01)
+        policy[-1].bias.zero_()
+    return policy, value
+
+
+def shared_torso(value: nn.Module) -> nn.Module | None:
+    """The torso a value tower borrows from its policy (:class:`TorsoHead`), or None for an MLP."""
+    return value.torso if isinstance(value, TorsoHead) else None
+
+
+def tower_groups(policy: nn.Module, value: nn.Module) -> list[list[nn.Parameter]]:
+    """What :func:`clip_towers` clips apart: ``[policy, value]`` for separate MLPs, ``[torso,
+    policy head, value head]`` over a shared torso. The torso's gradient is the sum of both losses'
+    whatever is done; clipped on its own it gets the global clip IMPALA and sample-factory give the
+    whole network, while each head still takes its step whatever the other's gradient norm."""
+    torso = shared_torso(value)
+    if torso is None:
+        return [list(policy.parameters()), list(value.parameters())]
+    return [list(torso.parameters()), list(policy[-1].parameters()), list(value.head.parameters())]
 
 
 class ActorCritic(nn.Module):
-    """Separate policy and value MLPs over a flat observation.
+    """A policy and a value over one observation encoder (:func:`actor_critic_towers`).
 
-    ``forward(obs [*B, F]) -> (logits [*B, A], value [*B, 1])``.
+    ``forward(obs [*B, *obs_shape]) -> (logits [*B, A], value [*B, 1])``; ``policy(obs)`` and
+    ``value(obs)`` are the two towers as modules. ``obs_shape`` may be an int ``F`` (``(F,)``).
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, net: NetConfig = NetConfig()):
+    def __init__(self, obs_shape: int | Sequence[int], num_actions: int, net: NetConfig = NetConfig()):
         super().__init__()
-        act = ACTIVATIONS[net.activation]
-        self.obs_dim, self.num_actions = obs_dim, num_actions
-        self.policy = MLP(in_features=obs_dim, out_features=num_actions, num_cells=list(net.hidden), activation_class=act)
-        self.value = MLP(in_features=obs_dim, out_features=1, num_cells=list(net.hidden), activation_class=act)
-        # A small last policy layer starts the policy near uniform, which keeps early V-trace
-        # importance ratios close to 1 (as in most PPO/IMPALA implementations).
-        with torch.no_grad():
-            self.policy[-1].weight.mul_(0.01)
-            self.policy[-1].bias.zero_()
+        self.obs_shape, self.num_actions = as_shape(obs_shape), num_actions
+        self.policy, self.value = actor_critic_towers(self.obs_shape, num_actions, net)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.policy(obs), self.value(obs)
+        torso = shared_torso(self.value)
+        if torso is None:
+            return self.policy(obs), self.value(obs)
+        z = torso(obs)  # once for both heads
+        return self.policy[-1](z), self.value.head(z)
 
     def tower_parameters(self) -> list[list[nn.Parameter]]:
-        """The policy tower's parameters, then the value tower's (clipped apart: :func:`clip_towers`)."""
-        return [list(self.policy.parameters()), list(self.value.parameters())]
+        """The groups :func:`clip_towers` clips apart (:func:`tower_groups`): the policy tower's
+        parameters, then the value tower's; over a conv torso: the torso's, the policy head's, the value head's."""
+        return tower_groups(self.policy, self.value)
 
 
 def clip_towers(towers: list[list[nn.Parameter]], max_norm: float) -> torch.Tensor:
@@ -91,13 +119,18 @@ def clip_towers(towers: list[list[nn.Parameter]], max_norm: float) -> torch.Tens
 
 
 class QNetwork(nn.Module):
-    """An MLP of action values: ``forward(obs [*B, F]) -> Q [*B, A]`` (Ape-X's actors and learner)."""
+    """Action values over one encoder: ``forward(obs [*B, *obs_shape]) -> Q [*B, A]`` (Ape-X's actors
+    and learner). ``q`` is the mlp encoder with a linear head appended (``q.0/2/4``, as ever), or
+    ``nn.Sequential(image encoder, Linear)`` as in the papers' DQNs."""
 
-    def __init__(self, obs_dim: int, num_actions: int, net: NetConfig = NetConfig()):
+    def __init__(self, obs_shape: int | Sequence[int], num_actions: int, net: NetConfig = NetConfig()):
         super().__init__()
-        self.obs_dim, self.num_actions = obs_dim, num_actions
-        self.q = MLP(in_features=obs_dim, out_features=num_actions, num_cells=list(net.hidden),
-                     activation_class=ACTIVATIONS[net.activation])
+        self.obs_shape, self.num_actions = as_shape(obs_shape), num_actions
+        if resolve_encoder(self.obs_shape, net.encoder) == "mlp":
+            self.q = MLPEncoder(self.obs_shape, net, head=num_actions)
+        else:
+            torso = make_encoder(self.obs_shape, net)
+            self.q = nn.Sequential(torso, nn.Linear(torso.out_features, num_actions))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.q(obs)

@@ -1,4 +1,4 @@
-"""A recurrent actor-critic (MLP encoders -> LSTM cells -> policy and value heads).
+"""A recurrent actor-critic (encoders -> LSTM cells -> policy and value heads).
 
 Used by ``seed`` with ``algo.core=lstm``: the inference server keeps every env's core state
 and steps it once per observation (:meth:`RecurrentActorCritic.step`); the learner replays a
@@ -10,13 +10,14 @@ resets and scatters it with plain indexing, and a chunk carries it as one entry.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import nn
-from torchrl.modules import MLP
 
 from distrl.config import NetConfig
 from distrl.data.keys import CORE_STATE  # noqa: F401  (re-exported: the key a chunk's state travels under)
-from distrl.models import ACTIVATIONS
+from distrl.encoders import MLPEncoder, as_shape, make_encoder, resolve_encoder
 
 
 class RunningNorm(nn.Module):
@@ -52,19 +53,25 @@ class RunningNorm(nn.Module):
 
 
 class _Tower(nn.Module):
-    """Encoder MLP -> LSTM cell: ``(x [N, F], h, c [N, H]) -> h, c``."""
+    """(Encoder ->) LSTM cell: ``(x [N, F], h, c [N, H]) -> h, c``. Without an encoder (over a
+    shared image torso) ``x`` is the torso's features."""
 
-    def __init__(self, obs_dim: int, net: NetConfig, core_size: int):
+    def __init__(self, encoder: nn.Module | None, in_features: int, core_size: int):
         super().__init__()
-        self.encoder = MLP(in_features=obs_dim, out_features=net.hidden[-1], num_cells=list(net.hidden[:-1]),
-                           activation_class=ACTIVATIONS[net.activation], activate_last_layer=True)
-        self.core = nn.LSTMCell(net.hidden[-1], core_size)
+        if encoder is not None:
+            self.encoder = encoder
+        self.core = nn.LSTMCell(in_features, core_size)
 
 
 class RecurrentActorCritic(nn.Module):
-    """Standardised observations (:class:`RunningNorm`) into two towers, each an encoder MLP over
-    ``net.hidden`` and an ``LSTMCell`` of ``core_size``, with a linear policy head on one and a
-    linear value head on the other.
+    """Two towers, each an ``LSTMCell`` of ``core_size`` over an encoding of the observation, with
+    a linear policy head on one and a linear value head on the other.
+
+    Flat observations are standardised (:class:`RunningNorm`, ``obs_norm``) and each tower has its
+    own mlp encoder. Images go through one shared image encoder (``torso``: IMPALA's deep network
+    has its LSTM after it) whose features feed both cores; they are not standardised
+    (``obs_norm`` is None): the encoder scales uint8 by 1/255, and per-pixel statistics would be
+    noise on pixels that are almost always 0.
 
     Separate towers, as :class:`distrl.models.ActorCritic` has separate MLPs: with one shared
     core, the value loss (returns up to ~1/(1-gamma)) dominated the clipped gradient and the
@@ -72,11 +79,16 @@ class RecurrentActorCritic(nn.Module):
     is ``[*B, 4, H]``: ``(h, c)`` of the policy tower, then of the value tower.
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, net: NetConfig = NetConfig(), core_size: int = 64):
+    def __init__(self, obs_shape: int | Sequence[int], num_actions: int, net: NetConfig = NetConfig(),
+                 core_size: int = 64):
         super().__init__()
-        self.obs_dim, self.num_actions, self.core_size = obs_dim, num_actions, core_size
-        self.obs_norm = RunningNorm(obs_dim)
-        self.pi, self.v = _Tower(obs_dim, net, core_size), _Tower(obs_dim, net, core_size)
+        self.obs_shape, self.num_actions, self.core_size = as_shape(obs_shape), num_actions, core_size
+        if resolve_encoder(self.obs_shape, net.encoder) == "mlp":
+            self.obs_norm, self.torso = RunningNorm(self.obs_shape[0]), None
+            self.pi, self.v = (_Tower(MLPEncoder(self.obs_shape, net), net.hidden[-1], core_size) for _ in range(2))
+        else:
+            self.obs_norm, self.torso = None, make_encoder(self.obs_shape, net)
+            self.pi, self.v = (_Tower(None, self.torso.out_features, core_size) for _ in range(2))
         self.policy_head = nn.Linear(core_size, num_actions)
         self.value_head = nn.Linear(core_size, 1)
         with torch.no_grad():  # near-uniform start, as in ActorCritic (ratios near 1 early on)
@@ -84,9 +96,19 @@ class RecurrentActorCritic(nn.Module):
             self.policy_head.bias.zero_()
 
     def tower_parameters(self) -> list[list[nn.Parameter]]:
-        """The policy tower's parameters (with its head), then the value tower's."""
-        return [[*self.pi.parameters(), *self.policy_head.parameters()],
-                [*self.v.parameters(), *self.value_head.parameters()]]
+        """The policy tower's parameters (with its head), then the value tower's; over an image
+        torso, the torso's first, as a group of its own (as :func:`distrl.models.tower_groups`)."""
+        towers = [[*self.pi.parameters(), *self.policy_head.parameters()],
+                  [*self.v.parameters(), *self.value_head.parameters()]]
+        return towers if self.torso is None else [list(self.torso.parameters()), *towers]
+
+    def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``obs [*B, *obs_shape]`` -> the policy core's and the value core's inputs ``[*B, F']``."""
+        if self.torso is None:
+            obs = self.obs_norm(obs)
+            return self.pi.encoder(obs), self.v.encoder(obs)
+        z = self.torso(obs)
+        return z, z
 
     def initial_state(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """Zero core state ``[n, 4, H]``, the state at every episode start."""
@@ -96,13 +118,13 @@ class RecurrentActorCritic(nn.Module):
         """One step for ``N`` envs.
 
         Args:
-            obs: ``[N, F]``; state: ``[N, 4, H]``, the state before this observation.
+            obs: ``[N, *obs_shape]``; state: ``[N, 4, H]``, the state before this observation.
         Returns:
             ``(logits [N, A], value [N, 1], state [N, 4, H])``, the state after it.
         """
-        obs = self.obs_norm(obs)
-        hp, cp = self.pi.core(self.pi.encoder(obs), (state[:, 0], state[:, 1]))
-        hv, cv = self.v.core(self.v.encoder(obs), (state[:, 2], state[:, 3]))
+        xp, xv = self._features(obs)
+        hp, cp = self.pi.core(xp, (state[:, 0], state[:, 1]))
+        hv, cv = self.v.core(xv, (state[:, 2], state[:, 3]))
         return self.policy_head(hp), self.value_head(hv), torch.stack((hp, cp, hv, cv), dim=1)
 
     def unroll(self, obs: torch.Tensor, state0: torch.Tensor, reset: torch.Tensor
@@ -110,16 +132,15 @@ class RecurrentActorCritic(nn.Module):
         """Replay ``T`` steps from ``state0``, zeroing the state where an episode starts.
 
         Args:
-            obs: ``[B, T, F]``; state0: ``[B, 4, H]``; reset: ``[B, T]`` bool, true where the
+            obs: ``[B, T, *obs_shape]``; state0: ``[B, 4, H]``; reset: ``[B, T]`` bool, true where the
                 state must be zeroed before step ``t`` (the step starts a new episode).
         Returns:
             ``(logits [B, T, A], value [B, T, 1], states [B, T, 4, H])``, the state after each step.
         """
-        obs = self.obs_norm(obs)
-        xp, xv = self.pi.encoder(obs), self.v.encoder(obs)  # feed-forward: one call for all T steps
+        xp, xv = self._features(obs)  # feed-forward: one call for all T steps
         keep = (~reset).unsqueeze(-1).to(xp.dtype)  # [B, T, 1]
         state, states = state0, []
-        for t in range(obs.shape[1]):
+        for t in range(xp.shape[1]):
             s = state * keep[:, t].unsqueeze(-1)
             hp, cp = self.pi.core(xp[:, t], (s[:, 0], s[:, 1]))
             hv, cv = self.v.core(xv[:, t], (s[:, 2], s[:, 3]))
@@ -154,9 +175,9 @@ class UnrolledCore:
         return logits, value
 
     def value(self, next_obs: torch.Tensor) -> torch.Tensor:
-        """``V`` of ``next_obs [B, T, F]`` -> ``[B, T, 1]``; call after ``__call__`` on the same batch."""
+        """``V`` of ``next_obs [B, T, *obs_shape]`` -> ``[B, T, 1]``; call after ``__call__`` on the same batch."""
         if self._states is None:
             raise RuntimeError("UnrolledCore.value needs the unroll of __call__ first")
         B, T = next_obs.shape[:2]
-        _, value, _ = self.model.step(next_obs.reshape(B * T, -1), self._states.reshape(B * T, 4, -1))
+        _, value, _ = self.model.step(next_obs.flatten(0, 1), self._states.reshape(B * T, 4, -1))
         return value.view(B, T, 1)

@@ -9,8 +9,11 @@ before and after). Nothing about what is learned changes: the same float32 weigh
 the torch parameters, not copies), the same distribution, and the log-probability of the
 sampled action computed as :func:`distrl.models.sample_actions` computes it.
 
-TorchRL's ``MLP`` is an ``nn.Sequential`` of ``Linear`` layers and activation modules; any other
-module makes :meth:`NumpyPolicy.supports` false and the actor keeps its torch policy.
+A policy MLP (:class:`distrl.encoders.MLPEncoder` with its head, or TorchRL's ``MLP``) is an
+``nn.Sequential`` of ``Linear`` layers and activation modules; any other module makes
+:meth:`NumpyPolicy.supports` false and the actor keeps its torch policy. Image encoders are such
+modules: a policy over a conv torso always runs in torch (numpy has no fast convolution, and at
+those sizes the convolutions, not torch's dispatch, are the cost).
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from distrl.models import ACTIVATIONS
+from distrl.activations import ACTIVATIONS
+from distrl.encoders import ImageEncoder
 
 #: the numpy twin of each activation of :data:`distrl.models.ACTIVATIONS`, by name
 _NUMPY = {
@@ -31,6 +35,16 @@ _NUMPY = {
 _ACTIVATIONS = {nn.Tanh: np.tanh, **{module: _NUMPY[name] for name, module in ACTIVATIONS.items()}}
 
 
+def _refusal(mlp: nn.Module) -> str:
+    """Why :class:`NumpyPolicy` cannot run ``mlp``, in one line naming the layers it does not know."""
+    layers = list(mlp) if isinstance(mlp, nn.Sequential) else [mlp]
+    odd = sorted({type(m).__name__ for m in layers if not isinstance(m, nn.Linear) and type(m) not in _ACTIVATIONS})
+    image = any(isinstance(m, ImageEncoder) for m in layers)
+    names = ", ".join(dict.fromkeys(a.__name__ for a in _ACTIVATIONS))
+    return (f"NumpyPolicy runs Linear layers and {names} in an nn.Sequential; got {', '.join(odd) or type(mlp).__name__}"
+            + (" (an image encoder: a policy over one stays in torch)" if image else ""))
+
+
 class NumpyPolicy:
     """``act(obs [B, F]) -> (action [B] int64, log_prob [B] float32)`` over an MLP's own weights.
 
@@ -40,7 +54,7 @@ class NumpyPolicy:
 
     def __init__(self, mlp: nn.Sequential, seed: int):
         if not self.supports(mlp):
-            raise ValueError(f"NumpyPolicy runs Linear layers and {[a.__name__ for a in _ACTIVATIONS]}; got {mlp}")
+            raise ValueError(_refusal(mlp))
         self.mlp = mlp
         self.rng = np.random.default_rng(seed)
         self.refresh()

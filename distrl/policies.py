@@ -1,10 +1,11 @@
 """Actor-critics for PPO with one interface over discrete and continuous actions.
 
-Both classes keep separate policy and value MLPs (TorchRL's ``MLP``, as :class:`distrl.models.ActorCritic`)
-and expose the four calls an on-policy learner makes:
+Both classes build their policy and value towers as :class:`distrl.models.ActorCritic` does
+(:func:`distrl.models.actor_critic_towers`: separate MLPs for flat observations, one conv torso for
+images) and expose the four calls an on-policy learner makes:
 
-* ``act(obs [*B, F]) -> (action, log_prob [*B])``: sample, in the rollout (no grad);
-* ``value(obs [*B, F]) -> [*B, 1]``: the critic (an ``nn.Module`` attribute);
+* ``act(obs [*B, *obs_shape]) -> (action, log_prob [*B])``: sample, in the rollout (no grad);
+* ``value(obs [*B, *obs_shape]) -> [*B, 1]``: the critic (an ``nn.Module`` attribute);
 * ``evaluate(obs, action) -> (log_prob [*B], entropy [*B])``: the update's re-evaluation;
 * ``greedy(obs) -> action``: the evaluation policy (argmax, or the Gaussian's mean).
 
@@ -14,13 +15,14 @@ the env adapter clips them to the action bounds, the log-probability is of the u
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 from torch import nn
-from torchrl.modules import MLP
 
 from distrl.config import NetConfig
-from distrl.models import ACTIVATIONS, ActorCritic, greedy_actions, sample_actions
+from distrl.encoders import as_shape
+from distrl.models import ActorCritic, actor_critic_towers, greedy_actions, sample_actions
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -49,16 +51,13 @@ class GaussianActorCritic(nn.Module):
     on a single state and it makes the entropy independent of the observation.
     """
 
-    def __init__(self, obs_dim: int, action_dim: int, net: NetConfig = NetConfig(), init_log_std: float = 0.0):
+    def __init__(self, obs_shape: int | Sequence[int], action_dim: int, net: NetConfig = NetConfig(),
+                 init_log_std: float = 0.0):
         super().__init__()
-        act = ACTIVATIONS[net.activation]
-        self.obs_dim, self.action_dim = obs_dim, action_dim
-        self.policy = MLP(in_features=obs_dim, out_features=action_dim, num_cells=list(net.hidden), activation_class=act)
-        self.value = MLP(in_features=obs_dim, out_features=1, num_cells=list(net.hidden), activation_class=act)
+        self.obs_shape, self.action_dim = as_shape(obs_shape), action_dim
+        # the small last policy layer starts the means near 0, so early actions come from the std alone
+        self.policy, self.value = actor_critic_towers(self.obs_shape, action_dim, net)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
-        with torch.no_grad():  # start with means near 0, so early actions come from the std alone
-            self.policy[-1].weight.mul_(0.01)
-            self.policy[-1].bias.zero_()
 
     def _log_prob(self, mean: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         z = (action - mean) * torch.exp(-self.log_std)
@@ -107,18 +106,25 @@ class ObsNorm(nn.Module):
         self.count.copy_(n)
 
 
-def make_actor_critic(obs_dim: int, num_actions: int | None, action_dim: int, net: NetConfig,
+def make_actor_critic(obs_shape: int | Sequence[int], num_actions: int | None, action_dim: int, net: NetConfig,
                       init_log_std: float = 0.0, normalize_obs: bool = False) -> nn.Module:
     """A :class:`CategoricalActorCritic` when ``num_actions`` is set, else a :class:`GaussianActorCritic`.
 
     With ``normalize_obs`` both MLPs start with one shared :class:`ObsNorm` (``model.obs_norm``).
+    Flat observations only: an image encoder scales uint8 pixels by 1/255 itself, and per-pixel
+    running statistics would divide by the near-zero variance of pixels that are almost always
+    0, so ``normalize_obs`` with images is a ``ValueError`` rather than silently ignored.
     """
+    shape = as_shape(obs_shape)
+    if normalize_obs and len(shape) != 1:
+        raise ValueError(f"normalize_obs standardises flat observations; images {shape} are scaled by their "
+                         "encoder: set algo.normalize_obs=false")
     if num_actions is not None:
-        model = CategoricalActorCritic(obs_dim, num_actions, net)
+        model = CategoricalActorCritic(shape, num_actions, net)
     else:
-        model = GaussianActorCritic(obs_dim, action_dim, net, init_log_std)
+        model = GaussianActorCritic(shape, action_dim, net, init_log_std)
     if normalize_obs:
-        model.obs_norm = ObsNorm(obs_dim)
+        model.obs_norm = ObsNorm(shape[0])
         model.policy = nn.Sequential(model.obs_norm, model.policy)
         model.value = nn.Sequential(model.obs_norm, model.value)
     return model

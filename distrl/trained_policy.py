@@ -13,6 +13,13 @@ TorchRL policy does (``env.rollout(policy=...)``, a ``Collector``):
   adapter clips them.
 * ``apex``: TorchRL's ``QValueActor`` over the Q-network (greedy; no sampling).
 
+The network is rebuilt from the run's ``net`` config (a config without ``net.encoder``, from before
+encoders, means ``auto``) and an observation shape read from the checkpoint itself, so a run on a
+user's env factory loads without building that env: an image encoder keeps its ``obs_shape`` as a
+buffer in the state dict (:mod:`distrl.encoders`); a flat observation's size is the first layer's
+input features, as every older checkpoint has it. Image policies read the observation as the env
+gives it (uint8, bool or float ``[*B, C, H, W]``) and scale it inside the network.
+
 Discrete actions are written as the training env took them: the learner records its TorchRL env's
 encoding (``OneHot`` or ``Categorical``) in every checkpoint (``action_encoding``). A run on a
 gymnasium id, or a checkpoint from before distrl recorded it, gives one-hot actions, GymEnv's
@@ -74,14 +81,16 @@ def load_run(run_dir: str | Path, checkpoint: str = "best") -> tuple[dict, dict]
     return cfg, state
 
 
-def _dims(state: dict, prefix: str) -> tuple[int, int]:
-    """``(input features, outputs)`` of the MLP whose parameters start with ``prefix``: the first
-    and last 2-D weights (the layers are registered in order). Read from the checkpoint rather than
-    from an env, so a run on a user's env factory loads without building that env."""
+def _dims(state: dict, prefix: str) -> tuple[tuple[int, ...], int]:
+    """``(obs_shape, outputs)`` of the network whose parameters start with ``prefix``: an image
+    encoder's ``obs_shape`` buffer, else ``(F,)`` with ``F`` the first 2-D weight's input features;
+    the outputs are the last 2-D weight's (the layers are registered in order, the head last)."""
     weights = [v for k, v in state.items() if k.startswith(prefix) and v.dim() == 2]
     if not weights:
         _fail(f"the checkpoint holds no {prefix!r} network: not a model this version of distrl knows")
-    return weights[0].shape[1], weights[-1].shape[0]
+    shapes = [v for k, v in state.items() if k.startswith(prefix) and k.endswith(".obs_shape")]
+    obs_shape = tuple(int(d) for d in shapes[0].tolist()) if shapes else (weights[0].shape[1],)
+    return obs_shape, weights[-1].shape[0]
 
 
 def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_dim: int, env_id: str,
@@ -107,27 +116,28 @@ def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_
 
 def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]:
     """The recipe's network with the checkpoint's weights: ``(model, num_actions or None, action_dim)``."""
-    from distrl.config import NetConfig
+    from distrl.config import NetConfig, from_dict
     from distrl.models import ActorCritic, QNetwork
     from distrl.policies import make_actor_critic
 
     recipe, algo = cfg["recipe"], cfg.get("algo", {})
-    net = NetConfig(hidden=tuple(cfg["net"]["hidden"]), activation=cfg["net"]["activation"])
+    net = from_dict(NetConfig, cfg["net"])  # fields it lacks (encoder, before encoders) keep their defaults
     if recipe == "seed" and algo.get("core", "mlp") != "mlp":
         _fail(f"load_policy supports seed runs with the mlp core only, not algo.core={algo['core']!r} "
               "(its recurrent state needs an env-side primer TorchRL users add themselves)")
     if recipe == "apex":
-        obs_dim, num_actions = _dims(state, "q.")
-        model = QNetwork(obs_dim, num_actions, net)
+        obs_shape, num_actions = _dims(state, "q.")
+        model = QNetwork(obs_shape, num_actions, net)
         action_dim = 1
     elif recipe == "vecenv":
-        obs_dim, out = _dims(state, "policy.")
+        obs_shape, out = _dims(state, "policy.")
         continuous = "log_std" in state
         num_actions, action_dim = (None, out) if continuous else (out, 1)
-        model = make_actor_critic(obs_dim, num_actions, action_dim, net, normalize_obs=bool(algo.get("normalize_obs")))
+        model = make_actor_critic(obs_shape, num_actions, action_dim, net,
+                                  normalize_obs=bool(algo.get("normalize_obs")))
     elif recipe in ("impala", "seed", "sf", "a3c"):
-        obs_dim, num_actions = _dims(state, "policy.")
-        model, action_dim = ActorCritic(obs_dim, num_actions, net), 1
+        obs_shape, num_actions = _dims(state, "policy.")
+        model, action_dim = ActorCritic(obs_shape, num_actions, net), 1
     else:
         _fail(f"load_policy does not know recipe {recipe!r}")
     model.load_state_dict(state)
@@ -138,7 +148,7 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
                 action_spec: Optional[TensorSpec] = None, device: str | torch.device = "cpu") -> TensorDictModule:
     """The policy a distrl run trained, as a TorchRL actor (see the module docstring).
 
-    Reads ``observation`` ``[*B, F]`` (``algo.obs_key`` for a ``vecenv`` run on a factory env) and
+    Reads ``observation`` ``[*B, *obs_shape]`` (``algo.obs_key`` for a ``vecenv`` run on a factory env) and
     writes ``action`` (``[*B]`` indices or ``[*B, A]`` one-hot, as the training env took them or
     ``action_spec`` says; ``[*B, A]`` floats), plus ``logits`` / ``loc``, ``scale`` and ``action_log_prob`` (actor-critics)
     or ``action_value`` ``[*B, A]`` (apex).

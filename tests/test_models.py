@@ -1,4 +1,5 @@
-"""distrl's fast stand-ins in the models: the sigmoid-based tanh and the per-tower gradient clip."""
+"""distrl's fast stand-ins in the models (the sigmoid-based tanh, the per-tower gradient clip), and
+the flat networks' layout kept from earlier releases."""
 from __future__ import annotations
 
 import pytest
@@ -48,3 +49,47 @@ def test_clip_towers_clips_each_tower_on_its_own(max_norm):
                 torch.testing.assert_close(p.grad, grads[i] * scale, atol=1e-6, rtol=1e-5)
         norms.append(before)
     torch.testing.assert_close(total, torch.linalg.vector_norm(torch.stack(norms)), atol=1e-5, rtol=1e-5)
+
+
+def test_flat_networks_are_the_torchrl_mlps_of_earlier_releases():
+    """The mlp encoder's towers are laid out and initialised as TorchRL's ``MLP`` was (what every
+    earlier release built): the same state-dict keys and, under a seed, the same initial weights,
+    so checkpoints load and CartPole runs keep their numbers."""
+    from torchrl.modules import MLP
+
+    from distrl.config import NetConfig
+    from distrl.models import ACTIVATIONS, QNetwork
+    from distrl.models_recurrent import RecurrentActorCritic
+    from distrl.policies import GaussianActorCritic
+
+    net = NetConfig(hidden=(32, 16), activation="elu")
+
+    def mlp(n_in, n_out, last=False):
+        return MLP(in_features=n_in, out_features=n_out, num_cells=list(net.hidden[:-1] if last else net.hidden),
+                   activation_class=ACTIVATIONS[net.activation], activate_last_layer=last)
+
+    def same(model, *old: tuple[str, torch.nn.Module]):
+        want = {f"{prefix}.{k}": v for prefix, m in old for k, v in m.state_dict().items()}
+        got = {k: v for k, v in model.state_dict().items() if any(k.startswith(f"{p}.") for p, _ in old)}
+        assert list(got) == list(want)
+        for k in want:
+            assert torch.equal(got[k], want[k]), k
+
+    torch.manual_seed(0)
+    old_pi, old_v = mlp(5, 3), mlp(5, 1)
+    with torch.no_grad():
+        old_pi[-1].weight.mul_(0.01)
+        old_pi[-1].bias.zero_()
+    for cls in (ActorCritic, GaussianActorCritic):
+        torch.manual_seed(0)
+        same(cls(5, 3, net), ("policy", old_pi), ("value", old_v))
+    torch.manual_seed(0)
+    old_q = mlp(5, 3)
+    torch.manual_seed(0)
+    same(QNetwork((5,), 3, net), ("q", old_q))
+    torch.manual_seed(0)
+    old_pi, old_pi_core = mlp(5, 16, last=True), torch.nn.LSTMCell(16, 8)  # the old _Tower's build order
+    old_v, old_v_core = mlp(5, 16, last=True), torch.nn.LSTMCell(16, 8)
+    torch.manual_seed(0)
+    same(RecurrentActorCritic(5, 3, net, 8), ("pi.encoder", old_pi), ("pi.core", old_pi_core),
+         ("v.encoder", old_v), ("v.core", old_v_core))

@@ -1,0 +1,233 @@
+"""Observation encoders, chosen by ``net.encoder``: ``forward(obs [*B, *obs_shape]) -> [*B, out_features]``.
+
+Every network head (:class:`distrl.models.ActorCritic`, :class:`distrl.models.QNetwork`, the
+recurrent core, :mod:`distrl.policies`) starts with one. Each is a small named module with its
+paper's layer list in its docstring. ``*B`` is any number of leading dims (``[B]``, ``[B, T]``):
+an image encoder flattens them into one batch for its convolutions and restores them after.
+
+========  ========================  ======================================================
+name      observation               layers
+========  ========================  ======================================================
+mlp       flat ``[F]``              ``Linear`` + activation per ``net.hidden`` width
+minatar   ``[C, H, W]``, H, W >= 3  Young & Tian 2019 (MinAtar)
+nature    ``[C, H, W]``, H, W >= 36 Mnih et al. 2015 (the DQN of Nature)
+impala    ``[C, H, W]``             Espeholt et al. 2018 (IMPALA's deep residual network)
+========  ========================  ======================================================
+
+``auto`` (:func:`resolve_encoder`, the one place it is decided): flat -> mlp; images up to 16x16
+-> minatar (MinAtar is 10x10); at least 36x36 -> nature (Atari's 84x84); in between -> impala,
+because nature's strides leave nothing of an image under 36x36 and impala's padded convolutions
+take any size.
+
+Input dtype: images travel as uint8 (or bool, as MinAtar's) up to the network's device and become
+float in the encoder's first line (:func:`to_float`): uint8 / 255, bool as 0/1, float as is. A
+uint8 image is a quarter of float32's bytes through queues, replay and host-to-device copies;
+cleanrl's ``ppo_atari_envpool.py`` divides by 255 inside the network for the same reason.
+
+The image encoders use ReLU and their paper's widths and PyTorch's default initialisation;
+``net.hidden`` and ``net.activation`` shape the mlp encoder only. Each image encoder keeps its
+``obs_shape`` as an int64 buffer, so a checkpoint says what it was built for (read back by
+:mod:`distrl.trained_policy`); the mlp encoder keeps none, so its state dict is the one distrl
+always wrote.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from distrl.activations import ACTIVATIONS
+from distrl.config import NetConfig
+
+NATURE_MIN = 36  #: nature's smallest image side: 8x8 stride 4, 4x4 stride 2, 3x3 leave 1 pixel of 36
+MINATAR_MAX = 16  #: auto picks minatar for images whose sides are all at most this
+
+
+def as_shape(obs_shape: int | Sequence[int]) -> tuple[int, ...]:
+    """``obs_shape`` as a tuple of ints; an ``int`` ``F`` (the older ``obs_dim``) means ``(F,)``."""
+    if isinstance(obs_shape, int):
+        return (obs_shape,)
+    return tuple(int(d) for d in obs_shape)
+
+
+def to_float(obs: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``obs`` as floats on its own device: uint8 divided by 255, bool as 0/1, float unchanged."""
+    if obs.is_floating_point():
+        return obs
+    if obs.dtype == torch.uint8:
+        return obs.to(dtype).div_(255.0)
+    if obs.dtype == torch.bool:
+        return obs.to(dtype)
+    raise ValueError(f"encoders take uint8 (scaled by 1/255), bool or float observations, got {obs.dtype}")
+
+
+class MLPEncoder(nn.Sequential):
+    """Flat observations ``[*B, F] -> [*B, hidden[-1]]``: ``Linear, activation`` per ``net.hidden`` width.
+
+    With ``head``, a last ``Linear(hidden[-1], head)`` without activation follows: that is a whole
+    policy, value or Q tower, laid out as TorchRL's ``MLP`` lays it out (``Linear`` layers at 0, 2,
+    4, ...), built in the same order, so its state dict and its initial weights under a seed are
+    those of every earlier distrl release.
+    """
+
+    def __init__(self, obs_shape: Sequence[int], net: NetConfig, head: int | None = None):
+        shape = as_shape(obs_shape)
+        if len(shape) != 1:
+            raise ValueError(f"encoder mlp takes flat observations [F], got shape {shape}: "
+                             "set net.encoder to minatar, nature or impala (or auto) for images [C, H, W]")
+        act, widths, layers = ACTIVATIONS[net.activation], [shape[0], *net.hidden], []
+        for n_in, n_out in zip(widths, widths[1:]):
+            layers += [nn.Linear(n_in, n_out), act()]
+        if head is not None:
+            layers.append(nn.Linear(widths[-1], head))
+        super().__init__(*layers)
+        self.in_features, self.out_features = shape[0], widths[-1] if head is None else head
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return super().forward(to_float(obs))
+
+
+class ImageEncoder(nn.Module):
+    """What every image encoder does around its layers: ``obs [*B, C, H, W]`` (uint8, bool or float)
+    -> ``fc(conv(x)) [*B, out_features]``, with ``conv`` ending in a flatten. Subclasses build ``conv``
+    and ``fc`` and check the shape with :meth:`_check`."""
+
+    name = ""
+
+    def __init__(self, obs_shape: Sequence[int]):
+        super().__init__()
+        self.in_shape = as_shape(obs_shape)
+        self.register_buffer("obs_shape", torch.tensor(self.in_shape, dtype=torch.int64))
+
+    def _check(self, min_side: int) -> None:
+        if len(self.in_shape) != 3 or min(self.in_shape[1:]) < min_side:
+            raise ValueError(f"encoder {self.name} takes images [C, H, W] of at least {min_side}x{min_side}, "
+                             f"got shape {self.in_shape}" + ("" if len(self.in_shape) == 3 else
+                                                             ": set net.encoder=mlp (or auto) for flat observations"))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = to_float(obs, self.fc[0].weight.dtype)  # first: what travelled is the uint8 image
+        if x.shape[-3:] != self.in_shape:  # e.g. [H, W, C] from an env that was not transposed
+            raise ValueError(f"encoder {self.name} takes observations [*B, {', '.join(map(str, self.in_shape))}], "
+                             f"got {list(x.shape)}")
+        lead = x.shape[:-3]
+        y = self.fc(self.conv(x.reshape(-1, *self.in_shape)))
+        return y.reshape(*lead, self.out_features)
+
+
+class MinAtarEncoder(ImageEncoder):
+    """Young & Tian 2019 (MinAtar), the network of its reference DQN and actor-critic agents:
+
+    * ``Conv2d(C, 16, 3x3, stride 1)``, ReLU -> ``[16, H-2, W-2]``
+    * flatten -> ``[16 (H-2) (W-2)]`` (1024 on MinAtar's 10x10)
+    * ``Linear(16 (H-2) (W-2), 128)``, ReLU -> ``[128]``
+
+    In MinAtar's DQN the 128 units are the hidden layer before the Q head; each head puts its own
+    ``Linear`` over them.
+    """
+
+    name = "minatar"
+
+    def __init__(self, obs_shape: Sequence[int], net: NetConfig = NetConfig()):
+        super().__init__(obs_shape)
+        self._check(3)
+        c, h, w = self.in_shape
+        self.conv = nn.Sequential(nn.Conv2d(c, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
+        self.out_features = 128
+        self.fc = nn.Sequential(nn.Linear(16 * (h - 2) * (w - 2), 128), nn.ReLU())
+
+
+class NatureEncoder(ImageEncoder):
+    """Mnih et al. 2015 (the DQN of Nature), sizes for Atari's 84x84:
+
+    * ``Conv2d(C, 32, 8x8, stride 4)``, ReLU -> ``[32, 20, 20]``
+    * ``Conv2d(32, 64, 4x4, stride 2)``, ReLU -> ``[64, 9, 9]``
+    * ``Conv2d(64, 64, 3x3, stride 1)``, ReLU -> ``[64, 7, 7]``
+    * flatten -> ``[3136]``
+    * ``Linear(3136, 512)``, ReLU -> ``[512]``
+    """
+
+    name = "nature"
+
+    def __init__(self, obs_shape: Sequence[int], net: NetConfig = NetConfig()):
+        super().__init__(obs_shape)
+        self._check(NATURE_MIN)
+        c, h, w = self.in_shape
+        for k, s in ((8, 4), (4, 2), (3, 1)):
+            h, w = (h - k) // s + 1, (w - k) // s + 1
+        self.conv = nn.Sequential(nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+                                  nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
+        self.out_features = 512
+        self.fc = nn.Sequential(nn.Linear(64 * h * w, 512), nn.ReLU())
+
+
+class ResidualBlock(nn.Module):
+    """IMPALA's residual block: ``x + conv(relu(conv(relu(x))))``, both 3x3, stride 1, padded to keep
+    ``[ch, H, W]``."""
+
+    def __init__(self, ch: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(ch, ch, 3, padding=1)
+        self.conv1 = nn.Conv2d(ch, ch, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class ImpalaEncoder(ImageEncoder):
+    """Espeholt et al. 2018 (IMPALA), the deep residual network of its figure 3:
+
+    * for ``ch`` in 16, 32, 32:
+      ``Conv2d(ch_in, ch, 3x3, stride 1, padding 1)`` -> ``[ch, H, W]``;
+      ``MaxPool2d(3x3, stride 2, padding 1)`` -> ``[ch, ceil(H/2), ceil(W/2)]``;
+      two :class:`ResidualBlock` of ``ch``
+    * ReLU, flatten -> ``[32 h w]``, ``h = ceil(H/8)`` (2 on 10x10: 128; 11 on 84x84: 3872)
+    * ``Linear(32 h w, 256)``, ReLU -> ``[256]`` (the paper's LSTM, when there is one, comes after)
+    """
+
+    name = "impala"
+
+    def __init__(self, obs_shape: Sequence[int], net: NetConfig = NetConfig()):
+        super().__init__(obs_shape)
+        self._check(1)
+        c, h, w = self.in_shape
+        layers = []
+        for ch in (16, 32, 32):
+            layers += [nn.Conv2d(c, ch, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
+                       ResidualBlock(ch), ResidualBlock(ch)]
+            c, h, w = ch, (h - 1) // 2 + 1, (w - 1) // 2 + 1
+        self.conv = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
+        self.out_features = 256
+        self.fc = nn.Sequential(nn.Linear(c * h * w, 256), nn.ReLU())
+
+
+#: ``net.encoder`` name -> its class (every name of :data:`distrl.config.ENCODER_NAMES` but auto)
+ENCODERS: dict[str, type[nn.Module]] = {
+    "mlp": MLPEncoder, "minatar": MinAtarEncoder, "nature": NatureEncoder, "impala": ImpalaEncoder}
+
+
+def resolve_encoder(obs_shape: int | Sequence[int], name: str = "auto") -> str:
+    """The encoder ``name`` means for observations of ``obs_shape``: itself, or what ``auto`` picks
+    (flat -> mlp; images up to 16x16 -> minatar; at least 36x36 -> nature; else impala)."""
+    if name != "auto":
+        return name
+    shape = as_shape(obs_shape)
+    if len(shape) == 1:
+        return "mlp"
+    if len(shape) == 3:
+        if max(shape[1:]) <= MINATAR_MAX:
+            return "minatar"
+        return "nature" if min(shape[1:]) >= NATURE_MIN else "impala"
+    raise ValueError(f"encoder auto: observations of shape {shape} are neither flat [F] nor images [C, H, W]; "
+                     "reshape them in the env")
+
+
+def make_encoder(obs_shape: int | Sequence[int], net: NetConfig) -> nn.Module:
+    """The encoder ``net.encoder`` names (:func:`resolve_encoder` for auto) for ``obs_shape``:
+    ``forward(obs [*B, *obs_shape]) -> [*B, out_features]``. ``ValueError`` in one line when it
+    cannot take the shape."""
+    name = resolve_encoder(obs_shape, net.encoder)
+    if name not in ENCODERS:
+        raise ValueError(f"net.encoder must be one of auto, {', '.join(ENCODERS)}, got {name!r}")
+    return ENCODERS[name](as_shape(obs_shape), net)
