@@ -6,7 +6,8 @@ images) and expose the four calls an on-policy learner makes:
 
 * ``act(obs [*B, *obs_shape]) -> (action, log_prob [*B])``: sample, in the rollout (no grad);
 * ``value(obs [*B, *obs_shape]) -> [*B, 1]``: the critic (an ``nn.Module`` attribute);
-* ``evaluate(obs, action) -> (log_prob [*B], entropy [*B])``: the update's re-evaluation;
+* ``evaluate(obs, action) -> (log_prob [*B], entropy [*B], value [*B])``: the update's
+  re-evaluation, in one pass (an image torso runs once for both heads);
 * ``greedy(obs) -> action``: the evaluation policy (argmax, or the Gaussian's mean).
 
 Actions are ``[*B]`` int64 indices (discrete) or ``[*B, A]`` float32 (continuous, unbounded:
@@ -22,7 +23,7 @@ from torch import nn
 
 from distrl.config import NetConfig
 from distrl.encoders import as_shape
-from distrl.models import ActorCritic, actor_critic_towers, greedy_actions, sample_actions
+from distrl.models import ActorCritic, actor_critic_towers, greedy_actions, sample_actions, shared_torso
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -33,11 +34,12 @@ class CategoricalActorCritic(ActorCritic):
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return sample_actions(self.policy(obs))
 
-    def evaluate(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        log_probs = torch.log_softmax(self.policy(obs), dim=-1)  # [*B, A]
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits, value = self(obs)
+        log_probs = torch.log_softmax(logits, dim=-1)  # [*B, A]
         log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
-        return log_prob, entropy
+        return log_prob, entropy, value.squeeze(-1)
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return greedy_actions(self.policy(obs))
@@ -68,10 +70,16 @@ class GaussianActorCritic(nn.Module):
         action = mean + torch.exp(self.log_std) * torch.randn_like(mean)
         return action, self._log_prob(mean, action)
 
-    def evaluate(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        log_prob = self._log_prob(self.policy(obs), action)
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        torso = shared_torso(self.value)
+        if torso is None:
+            mean, value = self.policy(obs), self.value(obs)
+        else:
+            z = torso(obs)  # once for both heads
+            mean, value = self.policy[-1](z), self.value.head(z)
+        log_prob = self._log_prob(mean, action)
         entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand_as(log_prob)
-        return log_prob, entropy
+        return log_prob, entropy, value.squeeze(-1)
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self.policy(obs)

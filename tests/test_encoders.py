@@ -232,14 +232,14 @@ def test_ppo_policies(name):
     discrete = CategoricalActorCritic(shape, 3, net)
     with torch.no_grad():
         action, log_prob = discrete.act(obs)
-    new_log_prob, entropy = discrete.evaluate(obs, action)
+    new_log_prob, entropy, _ = discrete.evaluate(obs, action)
     torch.testing.assert_close(new_log_prob, log_prob)
     (new_log_prob.sum() + entropy.sum() + discrete.value(obs).sum()).backward()
     assert grads_everywhere(discrete) and discrete.greedy(obs).shape == (10,)
     continuous = GaussianActorCritic(shape, 2, net, init_log_std=-0.5)
     with torch.no_grad():  # as a rollout stores them
         action, log_prob = continuous.act(obs)
-    new_log_prob, entropy = continuous.evaluate(obs, action)
+    new_log_prob, entropy, _ = continuous.evaluate(obs, action)
     torch.testing.assert_close(new_log_prob, log_prob)
     (new_log_prob.sum() + continuous.value(obs).sum()).backward()
     assert grads_everywhere(continuous) and continuous.greedy(obs).shape == (10, 2)

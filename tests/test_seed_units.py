@@ -117,7 +117,7 @@ def _b(*v):
 
 def test_assembly_across_episode_ends():
     """Two envs, T=3: env 0 terminates at step 1, env 1 is truncated at step 2."""
-    g = GroupTrajectories(num_envs=2, obs_dim=1, unroll_length=3)
+    g = GroupTrajectories(num_envs=2, obs_shape=1, unroll_length=3)
     no = _b(False, False)
     assert g.observe(7, _f(0, 10), torch.zeros(2), no, no, torch.zeros(0, 1)) is None  # first message
     g.act(_f(0, 10), torch.tensor([0, 1]), torch.tensor([-0.1, -0.2]), version=0)
@@ -144,7 +144,7 @@ def test_assembly_across_episode_ends():
 
 
 def test_recurrent_state_resets_on_episode_end_and_on_worker_restart():
-    g = GroupTrajectories(num_envs=3, obs_dim=1, unroll_length=4, state_shape=(4, 2))
+    g = GroupTrajectories(num_envs=3, obs_shape=1, unroll_length=4, state_shape=(4, 2))
     no = _b(False, False, False)
     g.observe(1, _f(0, 0, 0), torch.zeros(3), no, no, torch.zeros(0, 1))
     g.act(_f(0, 0, 0), torch.zeros(3, dtype=torch.long), torch.zeros(3), 0, new_state=torch.ones(3, 4, 2))

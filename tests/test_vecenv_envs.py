@@ -25,7 +25,7 @@ def test_generic_torchrl_path_steps_exactly_like_the_native_one(env_id, steps):
     native = make_batched_env(env_id, 6, CPU, seed=3)
     generic = make_batched_env(env_id, 6, CPU, seed=3, factory="distrl.envs.batched:torchrl_native_env")
     assert isinstance(native, NativeEnv) and isinstance(generic, TorchRLEnv)
-    assert (native.obs_dim, native.num_actions, native.action_dim) == (generic.obs_dim, generic.num_actions, generic.action_dim)
+    assert (native.obs_shape, native.num_actions, native.action_dim) == (generic.obs_shape, generic.num_actions, generic.action_dim)
     torch.testing.assert_close(native.reset(), generic.reset())
     g = torch.Generator().manual_seed(0)
     for _ in range(steps):

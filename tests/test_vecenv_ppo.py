@@ -92,7 +92,7 @@ def test_loss_matches_torchrl_clip_ppo_loss():
     td = TensorDict({"observation": obs, "action": action, "action_log_prob": old, "advantage": adv.unsqueeze(-1),
                      "value_target": target.unsqueeze(-1)}, [n])
     r = ref(td)
-    log_prob, entropy = model.evaluate(obs, action)
+    log_prob, entropy, _ = model.evaluate(obs, action)
     out = ppo_loss(log_prob, old, adv, model.value(obs).squeeze(-1), target, entropy, 0.2, 0.5, 0.01)
     torch.testing.assert_close(out["loss_policy"], r["loss_objective"], atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(0.5 * out["loss_value"], r["loss_critic"], atol=1e-6, rtol=1e-5)
@@ -106,7 +106,7 @@ def test_gaussian_policy_log_prob_and_entropy():
     action, log_prob = model.act(obs)
     dist = torch.distributions.Normal(model.policy(obs), torch.exp(model.log_std))
     torch.testing.assert_close(log_prob, dist.log_prob(action).sum(-1))
-    lp, ent = model.evaluate(obs, action)
+    lp, ent, _ = model.evaluate(obs, action)
     torch.testing.assert_close(lp, log_prob)
     torch.testing.assert_close(ent, dist.entropy().sum(-1))
     assert model.greedy(obs).shape == (10, 2)
@@ -158,7 +158,7 @@ def test_learner_targets_and_update_against_the_slow_loops(tmp_path):
     torch.testing.assert_close(batch[keys.ADVANTAGE].double(), ref_norm.reshape(-1), atol=1e-4, rtol=1e-4)
 
     with torch.no_grad():
-        log_prob, entropy = learner.model.evaluate(batch[keys.OBSERVATION], batch[keys.ACTION])
+        log_prob, entropy, _ = learner.model.evaluate(batch[keys.OBSERVATION], batch[keys.ACTION])
     ref_loss = slow_clipped_loss(log_prob, batch[keys.ACTION_LOG_PROB], batch[keys.ADVANTAGE],
                                  learner.model.value(batch[keys.OBSERVATION]).squeeze(-1).detach(),
                                  batch[keys.VALUE_TARGET], entropy, a.clip_eps, a.value_coef, a.entropy_coef)

@@ -103,7 +103,7 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage: torc
 def allreduce_gradients(params: list[nn.Parameter]) -> None:
     """Average every parameter's gradient over the ranks, in one flat all-reduce.
 
-    Why not ``DistributedDataParallel``: the update calls ``model.evaluate`` and ``model.value``,
+    Why not ``DistributedDataParallel``: the update calls ``model.evaluate`` (policy and value),
     not ``forward``, and DDP only arms its reduction inside ``forward``; the model is a few
     thousand parameters, which DDP would also put in a single bucket; and this way the reduced
     gradient (hence the non-finite check on it) is bitwise the same on every rank.
@@ -149,8 +149,8 @@ def ppo_update(model: nn.Module, optim: torch.optim.Optimizer, batch: TensorDict
         for k in range(hp.num_minibatches):
             mb = shuffled[k * size:(k + 1) * size]
             obs = mb[keys.OBSERVATION]
-            log_prob, entropy = model.evaluate(obs, mb[keys.ACTION])
-            out = ppo_loss(log_prob, mb[keys.ACTION_LOG_PROB], mb[keys.ADVANTAGE], model.value(obs).squeeze(-1),
+            log_prob, entropy, value = model.evaluate(obs, mb[keys.ACTION])
+            out = ppo_loss(log_prob, mb[keys.ACTION_LOG_PROB], mb[keys.ADVANTAGE], value,
                            mb[keys.VALUE_TARGET], entropy, hp.clip_eps, hp.value_coef, hp.entropy_coef)
             optim.zero_grad(set_to_none=True)
             out[keys.LOSS].backward()

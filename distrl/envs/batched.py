@@ -31,17 +31,19 @@ StepOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Te
 
 
 class BatchedEnv:
-    """``B`` envs stepped together. Shapes: observations ``[B, F]`` float32, actions ``[B]`` int64
-    (``num_actions`` set) or ``[B, A]`` float32, reward ``[B]`` float32, flags ``[B]`` bool."""
+    """``B`` envs stepped together. Shapes: observations ``[B, *obs_shape]`` (float32 vectors, or
+    images ``[B, C, H, W]`` in their own dtype), actions ``[B]`` int64 (``num_actions`` set) or
+    ``[B, A]`` float32, reward ``[B]`` float32, flags ``[B]`` bool."""
 
     num_envs: int
-    obs_dim: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: torch.dtype = torch.float32
     num_actions: int | None  #: None for continuous actions
     action_dim: int
     max_episode_steps: int | None  #: the time limit if the env declares one (bounds evaluation)
 
     def reset(self) -> torch.Tensor:
-        """Resets every env; returns the first observation ``[B, F]``."""
+        """Resets every env; returns the first observation ``[B, *obs_shape]``."""
         raise NotImplementedError
 
     def step(self, action: torch.Tensor) -> StepOut:
@@ -60,7 +62,8 @@ class NativeEnv(BatchedEnv):
     def __init__(self, env: TorchBatchedEnv):
         self.env = env
         self.num_envs = env.num_envs
-        self.obs_dim = env.observation_spec[keys.OBSERVATION].shape[-1]
+        obs = env.observation_spec[keys.OBSERVATION]
+        self.obs_shape, self.obs_dtype = tuple(obs.shape[1:]), obs.dtype
         spec = env.action_spec
         self.num_actions = int(spec.space.n) if isinstance(spec, Categorical) else None
         self.action_dim = 1 if self.num_actions else spec.shape[-1]
@@ -78,7 +81,8 @@ class TorchRLEnv(BatchedEnv):
     """Any TorchRL ``EnvBase`` with ``batch_size [B]``, stepped with ``step_and_maybe_reset``.
 
     Discrete actions may be ``Categorical`` (indices) or ``OneHot`` specs; continuous actions are
-    clipped to a ``Bounded`` spec's box. Observations are read from ``obs_key`` and flattened.
+    clipped to a ``Bounded`` spec's box. Observations are read from ``obs_key``: images ``[C, H, W]``
+    of uint8/bool as they are, anything else flattened to float32 ``[F]``.
     """
 
     def __init__(self, env: EnvBase, device: torch.device, obs_key: str = keys.OBSERVATION):
@@ -89,8 +93,10 @@ class TorchRLEnv(BatchedEnv):
         if obs_key not in env.observation_spec.keys():
             raise ValueError(f"env has no observation {obs_key!r} (has {list(env.observation_spec.keys())}); "
                              "set algo.obs_key")
-        obs_shape = env.observation_spec[obs_key].shape[1:]
-        self.obs_dim = int(torch.Size(obs_shape).numel())
+        obs = env.observation_spec[obs_key]
+        self.image = len(obs.shape) == 4 and obs.dtype in (torch.uint8, torch.bool)
+        self.obs_shape = tuple(obs.shape[1:]) if self.image else (int(torch.Size(obs.shape[1:]).numel()),)
+        self.obs_dtype = obs.dtype if self.image else torch.float32
         spec = env.action_spec
         self.one_hot = isinstance(spec, OneHot)
         if isinstance(spec, (Categorical, OneHot)):
@@ -106,7 +112,7 @@ class TorchRLEnv(BatchedEnv):
         self._td: TensorDictBase | None = None
 
     def _obs(self, td: TensorDictBase) -> torch.Tensor:
-        return td.get(self.obs_key).reshape(self.num_envs, self.obs_dim).to(self.device, torch.float32)
+        return td.get(self.obs_key).reshape(self.num_envs, *self.obs_shape).to(self.device, self.obs_dtype)
 
     def reset(self) -> torch.Tensor:
         self._td = self.env.reset()
@@ -183,7 +189,8 @@ class GymVectorEnv(BatchedEnv):
 
         info = env_info(env_id)
         self.env, self.device, self.seed = make_vector_env(env_id, num_envs, seed), torch.device(device), seed
-        self.num_envs, self.obs_dim, self.num_actions, self.action_dim = num_envs, info.obs_dim, info.num_actions, info.action_dim
+        self.num_envs, self.num_actions, self.action_dim = num_envs, info.num_actions, info.action_dim
+        self.obs_shape, self.obs_dtype = info.shape, info.obs_dtype or torch.float32
         self.max_episode_steps = None
         space = self.env.single_action_space
         self.low, self.high = (None, None) if self.num_actions else (space.low, space.high)
@@ -191,9 +198,12 @@ class GymVectorEnv(BatchedEnv):
     def _t(self, x, dtype=torch.float32) -> torch.Tensor:
         return torch.as_tensor(x).to(self.device, dtype).reshape(self.num_envs, -1).squeeze(-1)
 
+    def _obs(self, x) -> torch.Tensor:
+        return torch.as_tensor(x).to(self.device, self.obs_dtype).reshape(self.num_envs, *self.obs_shape)
+
     def reset(self) -> torch.Tensor:
         obs, _ = self.env.reset(seed=self.seed)
-        return self._t(obs).reshape(self.num_envs, self.obs_dim)
+        return self._obs(obs)
 
     def step(self, action: torch.Tensor) -> StepOut:
         from distrl.envs.gym import final_observations
@@ -203,9 +213,8 @@ class GymVectorEnv(BatchedEnv):
             a = a.clip(self.low, self.high)
         obs, reward, term, trunc, info = self.env.step(a)
         next_obs = final_observations(obs, info, term | trunc)
-        shape = (self.num_envs, self.obs_dim)
-        return (self._t(next_obs).reshape(shape), self._t(reward), self._t(term, torch.bool),
-                self._t(trunc, torch.bool), self._t(obs).reshape(shape))
+        return (self._obs(next_obs), self._t(reward), self._t(term, torch.bool),
+                self._t(trunc, torch.bool), self._obs(obs))
 
     def close(self) -> None:
         self.env.close()
@@ -226,7 +235,7 @@ def torchrl_native_env(env_id: str, num_envs: int, device: torch.device, seed: i
 
 @torch.no_grad()
 def evaluate_greedy(env: BatchedEnv, greedy: Callable[[torch.Tensor], torch.Tensor], max_steps: int = 100_000) -> list[float]:
-    """Return of the first episode of each of ``env``'s ``B`` envs under ``greedy(obs [B, F])``.
+    """Return of the first episode of each of ``env``'s ``B`` envs under ``greedy(obs [B, *F])``.
 
     Stops when every env has finished an episode (checked every 64 steps, to keep host syncs off
     the step path) or after ``max_steps`` (the env's time limit when it declares one).

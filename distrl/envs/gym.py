@@ -6,6 +6,11 @@ these CPUs TorchRL's per-step path costs about 300 us a frame against 7 us for t
 true final observation of a finished episode, which V-trace needs to bootstrap a truncation.
 An ``--env`` of the form ``module:function`` is a user's TorchRL env instead: every function here
 hands it to ``distrl/envs/torchrl_env.py``.
+
+Every env is built by :func:`make_env`, the boundary where images change layout once: an
+observation ``[H, W, C]`` of uint8 or bool becomes ``[C, H, W]`` in its own dtype, and stays so on
+every path to the network (the encoder makes it float). ``MinAtar/*`` ids come from the
+``minatar`` package (an optional extra), registered on first use, with a time limit.
 """
 from __future__ import annotations
 
@@ -19,6 +24,49 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from distrl.envs import mock  # noqa: F401  (registers the deterministic test envs)
 from distrl.envs.info import EnvInfo, is_factory
 
+#: MinAtar's time limit in steps. The package sets none: a good Breakout policy can keep the ball
+#: alive for ever, and training and evaluation need episodes that end. The torch versions default
+#: to the same (``distrl.envs.torch_envs``).
+MINATAR_MAX_EPISODE_STEPS = 10_000
+
+
+def _register_minatar(env_id: str) -> None:
+    """Register the ``minatar`` package's gymnasium ids on first use, or say in one line what to install."""
+    if not env_id.startswith("MinAtar/") or env_id in gym.registry:
+        return
+    try:
+        from minatar.gym import register_envs
+    except ImportError:
+        raise ValueError(f"{env_id} needs the minatar package: pip install \"distrl[minatar]\"") from None
+    register_envs()
+
+
+def is_image(space: gym.Space) -> bool:
+    """An image observation ``[H, W, C]`` of uint8 or bool (what :func:`make_env` turns to ``[C, H, W]``)."""
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype in (np.uint8, np.bool_)
+
+
+def make_env(env_id: str) -> gym.Env:
+    """``gym.make(env_id)``, with images channels-first (``[C, H, W]``, dtype unchanged) and MinAtar's
+    time limit (:data:`MINATAR_MAX_EPISODE_STEPS`)."""
+    _register_minatar(env_id)
+    kwargs = {"max_episode_steps": MINATAR_MAX_EPISODE_STEPS} if env_id.startswith("MinAtar/") else {}
+    env = gym.make(env_id, **kwargs)
+    space = env.observation_space
+    if is_image(space):
+        h, w, c = space.shape
+        chw = gym.spaces.Box(np.moveaxis(space.low, -1, 0), np.moveaxis(space.high, -1, 0), (c, h, w), space.dtype)
+        # a contiguous copy: a strided view would be copied again by every buffer it lands in
+        env = gym.wrappers.TransformObservation(env, lambda o: np.ascontiguousarray(np.moveaxis(o, -1, 0)), chw)
+    return env
+
+
+def as_obs(obs: np.ndarray) -> torch.Tensor:
+    """A batch of observations as a tensor: floats as float32 (the networks' dtype), images
+    (uint8, bool) in their own dtype: they become float inside the network."""
+    t = torch.as_tensor(obs)
+    return t.float() if t.is_floating_point() and t.dtype != torch.float32 else t
+
 
 def check_env_id(env_id: str) -> None:
     """Raise ``ValueError`` (one line, with close matches) if gymnasium does not know ``env_id``;
@@ -28,6 +76,7 @@ def check_env_id(env_id: str) -> None:
 
         check_factory(env_id)
         return
+    _register_minatar(env_id)
     try:
         gym.spec(env_id)
     except Exception:
@@ -42,13 +91,15 @@ def env_info(env_id: str) -> EnvInfo:
         from distrl.envs.torchrl_env import check_factory
 
         return check_factory(env_id)
-    env = gym.make(env_id)
+    env = make_env(env_id)
     try:
-        obs_dim = int(np.prod(env.observation_space.shape))
+        obs = env.observation_space
+        shape, dtype = tuple(int(d) for d in obs.shape), as_obs(np.zeros((1,), obs.dtype)).dtype
+        obs_dim = int(np.prod(shape))
         space = env.action_space
         if isinstance(space, gym.spaces.Discrete):
-            return EnvInfo(obs_dim, int(space.n), 1)
-        return EnvInfo(obs_dim, None, int(np.prod(space.shape)))
+            return EnvInfo(obs_dim, int(space.n), 1, obs_shape=shape, obs_dtype=dtype)
+        return EnvInfo(obs_dim, None, int(np.prod(space.shape)), obs_shape=shape, obs_dtype=dtype)
     finally:
         env.close()
 
@@ -60,14 +111,14 @@ def make_vector_env(env_id: str, num_envs: int, seed: int) -> SyncVectorEnv:
         from distrl.envs.torchrl_vector import TorchRLVectorEnv
 
         return TorchRLVectorEnv(env_id, num_envs, seed)  # seeded by make_env; its first step resets it
-    env = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    env = SyncVectorEnv([lambda: make_env(env_id) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
     env.reset(seed=seed)
     env.action_space.seed(seed)
     return env
 
 
 def final_observations(next_obs: np.ndarray, info: dict, done: np.ndarray) -> np.ndarray:
-    """``next_obs [B, F]`` with each finished env's row replaced by its true final observation."""
+    """``next_obs [B, *F]`` with each finished env's row replaced by its true final observation."""
     if not done.any():
         return next_obs
     out = next_obs.copy()
@@ -81,7 +132,7 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
     """Returns of ``episodes`` greedy episodes, one per env of a vector env.
 
     Args:
-        policy_logits: callable ``obs [B, F] -> logits [B, A]``.
+        policy_logits: callable ``obs [B, *F] -> logits [B, A]`` (observations as :func:`as_obs` gives them).
     """
     if is_factory(env_id):  # the user's TorchRL env, made by the same factory as the actors'
         from distrl.envs.torchrl_env import evaluate_factory
@@ -89,12 +140,12 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
         return evaluate_factory(policy_logits, env_id, episodes, seed, device)
     if episodes == 0:
         return []
-    env = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(episodes)], autoreset_mode=AutoresetMode.SAME_STEP)
+    env = SyncVectorEnv([lambda: make_env(env_id) for _ in range(episodes)], autoreset_mode=AutoresetMode.SAME_STEP)
     obs, _ = env.reset(seed=seed)
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
     while running.any():
-        logits = policy_logits(torch.as_tensor(obs, dtype=torch.float32, device=device))
+        logits = policy_logits(as_obs(obs).to(device))
         obs, reward, term, trunc, _ = env.step(logits.argmax(-1).cpu().numpy())
         returns += reward * running
         running &= ~(term | trunc)

@@ -7,11 +7,13 @@ build on it, and ``gym.py`` hands a factory to ``torchrl_env.py``, never the oth
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
 class EnvInfo:
-    """Shapes of one env: ``obs_dim`` features, and ``num_actions`` for discrete action spaces."""
+    """Shapes of one env: ``obs_shape`` (``[F]`` or an image ``[C, H, W]``; ``obs_dim`` its
+    element count), and ``num_actions`` for discrete action spaces."""
 
     obs_dim: int
     num_actions: int | None  # None for continuous actions
@@ -19,6 +21,15 @@ class EnvInfo:
     #: how a TorchRL env takes discrete actions: "one_hot" (``OneHot``) or "categorical" (indices);
     #: None for a gymnasium id and for continuous actions
     action_encoding: str | None = None
+    #: one observation's shape; ``None``: ``(obs_dim,)`` (see :attr:`shape`)
+    obs_shape: tuple[int, ...] | None = None
+    #: the observations' torch dtype as they travel (float32, or uint8/bool for images); None: float32
+    obs_dtype: Any = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """One observation's shape: ``obs_shape``, or ``(obs_dim,)`` for a flat one."""
+        return self.obs_shape if self.obs_shape is not None else (self.obs_dim,)
 
 
 def is_factory(env: str) -> bool:

@@ -31,8 +31,9 @@ FINAL_OBS, RANK, GROUP, RUN_ID, STOP = keys.FINAL_OBSERVATION, keys.WORKER_RANK,
 class Request:
     """One env group's step: the message's tensors, and the slot its reply is handed back in.
 
-    ``obs [B, F]``, ``reward/terminated/truncated [B]`` (outcome of the group's previous step),
-    ``final_obs [D, F]`` (true last observations of the ``D`` envs whose episode just ended).
+    ``obs [B, *F]``, ``reward/terminated/truncated [B]`` (outcome of the group's previous step),
+    ``final_obs [D, *F]`` (true last observations of the ``D`` envs whose episode just ended).
+    Observations are float32 vectors or images in their own dtype (uint8, bool).
     """
 
     key: tuple[int, int]  #: (worker rank, group index)
@@ -52,19 +53,24 @@ class Request:
         return self.obs.shape[0]
 
     @classmethod
-    def from_message(cls, td: TensorDict, num_envs: int, obs_dim: int) -> "Request":
-        """Parse and check a worker's message; ``ValueError`` saying what is wrong."""
+    def from_message(cls, td: TensorDict, num_envs: int, obs_shape: int | tuple[int, ...],
+                     obs_dtype: torch.dtype = torch.float32) -> "Request":
+        """Parse and check a worker's message against ``obs [num_envs, *obs_shape]`` of ``obs_dtype``
+        (an int ``F`` means ``(F,)``); ``ValueError`` saying what is wrong."""
+        shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         names = (OBS, REWARD, TERMINATED, TRUNCATED, FINAL_OBS, RANK, GROUP, RUN_ID)
         missing = [k for k in names if k not in td.keys()]
         if missing:
             raise ValueError(f"step message misses {missing}")
         obs, final = td[OBS], td[FINAL_OBS]
-        if obs.dtype != torch.float32 or tuple(obs.shape) != (num_envs, obs_dim):
-            raise ValueError(f"observation {tuple(obs.shape)} {obs.dtype}, expected [{num_envs}, {obs_dim}] float32")
+        if obs.dtype != obs_dtype or tuple(obs.shape) != (num_envs, *shape):
+            want = ", ".join(map(str, (num_envs, *shape)))
+            raise ValueError(f"observation {tuple(obs.shape)} {obs.dtype}, expected [{want}] {obs_dtype}")
         done = td[TERMINATED] | td[TRUNCATED]
-        if tuple(final.shape) != (int(done.sum()), obs_dim):
-            raise ValueError(f"final_observation {tuple(final.shape)} for {int(done.sum())} episode ends")
-        if not (torch.isfinite(obs).all() and torch.isfinite(final).all() and torch.isfinite(td[REWARD]).all()):
+        if tuple(final.shape) != (int(done.sum()), *shape) or final.dtype != obs_dtype:
+            raise ValueError(f"final_observation {tuple(final.shape)} {final.dtype} for {int(done.sum())} episode ends")
+        finite = not obs.is_floating_point() or (torch.isfinite(obs).all() and torch.isfinite(final).all())
+        if not (finite and torch.isfinite(td[REWARD]).all()):
             raise ValueError("non-finite observation or reward")
         return cls((int(td[RANK]), int(td[GROUP])), int(td[RUN_ID]), obs, td[REWARD].float(), td[TERMINATED],
                    td[TRUNCATED], final)

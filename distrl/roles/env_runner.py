@@ -18,10 +18,10 @@ from tensordict import TensorDict
 
 from distrl import faults
 from distrl.data import keys
-from distrl.envs.gym import final_observations, is_factory, make_vector_env
+from distrl.envs.gym import as_obs, final_observations, is_factory, make_vector_env
 from distrl.logging.timing import TimeBudget
 
-#: ``act(obs [B, F]) -> {keys.ACTION: [B] int64, other per-step outputs: [B, ...]}``
+#: ``act(obs [B, *F]) -> {keys.ACTION: [B] int64, other per-step outputs: [B, ...]}``
 ActFn = Callable[[torch.Tensor], dict]
 
 
@@ -46,7 +46,7 @@ class EnvRunner:
                 pass
         seed = self.seed + 100_000 * self.env_errors
         self.env = make_vector_env(self.env_id, self.num_envs, seed)
-        self.obs = torch.as_tensor(self.env.reset(seed=seed)[0], dtype=torch.float32)
+        self.obs = as_obs(self.env.reset(seed=seed)[0])
         self.ep_return = np.zeros(self.num_envs)
         self.ep_length = np.zeros(self.num_envs, dtype=np.int64)
 
@@ -60,17 +60,18 @@ class EnvRunner:
         """Step every env ``T`` times with ``act``.
 
         Returns:
-            ``(traj [B, T], returns, lengths)``: the trajectory holds ``observation [B, T, F]``,
+            ``(traj [B, T], returns, lengths)``: the trajectory holds ``observation [B, T, *F]``,
             what ``act`` returned, and ``("next", observation/reward/done/terminated/truncated)``
             (``reward`` and the flags ``[B, T, 1]``); the lists hold the episodes that finished.
             Raises what the env raised; :meth:`recover` then starts a fresh env.
         """
         self.unrolls += 1
-        B, obs_dim = self.num_envs, self.obs.shape[-1]
+        B, obs_shape, obs_dtype = self.num_envs, tuple(self.obs.shape[1:]), self.obs.numpy().dtype
         # numpy buffers, one torch tensor each at the end: a torch index-assignment costs ~6 us here
-        # against ~1 us in numpy, and a step makes eight of them (as many us as 3 CartPole steps)
-        obs = np.empty((T, B, obs_dim), np.float32)
-        next_obs = np.empty((T, B, obs_dim), np.float32)
+        # against ~1 us in numpy, and a step makes eight of them (as many us as 3 CartPole steps).
+        # Observations keep their dtype: an image stays uint8/bool until the network.
+        obs = np.empty((T, B, *obs_shape), obs_dtype)
+        next_obs = np.empty((T, B, *obs_shape), obs_dtype)
         reward = np.empty((T, B), np.float32)
         terminated = np.empty((T, B), bool)
         truncated = np.empty((T, B), bool)
@@ -101,7 +102,7 @@ class EnvRunner:
                     lengths.extend(self.ep_length[done].tolist())
                     self.ep_return[done] = 0.0
                     self.ep_length[done] = 0
-                self.obs = torch.as_tensor(o, dtype=torch.float32)
+                self.obs = as_obs(o)
         self.budget.add("policy", policy_s)
         self.budget.add("env", env_s)
         obs, next_obs, reward = torch.from_numpy(obs), torch.from_numpy(next_obs), torch.from_numpy(reward)

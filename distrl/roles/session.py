@@ -10,6 +10,7 @@ shares from it: :meth:`~LearnerSession.apply_loss` (finite -> backward -> clip -
 """
 from __future__ import annotations
 
+import queue
 import signal
 import threading
 import time
@@ -286,18 +287,22 @@ class LearnerSession:
         run = self.cfg.run
         return evaluate(policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device)
 
-    def await_peers(self, waiting: Callable[[], set[int]], drain: Optional[Callable[[], bool]] = None,
+    def await_peers(self, waiting: Callable[[], set[int]], drain: Optional[queue.Queue] = None,
                     heartbeat: bool = False) -> None:
         """After the stop: wait, bounded by the call timeout, until every live rank of ``waiting()``
-        has heard it. ``drain`` (optional) frees a blocked sender and says whether it did; the wait
-        sleeps only when it did not. ``heartbeat`` keeps pinging, so a peer that died meanwhile is
-        declared lost instead of waited for."""
+        has heard it. ``drain``: the learner's bounded inbox, emptied meanwhile so that a sender
+        blocked on it returns and hears the stop in its reply. ``heartbeat`` keeps pinging, so a
+        peer that died meanwhile is declared lost instead of waited for."""
         deadline = time.monotonic() + self.cfg.transport.call_timeout_s
         lost = self.ctx.transport.lost_peers
         while time.monotonic() < deadline and waiting() - lost():
             if heartbeat:
                 self.heartbeat()
-            if drain is None or not drain():
+            try:
+                if drain is None:
+                    raise queue.Empty
+                drain.get_nowait()
+            except queue.Empty:
                 time.sleep(0.02)
 
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:

@@ -50,7 +50,7 @@ class ParameterServer:
         self.session = LearnerSession(ctx)
         self.device = self.session.device
         info = env_info(self.cfg.run.env)
-        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net).to(self.device)
+        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net).to(self.device)
         self.params = list(self.model.parameters())
         self.num_params = sum(p.numel() for p in self.params)
         self.optim = make_optimizer(self.params, self.algo)
@@ -181,7 +181,7 @@ class ParameterServer:
         session = self.session
         reason = session.train(self.next_gradients, self.apply, self.model, self.optim)
         eval_returns = self._evaluate()
-        session.await_peers(lambda: self.workers - self.said_stop, drain=self._drain)
+        session.await_peers(lambda: self.workers - self.said_stop, drain=self.queue)
         return session.finish(reason, eval_returns, self.model, self.optim, extra=self.staleness_summary())
 
     def staleness_summary(self) -> dict:
@@ -195,11 +195,3 @@ class ParameterServer:
 
     def _evaluate(self) -> list[float]:
         return self.session.greedy_returns(self.model.policy)
-
-    def _drain(self) -> bool:
-        """Free a queue slot, so a push blocked on a full queue returns and its worker hears stop."""
-        try:
-            self.queue.get_nowait()
-            return True
-        except queue.Empty:
-            return False

@@ -6,7 +6,8 @@ Rank 0 is the parameter server, every other rank a worker. At world size 1 the s
 hands tensors over by reference: no copy, no serialisation).
 
 Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds;
-``a2c`` and ``debug_a2c`` are the same with the synchronous switch on, for side-by-side runs.
+``a2c`` and ``debug_a2c`` are the same with the synchronous switch on, for side-by-side runs; ``minatar`` learns MinAtar Breakout
+from its ``[4, 10, 10]`` bool images.
 """
 from __future__ import annotations
 
@@ -68,6 +69,16 @@ def a2c() -> Config:
     return override(default(), **{"algo.sync": True})
 
 
+def minatar() -> Config:
+    """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10."""
+    return override(
+        default(),
+        **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 1200.0,
+           "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_worker": 16, "algo.t_max": 20,
+           "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01},
+    )
+
+
 def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
@@ -80,6 +91,10 @@ def debug() -> Config:
 def debug_a2c() -> Config:
     """``debug`` with ``algo.sync``."""
     return override(debug(), **{"algo.sync": True})
+
+
+#: The experiment ``launch/train.py a3c --env ID`` starts from when ``--experiment`` is not given.
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
 
 
 def _check_config(cfg: Config) -> None:

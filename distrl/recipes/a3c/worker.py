@@ -35,7 +35,7 @@ class A3CWorker:
         self.algo = self.cfg.algo
         self.server = ctx.ranks_of("parameter_server")[0]
         info = env_info(self.cfg.run.env)
-        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net)
+        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net)
         self.params = list(self.model.parameters())
         self.version = -1  # no parameters yet: the first pull brings them
         seed = self.cfg.run.seed + 1000 * ctx.rank

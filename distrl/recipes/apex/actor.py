@@ -41,7 +41,7 @@ class ApexActor:
                                  first=self.index)  # shard i mod R first
         info = env_info(self.cfg.run.env)
         self.num_actions = info.num_actions
-        self.model = QNetwork(info.obs_dim, info.num_actions, self.cfg.net)
+        self.model = QNetwork(info.shape, info.num_actions, self.cfg.net)
         self.version = -1
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
@@ -70,7 +70,8 @@ class ApexActor:
                                           nxt[keys.STEP_TRUNCATED][..., 0], gamma, n)
         Tp = G.shape[1]
         head = window[:, :Tp]
-        bootstrap = nxt[keys.OBSERVATION].gather(1, last[..., None].expand(*last.shape, nxt[keys.OBSERVATION].shape[-1]))
+        rows = torch.arange(last.shape[0])[:, None]  # [B, 1]: with last [B, T'], any observation shape
+        bootstrap = nxt[keys.OBSERVATION][rows, last]  # [B, T', *F]
         out = TensorDict({
             keys.OBSERVATION: head[keys.OBSERVATION], keys.ACTION: head[keys.ACTION],
             keys.NEXT: TensorDict({keys.OBSERVATION: bootstrap}, batch_size=G.shape),
@@ -78,7 +79,7 @@ class ApexActor:
             keys.POLICY_VERSION: torch.full(G.shape, self.version, dtype=torch.int64),
         }, batch_size=G.shape).reshape(-1)
         # initial priority: |y - Q(s, a)| with the acting network (max over the bootstrap state)
-        y = out[keys.NSTEP_RETURN] + out[keys.BOOTSTRAP_DISCOUNT] * self.model(bootstrap.reshape(-1, bootstrap.shape[-1])).max(-1).values
+        y = out[keys.NSTEP_RETURN] + out[keys.BOOTSTRAP_DISCOUNT] * self.model(bootstrap.flatten(0, 1)).max(-1).values
         priority = (y - head[keys.CHOSEN_ACTION_VALUE].reshape(-1)).abs()
         return out, priority
 

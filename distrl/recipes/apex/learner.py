@@ -39,7 +39,7 @@ class ApexLearner:
         self.session = LearnerSession(ctx)
         self.device = self.session.device
         info = env_info(self.cfg.run.env)
-        self.model = QNetwork(info.obs_dim, info.num_actions, self.cfg.net).to(self.device)
+        self.model = QNetwork(info.shape, info.num_actions, self.cfg.net).to(self.device)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
         self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr)
         state = self.session.restore(self.model, self.optim)

@@ -4,7 +4,8 @@ n-step transitions; one learner samples it by priority and trains a double DQN.
 Rank 0 is the learner, ranks 1..R the replay shards (``algo.shards``), every other rank an actor.
 At world size 1 the learner, the R shards and ``algo.local_actors`` actors share one process.
 
-Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds.
+Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds; ``minatar`` learns MinAtar Breakout
+from its ``[4, 10, 10]`` bool images.
 """
 from __future__ import annotations
 
@@ -94,6 +95,17 @@ def default() -> Config:
                   net=NetConfig(hidden=(128, 128), activation="relu"))
 
 
+def minatar() -> Config:
+    """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10;
+    the DQN settings of Young & Tian's MinAtar baselines where they apply (replay 100k, lr 2.5e-4)."""
+    return override(
+        default(),
+        **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 1200.0,
+           "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_actor": 8, "algo.lr": 2.5e-4,
+           "algo.min_replay_size": 5_000, "algo.target_update_interval": 1_000, "algo.batch_size": 64},
+    )
+
+
 def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
@@ -104,6 +116,10 @@ def debug() -> Config:
            "algo.samples_per_insert": 4.0, "algo.spi_tolerance": 1000.0, "net.hidden": (32,), "algo.lr": 1e-3,
            "algo.gamma": 0.5},  # the toy env is a bandit: a short horizon makes the action gap large
     )
+
+
+#: The experiment ``launch/train.py apex --env ID`` starts from when ``--experiment`` is not given.
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
 
 
 def _check_config(cfg: Config) -> None:

@@ -30,7 +30,7 @@ class ImpalaActor:
         self.learner = ctx.ranks_of("learner")[0]
         self.num_envs, self.T = algo.envs_per_actor, algo.unroll_length
         info = env_info(self.cfg.run.env)
-        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net)
+        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net)
         self.policy = self.model.policy
         self.version = -1  # no parameters yet: the first reply carries them
         self.seed = self.cfg.run.seed + 1000 * ctx.rank

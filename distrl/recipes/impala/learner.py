@@ -32,8 +32,8 @@ class ImpalaLearner:
         self.session = LearnerSession(ctx)
         self.device = self.session.device
         info = env_info(self.cfg.run.env)
-        self.obs_dim = info.obs_dim
-        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net).to(self.device)
+        self.obs_spec = (info.shape, info.obs_dtype or torch.float32)  # what every trajectory must hold
+        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net).to(self.device)
         self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
         self.stopping = self.session.stopping
@@ -67,7 +67,7 @@ class ImpalaLearner:
         self._env_errors[rank] = int(msg[keys.ENV_ERRORS])  # each actor's running count
         if any(self._env_errors.values()):
             self.session.tracker.counters["env_errors"] = sum(self._env_errors.values())
-        problem = check_trajectory(msg[keys.TRAJ], self.obs_dim)
+        problem = check_trajectory(msg[keys.TRAJ], *self.obs_spec)
         if problem:
             self.session.reject(rank, problem)
         else:
@@ -113,17 +113,9 @@ class ImpalaLearner:
         session = self.session
         reason = session.train(self._next_batch, self._update, self.model, self.optim)
         eval_returns = self._evaluate()
-        session.await_peers(lambda: self.actors - self.said_stop, drain=self._drain)
+        session.await_peers(lambda: self.actors - self.said_stop, drain=self.queue)
         return session.finish(reason, eval_returns, self.model, self.optim,
                               extra={"bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)})
 
     def _evaluate(self) -> list[float]:
         return self.session.greedy_returns(self.model.policy)
-
-    def _drain(self) -> bool:
-        """Free a queue slot, so a put blocked on a full queue returns and its actor hears stop."""
-        try:
-            self.queue.get_nowait()
-            return True
-        except queue.Empty:
-            return False

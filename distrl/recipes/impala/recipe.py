@@ -5,7 +5,7 @@ Rank 0 is the learner, every other rank an actor. At world size 1 the learner an
 ``algo.local_actors`` actors share one process over the local transport.
 
 Presets (``--experiment NAME``): ``default`` is the README's CartPole run; ``debug`` finishes in
-seconds.
+seconds; ``minatar`` learns MinAtar Breakout from its ``[4, 10, 10]`` bool images.
 """
 from __future__ import annotations
 
@@ -61,6 +61,20 @@ def debug() -> Config:
         **{"run.env": "distrl/MatchSign-v0", "run.total_frames": 20_000, "run.max_time_s": 60.0,
            "run.eval_episodes": 10, "run.logger": "none", "algo.envs_per_actor": 8, "algo.unroll_length": 20},
     )
+
+
+def minatar() -> Config:
+    """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10."""
+    return override(
+        default(),
+        **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 900.0,
+           "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_actor": 32,
+           "algo.unroll_length": 20, "algo.reward_scale": 1.0, "algo.lr": 6e-4, "algo.entropy_coef": 0.01},
+    )
+
+
+#: The experiment ``launch/train.py impala --env ID`` starts from when ``--experiment`` is not given.
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
 
 
 def _check_config(cfg: Config) -> None:

@@ -9,17 +9,19 @@ from tensordict import TensorDict
 from distrl.data import keys
 
 
-def check_trajectory(traj: TensorDict, obs_dim: int) -> Optional[str]:
+def check_trajectory(traj: TensorDict, obs_shape: tuple[int, ...], obs_dtype: torch.dtype = torch.float32) -> Optional[str]:
     """Why ``traj`` cannot be learned from, or ``None`` if it is a well-formed ``[B, T]`` batch of
-    :data:`distrl.data.keys.IMPALA_IN_KEYS` with ``observation [B, T, obs_dim]`` float32."""
+    :data:`distrl.data.keys.IMPALA_IN_KEYS` with ``observation [B, T, *obs_shape]`` of ``obs_dtype``
+    (float32 for vectors; an image's own uint8 or bool)."""
     missing = [k for k in keys.IMPALA_IN_KEYS if k not in traj.keys(include_nested=True)]
     if missing:
         return f"missing keys {missing}"
     if traj.batch_dims != 2:
         return f"batch dims {tuple(traj.batch_size)} are not [B, T]"
     obs = traj[keys.OBSERVATION]
-    if obs.dtype != torch.float32 or obs.shape[-1] != obs_dim or obs.dim() != 3:
-        return f"observation {tuple(obs.shape)} {obs.dtype}, expected [B, T, {obs_dim}] float32"
-    if not torch.isfinite(obs).all():
+    if obs.dtype != obs_dtype or tuple(obs.shape[2:]) != tuple(obs_shape):
+        want = ", ".join(map(str, obs_shape))
+        return f"observation {tuple(obs.shape)} {obs.dtype}, expected [B, T, {want}] {str(obs_dtype).removeprefix('torch.')}"
+    if obs.is_floating_point() and not torch.isfinite(obs).all():
         return "non-finite observation"
     return None

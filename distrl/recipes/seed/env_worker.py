@@ -23,7 +23,7 @@ from tensordict import TensorDict
 
 from distrl import faults
 from distrl.recipes.base import RoleContext
-from distrl.envs.gym import env_info, final_observations, make_vector_env
+from distrl.envs.gym import as_obs, env_info, final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget
 from distrl.roles.batcher import (
     ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED,
@@ -39,18 +39,18 @@ class SeedEnvWorker:
         algo = self.cfg.algo
         self.learner = ctx.ranks_of("learner")[0]
         self.K, self.B = algo.groups_per_worker, algo.envs_per_group
-        self.obs_dim = env_info(self.cfg.run.env).obs_dim
+        info = env_info(self.cfg.run.env)
+        self.obs_shape, self.obs_dtype = info.shape, info.obs_dtype or torch.float32
         self.run_id = int.from_bytes(os.urandom(7), "little")  # fresh per start: tells the server we restarted
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.envs = [make_vector_env(self.cfg.run.env, self.B, seed + g * self.B) for g in range(self.K)]
-        self.first_obs = [torch.as_tensor(e.reset(seed=seed + g * self.B)[0], dtype=torch.float32)
-                          for g, e in enumerate(self.envs)]
+        self.first_obs = [as_obs(e.reset(seed=seed + g * self.B)[0]) for g, e in enumerate(self.envs)]
         #: env (stepping + building the message), wait (for the server's actions), send (the call)
         self.budget = TimeBudget()
 
     def _message(self, group: int, obs: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
                  truncated: torch.Tensor, final_obs: torch.Tensor) -> TensorDict:
-        """One step message: ``obs [B, F]``, ``reward/terminated/truncated [B]``, ``final_obs [D, F]``."""
+        """One step message: ``obs [B, *F]``, ``reward/terminated/truncated [B]``, ``final_obs [D, *F]``."""
         return TensorDict({
             OBS: obs, REWARD: reward, TERMINATED: terminated, TRUNCATED: truncated, FINAL_OBS: final_obs,
             RANK: torch.tensor(self.ctx.rank), GROUP: torch.tensor(group), RUN_ID: torch.tensor(self.run_id),
@@ -59,16 +59,15 @@ class SeedEnvWorker:
     def _first_message(self, group: int) -> TensorDict:
         B = self.B
         return self._message(group, self.first_obs[group], torch.zeros(B), torch.zeros(B, dtype=torch.bool),
-                             torch.zeros(B, dtype=torch.bool), torch.zeros(0, self.obs_dim))
+                             torch.zeros(B, dtype=torch.bool), torch.zeros(0, *self.obs_shape, dtype=self.obs_dtype))
 
     def _step(self, group: int, action: torch.Tensor) -> TensorDict:
         """Step one group with the server's actions ``[B]``; returns its next message."""
         obs, reward, term, trunc, info = self.envs[group].step(action.numpy())
         done = term | trunc
-        final = final_observations(obs, info, done)[done]  # [D, F]: only the ended envs cross the wire
-        return self._message(group, torch.from_numpy(np.asarray(obs, dtype=np.float32)),
-                             torch.from_numpy(reward.astype(np.float32)), torch.from_numpy(term),
-                             torch.from_numpy(trunc), torch.from_numpy(np.asarray(final, dtype=np.float32)))
+        final = final_observations(obs, info, done)[done]  # [D, *F]: only the ended envs cross the wire
+        return self._message(group, as_obs(obs), torch.from_numpy(reward.astype(np.float32)), torch.from_numpy(term),
+                             torch.from_numpy(trunc), as_obs(final))
 
     def run(self) -> None:
         t = self.ctx.transport

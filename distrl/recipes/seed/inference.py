@@ -42,17 +42,17 @@ class InferenceServer:
     """
 
     def __init__(self, model: torch.nn.Module, lock: threading.Lock, version, cfg, worker_ranks: list[int],
-                 obs_dim: int, device: torch.device, out: queue.Queue, is_lost=lambda rank: False,
-                 stopping: Optional[threading.Event] = None):
+                 obs_shape: int | tuple[int, ...], device: torch.device, out: queue.Queue, is_lost=lambda rank: False,
+                 stopping: Optional[threading.Event] = None, obs_dtype: torch.dtype = torch.float32):
         algo = cfg.algo
         self.model, self.lock, self.version, self.out, self.device = model, lock, version, out, device
         self.is_lost = is_lost
-        self.algo, self.obs_dim, self.B = algo, obs_dim, algo.envs_per_group
+        self.algo, self.obs_shape, self.obs_dtype, self.B = algo, obs_shape, obs_dtype, algo.envs_per_group
         self.recurrent = algo.core == "lstm"
         self.batcher = DynamicBatcher(algo.max_batch_envs, algo.max_wait_ms / 1e3,
                                       capacity=max(1, len(worker_ranks)) * algo.groups_per_worker)
         shape = tuple(model.initial_state(1).shape[1:]) if self.recurrent else None
-        self.groups = {(r, g): GroupTrajectories(self.B, obs_dim, algo.unroll_length, shape, device)
+        self.groups = {(r, g): GroupTrajectories(self.B, obs_shape, algo.unroll_length, shape, device, obs_dtype)
                        for r in worker_ranks for g in range(algo.groups_per_worker)}
         self.generator = torch.Generator(device).manual_seed(cfg.run.seed)
         self.stats, self.wire = InferenceStats(), WireMeter()
@@ -83,7 +83,7 @@ class InferenceServer:
             self.said_stop.add(rank)
             return TensorDict({STOP: torch.tensor(True)})
         try:
-            req = Request.from_message(td, self.B, self.obs_dim)
+            req = Request.from_message(td, self.B, self.obs_shape, self.obs_dtype)
             if req.key not in self.groups:
                 raise ValueError(f"no env group {req.key} on this server")
             self.batcher.put(req)

@@ -43,9 +43,9 @@ class SeedLearner:
         info = env_info(self.cfg.run.env)
         self.recurrent = self.algo.core == "lstm"
         if self.recurrent:
-            self.model = RecurrentActorCritic(info.obs_dim, info.num_actions, self.cfg.net, self.algo.core_size)
+            self.model = RecurrentActorCritic(info.shape, info.num_actions, self.cfg.net, self.algo.core_size)
         else:
-            self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net)
+            self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net)
         self.model.to(self.device)
         self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
         self.session.restore(self.model, self.optim)
@@ -56,9 +56,9 @@ class SeedLearner:
         self._counted: collections.Counter = collections.Counter()
         self.rows = RowQueue()  # chunk rows not yet trained on
         self.server = InferenceServer(self.model, self.lock, lambda: self.session.tracker.updates, self.cfg,
-                                      self.workers, info.obs_dim, self.device, self.queue,
+                                      self.workers, info.shape, self.device, self.queue,
                                       is_lost=lambda rank: rank in ctx.transport.lost_peers(),
-                                      stopping=self.session.stopping)
+                                      stopping=self.session.stopping, obs_dtype=info.obs_dtype or torch.float32)
         ctx.transport.serve("hello", self.server.hello)
         ctx.transport.serve("infer", self.server.infer)
         needed = len(self.workers) * self.algo.groups_per_worker + 2
@@ -97,7 +97,7 @@ class SeedLearner:
                                             out[keys.LOSS], lock=self.lock)
         if grad_norm is None:
             return
-        if self.recurrent:
+        if self.recurrent and self.model.obs_norm is not None:  # images are not normalised
             with self.lock:
                 self.model.obs_norm.update(traj[keys.OBSERVATION].flatten(0, 1))
         counts = self.server.counts()  # they only grow: add what is new since the last update

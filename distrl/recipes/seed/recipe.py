@@ -7,7 +7,8 @@ other rank is an env worker that steps vectors of gymnasium envs and does no inf
 world size 1, the learner and ``algo.local_workers`` env workers share one process.
 
 Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds;
-``lstm_cartpole`` learns CartPole with the velocities hidden, with an LSTM core on the server.
+``lstm_cartpole`` learns CartPole with the velocities hidden, with an LSTM core on the server; ``minatar`` learns MinAtar Breakout
+from its ``[4, 10, 10]`` bool images.
 """
 from __future__ import annotations
 
@@ -77,6 +78,16 @@ def default() -> Config:
     return Config(recipe="seed", algo=SeedConfig(), run=RunConfig(env="CartPole-v1"))
 
 
+def minatar() -> Config:
+    """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10."""
+    return override(
+        default(),
+        **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 1200.0,
+           "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_worker": 64, "algo.batch_size": 64,
+           "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01, "algo.lr": 5e-4},
+    )
+
+
 def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
@@ -116,6 +127,10 @@ def lstm_cartpole() -> Config:
            "algo.core": "lstm", "algo.core_size": 64, "net.hidden": (64,), "algo.gamma": 0.995,
            "algo.entropy_coef": 0.01, "algo.lr": 1e-3, "algo.reward_scale": 1.0},
     )
+
+
+#: The experiment ``launch/train.py seed --env ID`` starts from when ``--experiment`` is not given.
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
 
 
 def _check_config(cfg: Config) -> None:

@@ -22,17 +22,20 @@ class GroupTrajectories:
     """Unroll buffers for ``B`` envs stepped together, time-major ``[T, B, ...]`` until cut.
 
     Args:
-        num_envs: ``B``; obs_dim: ``F``; unroll_length: ``T``.
+        num_envs: ``B``; obs_shape: ``F`` (an int) or an image's ``(C, H, W)``; unroll_length: ``T``;
+        obs_dtype: the observations' dtype (float32, or an image's uint8/bool, kept as it is).
         state_shape: ``S`` of one env's recurrent core state (``(4, H)`` for
             :class:`~distrl.models_recurrent.RecurrentActorCritic`), or ``None`` for a feed-forward policy.
     """
 
-    def __init__(self, num_envs: int, obs_dim: int, unroll_length: int, state_shape: Optional[tuple] = None,
-                 device: torch.device | str = "cpu"):
-        B, F, T = num_envs, obs_dim, unroll_length
+    def __init__(self, num_envs: int, obs_shape: int | tuple[int, ...], unroll_length: int,
+                 state_shape: Optional[tuple] = None, device: torch.device | str = "cpu",
+                 obs_dtype: torch.dtype = torch.float32):
+        B, T = num_envs, unroll_length
+        F = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.num_envs, self.T, self.device = B, T, torch.device(device)
         z = lambda *shape, dtype=torch.float32: torch.zeros(*shape, dtype=dtype, device=self.device)  # noqa: E731
-        self.obs, self.next_obs = z(T, B, F), z(T, B, F)
+        self.obs, self.next_obs = z(T, B, *F, dtype=obs_dtype), z(T, B, *F, dtype=obs_dtype)
         self.action, self.version = z(T, B, dtype=torch.int64), z(T, B, dtype=torch.int64)
         self.log_prob, self.reward = z(T, B), z(T, B)
         self.terminated, self.truncated = z(T, B, dtype=torch.bool), z(T, B, dtype=torch.bool)

@@ -64,7 +64,7 @@ class SFInference:
         self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
         self.learner = ctx.ranks_of("learner")[0]
         info = env_info(self.cfg.run.env)
-        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net)
+        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net)
         self.flat = torch.nn.utils.parameters_to_vector(self.model.parameters()).detach().clone()
         torch.nn.utils.vector_to_parameters(self.flat, self.model.parameters())  # views of flat from here on
         self.staging = self.flat.clone()  # read_params copies here: a torn copy never reaches the policy
@@ -153,7 +153,7 @@ class SFInference:
             self.seq, self.version = got
 
     def _serve(self, batch: list[SlotRequest], traj: dict[str, np.ndarray]) -> None:
-        """Gather ``[N, F]`` observations from the slots, one forward, write actions back, answer."""
+        """Gather ``[N, *F]`` observations from the slots, one forward, write actions back, answer."""
         start = time.monotonic()
         obs = torch.from_numpy(np.concatenate([traj[keys.OBSERVATION][r.slot, :, r.t] for r in batch]))
         if self.fast is not None:

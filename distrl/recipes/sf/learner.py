@@ -54,7 +54,7 @@ class SFLearner:
         self.session = LearnerSession(ctx)
         self.device = self.session.device
         info = env_info(self.cfg.run.env)
-        self.model = ActorCritic(info.obs_dim, info.num_actions, self.cfg.net).to(self.device)
+        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net).to(self.device)
         self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5, fused=True)
         self.session.restore(self.model, self.optim)
         self.session.evaluate = self._evaluate
@@ -62,8 +62,9 @@ class SFLearner:
         self.others = set(ctx.roles) - {ctx.rank}
         num_slots = max(1, len(self.workers)) * self.algo.groups_per_worker * self.algo.slots_per_group
         self.pool = SlotPool(num_slots)
-        layout = rollout_layout(num_slots, self.algo.envs_per_group, self.algo.unroll_length, info.obs_dim,
-                                sum(p.numel() for p in self.model.parameters()), len(ctx.roles))
+        layout = rollout_layout(num_slots, self.algo.envs_per_group, self.algo.unroll_length, info.shape,
+                                sum(p.numel() for p in self.model.parameters()), len(ctx.roles),
+                                info.obs_dtype or torch.float32)
         self.shared, self.shm_path = shm.create(layout, "sf")
         doorbells.make(self.shm_path, ctx.rank, ctx.ranks_of("inference"), self.workers)  # unlinked with the rest
         self.bell = doorbells.ServerBell(self.shm_path, ctx.rank, self.workers, doorbells.SLOT)

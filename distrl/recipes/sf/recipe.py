@@ -9,7 +9,8 @@ signals go through named pipes beside it (``distrl/recipes/sf/doorbell.py``), th
 transport, and both carry slot numbers only. One node: shared memory does not cross machines. At world size 1 the
 learner, one inference worker and ``algo.local_workers`` rollout workers share one process.
 
-Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds.
+Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds; ``minatar`` learns MinAtar Breakout
+from its ``[4, 10, 10]`` bool images.
 """
 from __future__ import annotations
 
@@ -75,6 +76,17 @@ def default() -> Config:
     return Config(recipe="sf", algo=SFConfig(), run=RunConfig(env="CartPole-v1"))
 
 
+def minatar() -> Config:
+    """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10:
+    fewer envs per worker than CartPole (a conv forward per observation costs more than the env)."""
+    return override(
+        default(),
+        **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 900.0,
+           "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_worker": 64, "algo.batch_size": 32,
+           "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01},
+    )
+
+
 def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
@@ -88,6 +100,10 @@ def debug() -> Config:
 def _roles(n: int, cfg: Config) -> list[str]:
     r = cfg.algo.inference_ranks
     return ["learner"] + ["inference"] * r + ["rollout_worker"] * (n - 1 - r)
+
+
+#: The experiment ``launch/train.py sf --env ID`` starts from when ``--experiment`` is not given.
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
 
 
 def _check_config(cfg: Config) -> None:

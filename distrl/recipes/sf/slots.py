@@ -31,17 +31,20 @@ from distrl.data import keys
 STOP, PARAM_SEQ, PARAM_VERSION = 0, 1, 2  # indices into control
 
 
-def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_dim: int,
-                   num_params: int, world_size: int = 1) -> TensorDict:
+def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_shape: int | tuple[int, ...],
+                   num_params: int, world_size: int = 1, obs_dtype: torch.dtype = torch.float32) -> TensorDict:
     """Zeros of the shared layout above: ``traj [S, B, T]``, ``params [P]``, ``control [3]``,
-    ``evicted [W]`` (1 for a rank whose slots were reclaimed: it must not write any more)."""
-    S, B, T, F = num_slots, envs_per_slot, unroll_length, obs_dim
+    ``evicted [W]`` (1 for a rank whose slots were reclaimed: it must not write any more).
+    Observations are ``[*obs_shape]`` of ``obs_dtype`` (an image stays uint8/bool: a quarter or less
+    of float32's bytes in every slot); an int ``F`` means ``(F,)``."""
+    S, B, T = num_slots, envs_per_slot, unroll_length
+    F = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
     z = lambda *shape, dtype=torch.float32: torch.zeros(S, B, T, *shape, dtype=dtype)  # noqa: E731
     traj = TensorDict({
-        keys.OBSERVATION: z(F), keys.ACTION: z(dtype=torch.int64), keys.ACTION_LOG_PROB: z(),
+        keys.OBSERVATION: z(*F, dtype=obs_dtype), keys.ACTION: z(dtype=torch.int64), keys.ACTION_LOG_PROB: z(),
         keys.POLICY_VERSION: z(dtype=torch.int64),
         keys.NEXT: TensorDict({
-            keys.OBSERVATION: z(F), keys.STEP_REWARD: z(1), keys.STEP_DONE: z(1, dtype=torch.bool),
+            keys.OBSERVATION: z(*F, dtype=obs_dtype), keys.STEP_REWARD: z(1), keys.STEP_DONE: z(1, dtype=torch.bool),
             keys.STEP_TERMINATED: z(1, dtype=torch.bool), keys.STEP_TRUNCATED: z(1, dtype=torch.bool),
             keys.EPISODE_RETURN: z(1),
         }, batch_size=[S, B, T]),

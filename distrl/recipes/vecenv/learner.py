@@ -72,7 +72,7 @@ class VecEnvLearner:
         a = self.algo
         self.env = make_batched_env(self.cfg.run.env, a.num_envs, self.device, env_seed, a.env_factory, a.obs_key)
         env = self.env
-        self.model = make_actor_critic(env.obs_dim, env.num_actions, env.action_dim, self.cfg.net,
+        self.model = make_actor_critic(env.obs_shape, env.num_actions, env.action_dim, self.cfg.net,
                                        a.init_log_std, a.normalize_obs).to(self.device)
         # fused: one kernel for all parameters; the per-tensor loop cost 5x more per step (318 vs
         # 64 us on these CPUs), a tenth of a minibatch's whole cost for CartPole's small MLPs.
@@ -89,11 +89,11 @@ class VecEnvLearner:
             self.session.restore(self.model, self.optim)
             self.session.evaluate = self.evaluate  # confirms --target-return before stopping
         self._sync_replicas()
-        self.buf = Rollout.allocate(a.rollout_length, a.num_envs, env.obs_dim, env.num_actions, env.action_dim,
-                                    self.device)
+        self.buf = Rollout.allocate(a.rollout_length, a.num_envs, env.obs_shape, env.num_actions, env.action_dim,
+                                    self.device, env.obs_dtype)
         self.episodes = EpisodeStats(a.rollout_length, a.num_envs, self.device)
         self._act, self._step = self.model.act, self.env.step
-        self._obs: torch.Tensor | None = None  # where the envs are: the next policy input [B, F]
+        self._obs: torch.Tensor | None = None  # where the envs are: the next policy input [B, *F]
         self.iterations = 0  # updates done by this process (faults count in them)
         # where the time goes: rank 0 reports its own (collect = env + policy on device, learn = PPO)
         self.budget = self.session.budget if self.session is not None else TimeBudget()
@@ -147,7 +147,7 @@ class VecEnvLearner:
         # V of the true next observation everywhere, so a truncated episode bootstraps correctly.
         # In chunks of VALUE_CHUNK rows: at 8k+ rows the activations leave the CPU caches and a
         # forward costs 3x more per row (measured: 130 ns a row at 4096, 370-470 ns at 8192-32768).
-        obs = torch.stack([b.obs, b.next_obs]).reshape(-1, b.obs.shape[-1])
+        obs = torch.stack([b.obs, b.next_obs]).reshape(-1, *b.obs.shape[2:])
         values = torch.cat([self.model.value(c) for c in obs.split(VALUE_CHUNK)]).reshape(2, *b.reward.shape)
         adv, target = gae(a.gamma, a.gae_lambda, values[0], values[1], b.reward * a.reward_scale,
                           b.terminated | b.truncated, b.terminated)

@@ -18,29 +18,31 @@ from distrl.data import keys
 class Rollout:
     """Preallocated ``[T, B]`` buffers, overwritten every update."""
 
-    obs: torch.Tensor  # [T, B, F] observation the policy saw
+    obs: torch.Tensor  # [T, B, *F] observation the policy saw (images in their own dtype)
     action: torch.Tensor  # [T, B] int64 or [T, B, A] float32
     log_prob: torch.Tensor  # [T, B] log-probability of the action when it was taken
-    next_obs: torch.Tensor  # [T, B, F] true next observation (the final one where an episode ended)
+    next_obs: torch.Tensor  # [T, B, *F] true next observation (the final one where an episode ended)
     reward: torch.Tensor  # [T, B]
     terminated: torch.Tensor  # [T, B] bool
     truncated: torch.Tensor  # [T, B] bool
 
     @classmethod
-    def allocate(cls, t: int, b: int, obs_dim: int, num_actions: int | None, action_dim: int,
-                 device: torch.device) -> "Rollout":
+    def allocate(cls, t: int, b: int, obs_shape: tuple[int, ...], num_actions: int | None, action_dim: int,
+                 device: torch.device, obs_dtype: torch.dtype = torch.float32) -> "Rollout":
         f32 = dict(dtype=torch.float32, device=device)
         action = (torch.zeros(t, b, dtype=torch.int64, device=device) if num_actions is not None
                   else torch.zeros(t, b, action_dim, **f32))
         flag = dict(dtype=torch.bool, device=device)
-        return cls(torch.zeros(t, b, obs_dim, **f32), action, torch.zeros(t, b, **f32), torch.zeros(t, b, obs_dim, **f32),
-                   torch.zeros(t, b, **f32), torch.zeros(t, b, **flag), torch.zeros(t, b, **flag))
+        obs = dict(dtype=obs_dtype, device=device)
+        return cls(torch.zeros(t, b, *obs_shape, **obs), action, torch.zeros(t, b, **f32),
+                   torch.zeros(t, b, *obs_shape, **obs), torch.zeros(t, b, **f32), torch.zeros(t, b, **flag),
+                   torch.zeros(t, b, **flag))
 
     def flat(self, advantage: torch.Tensor, value_target: torch.Tensor) -> TensorDict:
         """The ``[T * B]`` batch a PPO update reads (:data:`distrl.data.keys.PPO_IN_KEYS`); views, no copies."""
         n = self.reward.numel()
         return TensorDict({
-            keys.OBSERVATION: self.obs.reshape(n, -1), keys.ACTION: self.action.reshape(n, *self.action.shape[2:]),
+            keys.OBSERVATION: self.obs.reshape(n, *self.obs.shape[2:]), keys.ACTION: self.action.reshape(n, *self.action.shape[2:]),
             keys.ACTION_LOG_PROB: self.log_prob.reshape(n), keys.ADVANTAGE: advantage.reshape(n),
             keys.VALUE_TARGET: value_target.reshape(n),
         }, batch_size=[n], device=self.obs.device)
