@@ -104,7 +104,7 @@ class FleetCollector:
     # ---- the actors' side (transport threads: bounded waits only, never a call out) ------------
     def _put_trajectory(self, msg: TensorDict) -> TensorDict:
         if not self._stopping.is_set():
-            problem = check_trajectory(msg[keys.TRAJ], self.cfg.obs_dim)
+            problem = check_trajectory(msg[keys.TRAJ], (self.cfg.obs_dim,))
             if problem:
                 self.counters["rejected_trajectories"] += 1
                 print(f"[fleet] rejected a trajectory from rank {int(msg[keys.ACTOR_RANK])}: {problem}", flush=True)
