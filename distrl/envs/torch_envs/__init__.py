@@ -1,9 +1,11 @@
-"""Torch-native batched classic-control environments (the Isaac Gym paradigm).
+"""Torch-native batched environments (the Isaac Gym paradigm): classic control and MinAtar.
 
 ``B`` envs live as tensors on the policy's device and step together. Each env is a TorchRL
 ``EnvBase`` (partial resets, seeding, specs, collectors) with a lean ``step_autoreset`` path
 for on-device training loops, and its dynamics are pure functions that ``torch.compile``
 accepts. Each matches its gymnasium namesake step for step (tested against gymnasium).
+The MinAtar games (``TorchGridEnv``: ``[B, C, 10, 10]`` bool observations, sticky actions) match
+the ``minatar`` package step for step given the same random draws.
 
     >>> env = make_torch_env("CartPole-v1", num_envs=4096, device="cuda", seed=0)
     >>> obs = env.reset_all()                                  # [B, 4]
@@ -17,6 +19,9 @@ import torch
 from distrl.envs.torch_envs.acrobot import TorchAcrobot, acrobot_observation, acrobot_step
 from distrl.envs.torch_envs.base import TorchBatchedEnv
 from distrl.envs.torch_envs.cartpole import TorchCartPole, cartpole_observation, cartpole_step
+from distrl.envs.torch_envs.grid import TorchGridEnv
+from distrl.envs.torch_envs.minatar_breakout import TorchMinAtarBreakout
+from distrl.envs.torch_envs.minatar_space_invaders import TorchMinAtarSpaceInvaders
 from distrl.envs.torch_envs.mountain_car import (
     TorchMountainCar,
     TorchMountainCarContinuous,
@@ -31,6 +36,9 @@ __all__ = [
     "TorchAcrobot",
     "TorchBatchedEnv",
     "TorchCartPole",
+    "TorchGridEnv",
+    "TorchMinAtarBreakout",
+    "TorchMinAtarSpaceInvaders",
     "TorchMountainCar",
     "TorchMountainCarContinuous",
     "TorchPendulum",
@@ -46,7 +54,7 @@ __all__ = [
     "pendulum_step",
 ]
 
-_REGISTRY: dict[str, type[TorchBatchedEnv]] = {
+_REGISTRY: dict[str, type[TorchBatchedEnv | TorchGridEnv]] = {
     cls.gym_id: cls
     for cls in (
         TorchCartPole,
@@ -54,10 +62,12 @@ _REGISTRY: dict[str, type[TorchBatchedEnv]] = {
         TorchMountainCar,
         TorchMountainCarContinuous,
         TorchPendulum,
+        TorchMinAtarBreakout,
+        TorchMinAtarSpaceInvaders,
     )
 }
 
-#: The gymnasium ids that have a torch-native batched implementation.
+#: The gymnasium ids (MinAtar's as ``minatar`` registers them) that have a torch-native batched implementation.
 TORCH_ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 
 
@@ -67,7 +77,7 @@ def make_torch_env(
     device: torch.device | str = "cpu",
     seed: int | None = None,
     **kwargs,
-) -> TorchBatchedEnv:
+) -> TorchBatchedEnv | TorchGridEnv:
     """Builds the torch-native batched version of a gymnasium env.
 
     Args:
@@ -75,10 +85,13 @@ def make_torch_env(
         num_envs: ``B``, the number of envs stepped together.
         device: where the envs live (the policy's device).
         seed: seed of the env's generator; ``None`` for a nondeterministic one.
-        **kwargs: ``max_episode_steps`` and ``dtype``, passed to the env's constructor.
+        **kwargs: passed to the env's constructor: ``max_episode_steps`` and ``dtype``
+            (classic control); ``max_episode_steps``, ``sticky_action_prob`` and ``ramping``
+            (MinAtar; ``max_episode_steps=None`` there means no time limit).
 
     Returns:
-        A ``TorchBatchedEnv`` (a TorchRL ``EnvBase``) with ``batch_size == [B]``.
+        A ``TorchBatchedEnv`` or ``TorchGridEnv`` (a TorchRL ``EnvBase``) with
+        ``batch_size == [B]``.
 
     Raises:
         ValueError: ``env_id`` has no torch-native implementation.
