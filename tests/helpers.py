@@ -25,10 +25,12 @@ def free_port() -> int:
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """This environment for a child run: unbuffered, W&B offline, one torch thread, no torchrun
+    """This environment for a child run: unbuffered, W&B offline, one torch thread, this checkout
+    first on ``PYTHONPATH`` (a script under tests/ imports distrl whatever is installed), no torchrun
     variables inherited; ``extra`` on top."""
     env = dict(os.environ)
-    env.update({"PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
+    path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update({"PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PYTHONPATH": path})
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
         env.pop(name, None)
     env.update(extra)

@@ -188,7 +188,7 @@ def _fixed_batch(learner, seed: int, B: int = 4, T: int = 20) -> TensorDict:
     """A ``[B, T]`` trajectory batch for ``learner`` drawn from its own generator (the global RNGs
     are what the test compares, so they are left alone)."""
     g = torch.Generator().manual_seed(seed)
-    F, A = learner.obs_dim, learner.model.num_actions
+    (F,), A = learner.model.obs_shape, learner.model.num_actions
     done = torch.rand(B, T, 1, generator=g) < 0.05
     return TensorDict({
         "observation": torch.randn(B, T, F, generator=g),
