@@ -20,11 +20,6 @@ from torch.nn.utils import parameters_to_vector
 from distrl.data import keys
 
 
-def stop_reply(stop: bool) -> TensorDict:
-    """A reply that carries only ``stop``."""
-    return TensorDict({keys.STOP: torch.tensor(stop)})
-
-
 class ParameterBoard:
     """``(version, parameters)`` of one model, published by the learner, read by handlers.
 
@@ -46,15 +41,11 @@ class ParameterBoard:
             params = TensorDict({k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
         self.published = (version, params)  # one attribute write: readers see old or new
 
-    @property
-    def version(self) -> int:
-        return self.published[0]
-
     def reply(self, their_version: int, stop: bool) -> TensorDict:
         """``stop``, and the published ``params`` with their ``params_version`` when they are newer
         than the caller's ``their_version`` (-1: it has none yet)."""
         version, params = self.published
-        reply = stop_reply(stop)
+        reply = TensorDict({keys.STOP: torch.tensor(stop)})
         if version > their_version:
             reply[keys.PARAMS], reply[keys.PARAMS_VERSION] = params, torch.tensor(version)
         return reply

@@ -39,6 +39,15 @@ MAX_NONFINITE_STREAK = 10  #: consecutive non-finite losses after which the run 
 EVAL_SEED_OFFSET = 10_000  #: greedy evaluation seeds are run.seed + this: episodes no training env plays
 
 
+def _take_one(q: queue.Queue) -> bool:
+    """Take one item off ``q`` without waiting; whether there was one."""
+    try:
+        q.get_nowait()
+        return True
+    except queue.Empty:
+        return False
+
+
 class LearnerSession:
     """Book-keeping, liveness and persistence for the learner rank."""
 
@@ -298,11 +307,7 @@ class LearnerSession:
         while time.monotonic() < deadline and waiting() - lost():
             if heartbeat:
                 self.heartbeat()
-            try:
-                if drain is None:
-                    raise queue.Empty
-                drain.get_nowait()
-            except queue.Empty:
+            if drain is None or not _take_one(drain):
                 time.sleep(0.02)
 
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
