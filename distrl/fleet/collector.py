@@ -37,7 +37,7 @@ from distrl.data import keys
 from distrl.fleet.backends import LocalFleet, RpcFleet
 from distrl.fleet.config import FleetConfig, fleet_policy, linear_layers
 from distrl.models import ActorCritic
-from distrl.recipes.impala.trajectory import check_trajectory
+from distrl.recipes.impala.trajectory import receive_trajectory
 from distrl.roles.board import ParameterBoard
 
 
@@ -104,15 +104,18 @@ class FleetCollector:
     # ---- the actors' side (transport threads: bounded waits only, never a call out) ------------
     def _put_trajectory(self, msg: TensorDict) -> TensorDict:
         if not self._stopping.is_set():
-            problem = check_trajectory(msg[keys.TRAJ], (self.cfg.obs_dim,))
+            traj, problem = receive_trajectory(msg[keys.TRAJ], (self.cfg.obs_dim,))  # actors send it packed
             if problem:
                 self.counters["rejected_trajectories"] += 1
                 print(f"[fleet] rejected a trajectory from rank {int(msg[keys.ACTOR_RANK])}: {problem}", flush=True)
             else:
+                queued = msg.exclude(keys.TRAJ)
+                queued[keys.TRAJ] = traj
                 try:  # a full queue makes the actor wait with its message: the fleet's back-pressure
-                    self._queue.put(msg, timeout=self.cfg.put_timeout_s)
+                    self._queue.put(queued, timeout=self.cfg.put_timeout_s)
                 except queue.Full:
                     self.counters["dropped_trajectories"] += 1
+        # every push reaches the actors (min_gap 1): the user's loop decides how often weights change
         return self._board.reply(int(msg[keys.PARAMS_VERSION]), self._stopping.is_set())
 
     # ---- the TorchRL collector surface -----------------------------------------------------------

@@ -41,11 +41,14 @@ class ParameterBoard:
             params = TensorDict({k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
         self.published = (version, params)  # one attribute write: readers see old or new
 
-    def reply(self, their_version: int, stop: bool) -> TensorDict:
+    def reply(self, their_version: int, stop: bool, min_gap: int = 1) -> TensorDict:
         """``stop``, and the published ``params`` with their ``params_version`` when they are newer
-        than the caller's ``their_version`` (-1: it has none yet)."""
+        than the caller's ``their_version`` (-1: it has none yet) by at least ``min_gap`` versions.
+
+        ``min_gap > 1`` trades policy lag for bytes: parameters are the bulk of a reply (528 KB for
+        the minatar encoder), so a caller a few updates behind keeps acting with what it has."""
         version, params = self.published
         reply = TensorDict({keys.STOP: torch.tensor(stop)})
-        if version > their_version:
+        if version > their_version and (their_version < 0 or version - their_version >= min_gap):
             reply[keys.PARAMS], reply[keys.PARAMS_VERSION] = params, torch.tensor(version)
         return reply

@@ -1,10 +1,11 @@
 """The IMPALA actor: steps a vector of envs with a local copy of the policy and ships
 ``[B, T]`` trajectories to the learner.
 
-One message per unroll carries the trajectory, the actor's policy version and its finished
-episodes; the learner's reply carries newer parameters when there are any. So parameters are
-picked up without a separate call, and the actor keeps stepping while a send is in flight (one
-send outstanding at a time: the bound on its memory and on the learner's queue pressure).
+One message per unroll carries the trajectory (packed: each observation crosses the wire once,
+``distrl/data/compact.py``), the actor's policy version and its finished episodes; the learner's
+reply carries newer parameters once the actor's are ``algo.params_every`` updates old. So
+parameters are picked up without a separate call, and the actor keeps stepping while a send is in
+flight (one send outstanding at a time: the bound on its memory and on the learner's queue pressure).
 """
 from __future__ import annotations
 
@@ -14,11 +15,20 @@ from tensordict import TensorDict
 from distrl import faults
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
+from distrl.data.compact import pack_trajectory
 from distrl.envs.gym import env_info
 from distrl.models import ActorCritic, sample_actions
 from distrl.numpy_policy import NumpyPolicy
 from distrl.roles.env_runner import make_env_runner
 from distrl.transport.base import TransportError
+
+
+def wire_message(msg: TensorDict) -> TensorDict:
+    """``msg`` as it crosses the wire: its ``traj [B, T]`` packed (each observation once, uint8
+    actions, one policy version; :func:`distrl.data.compact.pack_trajectory`), other keys as they are."""
+    out = msg.exclude(keys.TRAJ)
+    out[keys.TRAJ] = pack_trajectory(msg[keys.TRAJ])
+    return out
 
 
 class ImpalaActor:
@@ -53,13 +63,16 @@ class ImpalaActor:
         return {keys.ACTION: a, keys.ACTION_LOG_PROB: lp}
 
     def _unroll(self) -> TensorDict:
-        """Step every env ``T`` times; returns the ``[B, T]`` trajectory with episode stats."""
+        """Step every env ``T`` times; returns the ``[B, T]`` trajectory with episode stats (as
+        stepped: :func:`wire_message` packs it for the learner)."""
         B, T = self.num_envs, self.T
         traj, returns, lengths = self.runner.unroll(self._act, T)
         if keys.POLICY_VERSION not in traj.keys():  # the collector path stamps every frame itself
             traj[keys.POLICY_VERSION] = torch.full((B, T), self.version, dtype=torch.int64)
         if faults.due("bad_obs", self.ctx.rank, self.runner.unrolls):
-            traj[keys.OBSERVATION] = torch.zeros(B, T, traj[keys.OBSERVATION].shape[-1] + 1, dtype=torch.float64)
+            # both observations, so that the packed parts still fit and the learner's check names the fault
+            bad = torch.zeros(B, T, traj[keys.OBSERVATION].shape[-1] + 1, dtype=torch.float64)
+            traj[keys.OBSERVATION], traj[keys.NEXT_OBSERVATION] = bad, bad.clone()
         return TensorDict({
             keys.TRAJ: traj, keys.PARAMS_VERSION: torch.tensor(self.version),
             keys.ENV_ERRORS: torch.tensor(self.runner.env_errors),
@@ -88,8 +101,11 @@ class ImpalaActor:
                     if bool(reply[keys.STOP]):
                         return
                     self._load(reply)
+                # the parameters held now, maybe newer than the unroll's: a stale number here would
+                # have the learner send the same parameters again
+                msg[keys.PARAMS_VERSION] = torch.tensor(self.version)
                 with budget("send"):
-                    pending = t.call(self.learner, "put_trajectory", msg, timeout)
+                    pending = t.call(self.learner, "put_trajectory", wire_message(msg), timeout)
                 budget.maybe_send(t, self.learner, self.ctx.rank)
         except TransportError as e:
             # The learner is gone or told us nothing in time: it owns the run, so we end.

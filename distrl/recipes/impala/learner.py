@@ -1,7 +1,8 @@
 """The IMPALA learner: a bounded trajectory queue, V-trace updates, versioned parameters.
 
-Handlers (on transport threads) only validate and enqueue, with a bounded wait, and reply with
-the latest published parameters when the caller's are older; all learning happens in ``run``.
+Handlers (on transport threads) only unpack, validate and enqueue, with a bounded wait, and reply
+with the latest published parameters when the caller's are ``algo.params_every`` updates older;
+all learning happens in ``run``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.models import ActorCritic
-from distrl.recipes.impala.trajectory import check_trajectory
+from distrl.recipes.impala.trajectory import receive_trajectory
 from distrl.roles.board import ParameterBoard
 from distrl.roles.session import LearnerSession
 
@@ -50,7 +51,7 @@ class ImpalaLearner:
 
     # ---- handlers (transport threads: never block long, never call out) -------------------
     def _reply(self, their_version: int) -> TensorDict:
-        return self.board.reply(their_version, self.stopping.is_set())
+        return self.board.reply(their_version, self.stopping.is_set(), self.algo.params_every)
 
     def _hello(self, td: TensorDict) -> TensorDict:
         return self._reply(-1)
@@ -67,18 +68,20 @@ class ImpalaLearner:
         self._env_errors[rank] = int(msg[keys.ENV_ERRORS])  # each actor's running count
         if any(self._env_errors.values()):
             self.session.tracker.counters["env_errors"] = sum(self._env_errors.values())
-        problem = check_trajectory(msg[keys.TRAJ], *self.obs_spec)
+        traj, problem = receive_trajectory(msg[keys.TRAJ], *self.obs_spec)
         if problem:
             self.session.reject(rank, problem)
         else:
+            queued = msg.exclude(keys.TRAJ)  # the packed form is counted below; _next_batch reads the unpacked
+            queued[keys.TRAJ] = traj
             try:
-                self.queue.put(msg, timeout=self.algo.put_timeout_s)
+                self.queue.put(queued, timeout=self.algo.put_timeout_s)
             except queue.Full:
                 self.session.tracker.counters["dropped_trajectories"] += 1
         reply = self._reply(int(msg[keys.PARAMS_VERSION]))
         if bool(reply[keys.STOP]):  # the learner stopped while this message waited for queue space
             self.said_stop.add(rank)
-        self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), msg[keys.TRAJ].numel())
+        self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), traj.numel() if traj is not None else 0)
         return reply
 
     # ---- the loop --------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""What an IMPALA actor sends: the check the learner and the fleet run on every trajectory."""
+"""What an IMPALA actor sends: the check the learner and the fleet run on every trajectory.
+
+A trajectory crosses the wire packed (:func:`distrl.data.compact.pack_trajectory`: each observation
+once); :func:`receive_trajectory` unpacks and checks it, for the learner and the fleet alike.
+"""
 from __future__ import annotations
 
 from typing import Optional
@@ -7,6 +11,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl.data import keys
+from distrl.data.compact import unpack_trajectory
 
 
 def check_trajectory(traj: TensorDict, obs_shape: tuple[int, ...], obs_dtype: torch.dtype = torch.float32) -> Optional[str]:
@@ -25,3 +30,16 @@ def check_trajectory(traj: TensorDict, obs_shape: tuple[int, ...], obs_dtype: to
     if obs.is_floating_point() and not torch.isfinite(obs).all():
         return "non-finite observation"
     return None
+
+
+def receive_trajectory(packed: TensorDict, obs_shape: tuple[int, ...],
+                       obs_dtype: torch.dtype = torch.float32) -> tuple[Optional[TensorDict], Optional[str]]:
+    """``(traj [B, T], problem)`` from an actor's packed trajectory: ``traj`` unpacked (``None`` when
+    the packed parts do not fit together), and why it cannot be learned from, in one line (``None``
+    if it can: :func:`check_trajectory`)."""
+    try:
+        traj = unpack_trajectory(packed)
+    except (KeyError, TypeError, ValueError) as e:  # a broken or foreign sender: a part missing or of the wrong kind
+        lines = str(e).strip("'\"").splitlines()  # a KeyError's message comes quoted
+        return None, lines[0] if lines else type(e).__name__
+    return traj, check_trajectory(traj, obs_shape, obs_dtype)
