@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl.data import keys
-from distrl.replay.server import shard_weights
+from distrl.replay.server import INSERT_N, INSERT_PROBED, shard_weights
 from distrl.transport.base import RemoteError, Transport, TransportError
 
 
@@ -42,6 +42,7 @@ class ShardedReplayClient:
         self.sampled = 0  # items received over the run
         self._stats: Optional[dict[int, Future]] = None
         self._last_stats = (time.monotonic(), 0, 0)  # (when, inserted, sampled) at the last poll
+        self._wire: dict[int, tuple[int, int, int]] = {}  # rank -> its last (insert bytes, transitions, sample bytes)
 
     @property
     def live(self) -> list[int]:
@@ -141,6 +142,7 @@ class ShardedReplayClient:
             replies = {r: self._result(r, f) for r, f in self._stats.items()}
             replies = {r: s for r, s in replies.items() if s is not None}
             self._stats = None
+            self._note_wire(replies)
             if replies:
                 now = time.monotonic()
                 inserted = sum(int(s["inserted"]) for s in replies.values())
@@ -157,16 +159,33 @@ class ShardedReplayClient:
                        "replay/insert_held": sum(int(s["insert_held"]) for s in replies.values()),
                        "replay/sample_held": sum(int(s["sample_held"]) for s in replies.values()),
                        "replay/stale_priorities": sum(int(s["stale_priorities"]) for s in replies.values())}
+                wire_in, frames, wire_out = self.wire_totals()
+                if frames:
+                    out |= {"replay/insert_bytes_per_env_step": wire_in / frames,
+                            "replay/sample_bytes_per_env_step": wire_out / frames}
         if self._stats is None and time.monotonic() - self._last_stats[0] >= self.stats_interval_s:
             self._stats = {r: self.t.call(r, "replay_stats", None, self.timeout) for r in self.live}
         return out
+
+    def _note_wire(self, replies: dict[int, TensorDict]) -> None:
+        for r, s in replies.items():
+            if "insert_bytes" in s.keys():
+                self._wire[r] = (int(s["insert_bytes"]), int(s["insert_frames"]), int(s["sample_bytes"]))
+
+    def wire_totals(self) -> tuple[int, int, int]:
+        """``(insert bytes, transitions inserted, sample bytes)`` over every shard, as their last
+        stats replies gave them (a lost shard keeps its last figures): the traffic of inserts into the
+        shards and of samples out of them, and the transitions (env steps) the inserts carried."""
+        return tuple(sum(w[i] for w in self._wire.values()) for i in range(3))
 
     # ---- checkpoint and shutdown ---------------------------------------------------------------------
     def stats_now(self) -> dict[int, TensorDict]:
         """Every live shard's ``replay_stats`` reply (blocking, bounded by the timeout)."""
         futs = {r: self.t.call(r, "replay_stats", None, self.timeout) for r in self.live}
         replies = {r: self._result(r, f) for r, f in futs.items()}
-        return {r: reply for r, reply in replies.items() if reply is not None}
+        replies = {r: reply for r, reply in replies.items() if reply is not None}
+        self._note_wire(replies)
+        return replies
 
     def states(self) -> dict[int, torch.Tensor]:
         """Every live shard's contents as the byte tensor it serialised them to (blocking, bounded by
@@ -196,28 +215,51 @@ class Inserter:
 
     :meth:`send` puts one batch of transitions in flight to the current shard; :meth:`settle` waits
     until a shard has taken it. While the shard's rate limiter holds it back (``held``), it sleeps
-    ``hold_sleep_s`` and sends it again (the sleep is added to ``held_s``); when the shard is lost, the
-    next live shard gets it; a ``stop`` reply ends it. One batch is in flight at a time.
+    ``hold_sleep_s`` and asks again with a payload-free probe (``insert_probe``: the batch's size
+    only), and sends the batch once a probe says the shard would take it (the sleeps are added to
+    ``held_s``), marked ``insert_probed`` (the shard takes it while its limiter is within tolerance,
+    even if another sender's insert came between). Once the shard has held a batch, every later one waits for :meth:`settle` and starts
+    with a probe: a sender the limiter paces sends each batch once. When the shard is lost, the next
+    live shard gets the batch; a ``stop`` reply ends it. One batch is in flight at a time.
 
     Args:
         shards: the replay ranks; ``first``: the index of the shard to start with.
         on_lost: told ``(rank, reason)`` when a shard fails a call (the buffer marks it lost).
+        paced: probe before every batch from the first (a sender the limiter will pace: an Ape-X
+            actor; its first held batch would otherwise cross twice).
     """
 
     TAKEN, STOPPED, NO_SHARD, HELD = "taken", "stopped", "no_shard", "held"
 
     def __init__(self, transport: Transport, shards: list[int], timeout: float, hold_sleep_s: float, first: int = 0,
-                 on_lost: Optional[Callable[[int, str], None]] = None):
+                 on_lost: Optional[Callable[[int, str], None]] = None, paced: bool = False):
         self.t, self.shards, self.timeout, self.hold_sleep_s = transport, shards, timeout, hold_sleep_s
         self.index = first
         self.shard = shards[first % len(shards)]
         self.on_lost = on_lost
         self.held_s = 0.0
-        self._in_flight: Optional[tuple[Future, TensorDict]] = None
+        #: (the call in flight, None before the first probe; the batch; whether the call is a probe)
+        self._in_flight: Optional[tuple[Optional[Future], TensorDict, bool]] = None
+        self._paced = paced  # (or a batch was held): probe before every later one crosses
+        self._held = False  # the batch in flight has been held
 
     def send(self, msg: TensorDict) -> None:
-        """Put ``msg`` (``transitions [N]``, ``priority [N]``) in flight to the current shard."""
-        self._in_flight = (self.t.call(self.shard, "insert", msg, self.timeout), msg)
+        """Put ``msg`` in flight to the current shard (or, paced, keep it for :meth:`settle`):
+        ``transitions [N]`` with ``priority [N]``, or an Ape-X actor's packed window
+        (``distrl.recipes.apex.transitions``) with ``priority [N]``."""
+        self._held = False
+        fut = None if self._paced else self.t.call(self.shard, "insert", msg, self.timeout)
+        self._in_flight = (fut, msg, self._paced)
+
+    def _probe(self, msg: TensorDict) -> Future:
+        n = msg[keys.PRIORITY].shape[0] if keys.PRIORITY in msg.keys() else msg[keys.TRANSITIONS].shape[0]
+        return self.t.call(self.shard, "insert_probe", TensorDict({INSERT_N: torch.tensor(n)}), self.timeout)
+
+    @staticmethod
+    def _probed(msg: TensorDict) -> TensorDict:
+        out = msg.clone(recurse=False)
+        out[INSERT_PROBED] = torch.tensor(True)
+        return out
 
     def next_shard(self) -> None:
         """Insert into the next live shard from now on (the buffer spreads batches round robin)."""
@@ -232,8 +274,11 @@ class Inserter:
         held back at ``deadline``, a ``time.monotonic()`` value; the batch stays in flight)."""
         if self._in_flight is None:
             return self.TAKEN
-        fut, msg = self._in_flight
+        fut, msg, probing = self._in_flight
+        if fut is None:
+            fut = self._probe(msg)
         while True:
+            reply = None
             try:
                 reply = fut.result()
             except RemoteError:
@@ -246,16 +291,26 @@ class Inserter:
                     self._in_flight = None
                     return self.NO_SHARD
                 self.shard = live[self.index % len(live)]
+                probing = False  # the new shard gets the batch itself
             else:
                 if bool(reply[keys.STOP]):
                     self._in_flight = None
                     return self.STOPPED
                 if not bool(reply[keys.HELD]):
-                    self._in_flight = None
-                    return self.TAKEN
-                if deadline is not None and time.monotonic() > deadline:
-                    self._in_flight = (fut, msg)
-                    return self.HELD
-                time.sleep(self.hold_sleep_s)  # the rate limiter holds this sender back
-                self.held_s += self.hold_sleep_s
-            fut = self.t.call(self.shard, "insert", msg, self.timeout)
+                    if not probing:
+                        self._in_flight, self._paced = None, self._paced or self._held
+                        return self.TAKEN
+                    probing = False  # the shard would take it now: send it
+                else:
+                    self._held = True
+                    if deadline is not None and time.monotonic() > deadline:
+                        self._in_flight = (fut, msg, probing)
+                        return self.HELD
+                    time.sleep(self.hold_sleep_s)  # the rate limiter holds this sender back
+                    self.held_s += self.hold_sleep_s
+                    probing = True
+            if probing:
+                fut = self._probe(msg)
+            else:  # a probe said yes (marked), or a new shard after a lost one (as it is)
+                said_yes = reply is not None and not bool(reply[keys.HELD])
+                fut = self.t.call(self.shard, "insert", self._probed(msg) if said_yes else msg, self.timeout)

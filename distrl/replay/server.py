@@ -3,19 +3,26 @@
 It serves, over the transport:
 
 * ``insert``: transitions ``[N]`` with raw priorities ``[N]`` (without them, the largest priority
-  seen so far, as TorchRL gives new items: ``distrl.ReplayServiceBuffer.extend``). The handler only checks the rate
+  seen so far, as TorchRL gives new items: ``distrl.ReplayServiceBuffer.extend``), or an Ape-X
+  actor's packed window (:mod:`distrl.recipes.apex.transitions`: each observation once), which
+  the loop unpacks into the same transitions. The handler only checks the rate
   limiter and enqueues (a bounded queue, ``ReplayConfig.queue_size``); this role's own loop writes
   them into the :class:`~distrl.replay.store.ReplayStore`. A full queue or the limiter answers
   ``held``: the actor keeps its message and tries again, so it is the actor that waits, never a
-  transport thread.
+  transport thread. The actor asks with ``insert_probe`` (the message's size only) until the shard
+  would take it, then sends the message again, marked ``insert_probed``: that one is taken while the
+  limiter is still within its tolerance before it (another sender's insert may have come between
+  the probe and it; the ratio then overshoots by at most this insert), so a held message crosses
+  the wire once more, not once per retry.
 * ``sample``: ``n`` transitions drawn by priority, with each item's ``p^alpha``, its index and
   slot generation, and the shard's total, minimum and size (the learner turns those into
   importance weights over every shard: see :func:`shard_weights`). ``held`` when the shard holds
   fewer than ``ReplayConfig.min_size`` items or the limiter says the learner is ahead; the limiter
   counts the ``charge`` the learner gives (its batch over R), not ``n``.
 * ``update_priorities``: new ``|delta|`` for sampled items (stale ones dropped by generation).
-* ``replay_stats``, ``replay_state`` / ``load_replay_state`` (the learner checkpoints every
-  shard's contents with its own), ``replay_stop``.
+* ``replay_stats`` (with the bytes of every insert and sample message and reply, for the
+  recipe's ``bytes_per_env_step``), ``replay_state`` / ``load_replay_state`` (the learner
+  checkpoints every shard's contents with its own), ``replay_stop``.
 
 Sampling and updates run in the handler under the shard's lock: each is one bounded tree
 operation (well under a millisecond at 2^20 items, ``experiments/bench_sampler.py``), and a
@@ -34,9 +41,16 @@ from tensordict import TensorDict
 from distrl import faults
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
+from distrl.data.wire import WireMeter, payload_nbytes
+from distrl.recipes.apex.transitions import is_packed, packed_count, unpack_transitions
 from distrl.replay.config import ReplayConfig
 from distrl.replay.store import ReplayStore, SamplesPerInsertLimiter
 from distrl.replay.sum_tree import SumTreeSampler
+
+#: the transitions ``[]`` int64 of the insert a held sender keeps, in an ``insert_probe``
+INSERT_N = "insert_n"
+#: ``[]`` bool on an insert sent because a probe said the shard would take it
+INSERT_PROBED = "insert_probed"
 
 
 def shard_weights(leaf: torch.Tensor, min_leaf: float, beta: float) -> torch.Tensor:
@@ -73,8 +87,11 @@ class ReplayServer:
         self.loops = 0  # insert messages taken by the loop
         self.last_contact = time.monotonic()  # of the learner: a shard outlives it by a bounded time only
         self.counts = {"insert_held": 0, "sample_held": 0, "rejected": 0, "stale_priorities": 0}
+        self.inserts = WireMeter()  # insert messages and replies (held ones too), per transition taken
+        self.sample_bytes = 0  # sample messages and replies (under the lock)
         serve = ctx.transport.serve
         serve("insert", self._insert)
+        serve("insert_probe", self._insert_probe)
         serve("sample", self._sample)
         serve("update_priorities", self._update_priorities)
         serve("replay_stats", self._replay_stats)
@@ -84,9 +101,10 @@ class ReplayServer:
 
     # ---- handlers (transport threads: bounded work under the lock, never a call out) ------------
     def _insert(self, msg: TensorDict) -> TensorDict:
-        n = msg[keys.TRANSITIONS].shape[0]
+        n = packed_count(msg) if is_packed(msg) else msg[keys.TRANSITIONS].shape[0]
         with self.lock:
-            ok = not self.stopped.is_set() and self.limiter.can_insert(n)
+            fits = self.limiter.can_insert(n) or (INSERT_PROBED in msg.keys() and self.limiter.can_insert(0))
+            ok = not self.stopped.is_set() and fits
             if ok:
                 try:
                     self.inbox.put_nowait(msg)
@@ -95,7 +113,18 @@ class ReplayServer:
                     ok = False
             if not ok:
                 self.counts["insert_held"] += 1
-        return TensorDict({keys.HELD: torch.tensor(not ok), keys.STOP: torch.tensor(self.stopped.is_set())})
+        reply = TensorDict({keys.HELD: torch.tensor(not ok), keys.STOP: torch.tensor(self.stopped.is_set())})
+        self.inserts.add(payload_nbytes(msg) + payload_nbytes(reply), n if ok else 0)
+        return reply
+
+    def _insert_probe(self, msg: TensorDict) -> TensorDict:
+        """``held`` unless an insert of ``insert_n`` transitions would be taken now (nothing is kept
+        for it: the sender's insert that follows may still be held, when another came first)."""
+        with self.lock:
+            ok = not self.stopped.is_set() and self.limiter.can_insert(int(msg[INSERT_N])) and not self.inbox.full()
+        reply = TensorDict({keys.HELD: torch.tensor(not ok), keys.STOP: torch.tensor(self.stopped.is_set())})
+        self.inserts.add(payload_nbytes(msg) + payload_nbytes(reply), 0)
+        return reply
 
     def _sample(self, msg: TensorDict) -> TensorDict:
         n = int(msg[keys.SAMPLE_N])
@@ -104,14 +133,18 @@ class ReplayServer:
         with self.lock:
             if len(self.store) == 0 or not self.limiter.can_sample(charge):
                 self.counts["sample_held"] += 1
-                return TensorDict({keys.HELD: torch.tensor(True), **self._totals()})
-            self.limiter.samples += charge
-            if n == 0:
-                return TensorDict({keys.HELD: torch.tensor(False), **self._totals()})
-            batch = self.store.sample(n)
-            leaf = self.sampler.tree[batch[keys.REPLAY_INDEX]]
-            reply = TensorDict({keys.HELD: torch.tensor(False), keys.TRANSITIONS: batch.exclude(keys.PRIORITY_WEIGHT),
-                                keys.SHARD_LEAF: leaf, **self._totals()})
+                reply = TensorDict({keys.HELD: torch.tensor(True), **self._totals()})
+            else:
+                self.limiter.samples += charge
+                if n == 0:
+                    reply = TensorDict({keys.HELD: torch.tensor(False), **self._totals()})
+                else:
+                    batch = self.store.sample(n)
+                    leaf = self.sampler.tree[batch[keys.REPLAY_INDEX]]
+                    reply = TensorDict({keys.HELD: torch.tensor(False),
+                                        keys.TRANSITIONS: batch.exclude(keys.PRIORITY_WEIGHT), keys.SHARD_LEAF: leaf,
+                                        **self._totals()})
+            self.sample_bytes += payload_nbytes(msg) + payload_nbytes(reply)
         return reply
 
     def _totals(self) -> dict:
@@ -138,8 +171,9 @@ class ReplayServer:
             a = self.replay
             raw = (leaves.pow(1.0 / a.alpha) - a.priority_eps) if size and a.alpha > 0 else leaves
             q = torch.quantile(raw.float(), torch.tensor([0.5, 0.9, 1.0])) if size else torch.zeros(3)
-            return TensorDict(inserted=torch.tensor(self.store.inserted),
-                              samples=torch.tensor(self.limiter.samples), priority_q=q, queued=torch.tensor(self.inbox.qsize()),
+            return TensorDict(inserted=torch.tensor(self.store.inserted), insert_bytes=torch.tensor(self.inserts.bytes),
+                              insert_frames=torch.tensor(self.inserts.frames),
+                              sample_bytes=torch.tensor(self.sample_bytes), samples=torch.tensor(self.limiter.samples), priority_q=q, queued=torch.tensor(self.inbox.qsize()),
                               **{k: torch.tensor(v) for k, v in self.counts.items()}, **self._totals())
 
     def _replay_state(self, _msg) -> TensorDict:
@@ -170,6 +204,24 @@ class ReplayServer:
         return TensorDict({keys.SHARD_SIZE: torch.tensor(len(self.store))})
 
     # ---- the loop ---------------------------------------------------------------------------------
+    @staticmethod
+    def _items(msg: TensorDict) -> tuple[TensorDict, torch.Tensor | None] | None:
+        """An insert message's transitions and priorities (a packed window unpacked); ``None`` if it is
+        malformed."""
+        if not is_packed(msg):
+            return msg[keys.TRANSITIONS], msg.get(keys.PRIORITY, None)
+        try:
+            return unpack_transitions(msg)
+        except ValueError:
+            return None
+
+    def _write(self, items: tuple[TensorDict, torch.Tensor | None] | None) -> bool:
+        """Store one message's transitions (caller holds the lock); ``False`` if it was rejected."""
+        if items is None or not self.store.extend(*items):
+            self.counts["rejected"] += 1
+            return False
+        return True
+
     def _drain(self) -> None:
         """Write every queued insert into the store (caller holds the lock)."""
         while True:
@@ -177,8 +229,7 @@ class ReplayServer:
                 msg = self.inbox.get_nowait()
             except queue.Empty:
                 return
-            if not self.store.extend(msg[keys.TRANSITIONS], msg.get(keys.PRIORITY, None)):
-                self.counts["rejected"] += 1
+            self._write(self._items(msg))
 
     def run(self) -> None:
         idle_limit = 2 * self.cfg.transport.call_timeout_s
@@ -192,9 +243,9 @@ class ReplayServer:
                 continue
             self.loops += 1
             faults.maybe_signal(self.ctx.rank, self.loops)  # a "step" of a shard: one insert message taken
+            items = self._items(msg)  # unpacked outside the lock: samples go on meanwhile
             with self.lock:
-                if not self.store.extend(msg[keys.TRANSITIONS], msg.get(keys.PRIORITY, None)):
-                    self.counts["rejected"] += 1
+                if not self._write(items):
                     if self.counts["rejected"] <= 5:
                         print(f"[replay {self.ctx.rank}] rejected a malformed insert", flush=True)
                 self._drain()

@@ -4,10 +4,15 @@ priorities into a replay shard, parameters refreshed from the learner without wa
 Actor ``i`` of ``N`` explores with ``eps_i = eps^(1 + alpha i / (N - 1))`` and inserts into shard
 ``i mod R``. Each unroll of ``T`` steps is joined to the last ``n - 1`` steps of the one before, so
 every step gets its full n-step window (or the part of it before its episode ended). Its initial
-priority is ``|y - Q(s, a)|`` under the local network that acted. One insert and one parameter
-request are in flight at a time; neither is waited on unless the replay says ``held`` (the rate
-limiter), which is how the learner holds actors back. Episode returns, frames and hold times
-ride on the parameter request, so the learner's tracker counts them.
+priority is ``|y - Q(s, a)|`` under the local network that acted. An insert carries each
+observation once (``transitions.py``); the shard rebuilds the transitions. One insert and one
+request to the learner are in flight at a time; neither is waited on unless the replay says
+``held`` (the rate limiter), which is how the learner holds actors back. Every
+``algo.params_interval_s`` the actor reports its episode returns, frames and hold times to the
+learner (so its tracker counts them), and asks for newer parameters with the report once it has
+taken ``algo.params_interval_frames`` env steps since it last asked: a pull of the minatar net
+is 528 KB, which only that many steps make small per step. Until its first pull it acts with its
+own initial network (the learner sends none untrained).
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from distrl.algorithms.apex import epsilon_ladder, nstep_returns
 from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.models import QNetwork
+from distrl.recipes.apex.transitions import pack_transitions, unpack_transitions
 from distrl.recipes.base import RoleContext
 from distrl.replay.client import Inserter
 from distrl.roles.env_runner import make_env_runner
@@ -38,10 +44,10 @@ class ApexActor:
         self.index = actors.index(ctx.rank)
         self.epsilon = epsilon_ladder(len(actors), a.eps_base, a.eps_alpha)[self.index]
         self.inserter = Inserter(ctx.transport, self.shards, self.cfg.transport.call_timeout_s, a.hold_sleep_s,
-                                 first=self.index)  # shard i mod R first
+                                 first=self.index, paced=True)  # shard i mod R first
         info = env_info(self.cfg.run.env)
         self.num_actions = info.num_actions
-        self.model = QNetwork(info.shape, info.num_actions, self.cfg.net)
+        self.model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.cfg.algo.dueling)
         self.version = -1
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
@@ -50,6 +56,9 @@ class ApexActor:
         self.carry: TensorDict | None = None  # the last n - 1 steps, [B, n-1]
         self.stats = {"frames": 0, "returns": []}  # not yet sent to the learner
         self._held_sent = 0.0  # of inserter.held_s
+        # (getattr: until recipe.py declares the field, every report asks for parameters, as before)
+        self.params_interval_frames = a.params_interval_frames
+        self._unpulled = 0  # env steps since the last parameter request
 
     def _act(self, obs: torch.Tensor) -> dict:
         q = self.model(obs)
@@ -58,10 +67,16 @@ class ApexActor:
         action = torch.where(explore, torch.randint(self.num_actions, greedy.shape, generator=self.generator), greedy)
         return {keys.ACTION: action, keys.CHOSEN_ACTION_VALUE: q.gather(-1, action[:, None]).squeeze(-1)}
 
-    @torch.no_grad()
     def transitions(self, traj: TensorDict) -> tuple[TensorDict, torch.Tensor]:
         """n-step transitions ``[N]`` of the steps whose window ends in ``traj [B, T]`` (joined to the
-        carry), and their initial raw priorities ``[N]``."""
+        carry), and their initial raw priorities ``[N]``: what the shard stores of :meth:`insert_message`."""
+        return unpack_transitions(self.insert_message(traj))
+
+    @torch.no_grad()
+    def insert_message(self, traj: TensorDict) -> TensorDict:
+        """The insert (:func:`~distrl.recipes.apex.transitions.pack_transitions`) of the ``N`` n-step
+        transitions whose window ends in ``traj [B, T]`` (joined to the carry), with their initial
+        raw priorities."""
         n, gamma = self.algo.n_step, self.algo.gamma
         window = traj if self.carry is None else torch.cat([self.carry, traj], dim=1)
         self.carry = window[:, window.shape[1] - (n - 1):] if n > 1 else None
@@ -69,19 +84,12 @@ class ApexActor:
         G, discount, last = nstep_returns(nxt[keys.STEP_REWARD][..., 0], nxt[keys.STEP_TERMINATED][..., 0],
                                           nxt[keys.STEP_TRUNCATED][..., 0], gamma, n)
         Tp = G.shape[1]
-        head = window[:, :Tp]
         rows = torch.arange(last.shape[0])[:, None]  # [B, 1]: with last [B, T'], any observation shape
         bootstrap = nxt[keys.OBSERVATION][rows, last]  # [B, T', *F]
-        out = TensorDict({
-            keys.OBSERVATION: head[keys.OBSERVATION], keys.ACTION: head[keys.ACTION],
-            keys.NEXT: TensorDict({keys.OBSERVATION: bootstrap}, batch_size=G.shape),
-            keys.NSTEP_RETURN: G, keys.BOOTSTRAP_DISCOUNT: discount,
-            keys.POLICY_VERSION: torch.full(G.shape, self.version, dtype=torch.int64),
-        }, batch_size=G.shape).reshape(-1)
         # initial priority: |y - Q(s, a)| with the acting network (max over the bootstrap state)
-        y = out[keys.NSTEP_RETURN] + out[keys.BOOTSTRAP_DISCOUNT] * self.model(bootstrap.flatten(0, 1)).max(-1).values
-        priority = (y - head[keys.CHOSEN_ACTION_VALUE].reshape(-1)).abs()
-        return out, priority
+        y = G.reshape(-1) + discount.reshape(-1) * self.model(bootstrap.flatten(0, 1)).max(-1).values
+        priority = (y - window[keys.CHOSEN_ACTION_VALUE][:, :Tp].reshape(-1)).abs()
+        return pack_transitions(window, G, discount, last, priority, self.version)
 
     def _load(self, reply: TensorDict) -> None:
         if keys.PARAMS in reply.keys():
@@ -99,7 +107,7 @@ class ApexActor:
     def _goodbye(self, timeout: float) -> None:
         """Told to stop by a shard: hand the learner the last statistics, and let it know we heard."""
         try:
-            self.ctx.transport.call_sync(self.learner, "params", self._params_request(), timeout)
+            self.ctx.transport.call_sync(self.learner, "actor_stats", self._params_request(), timeout)
         except TransportError:
             pass
 
@@ -120,10 +128,11 @@ class ApexActor:
                     self.carry = None
                     continue
                 self.stats["frames"] += traj.numel()
+                self._unpulled += traj.numel()
                 self.stats["returns"].extend(returns)
                 budget = self.runner.budget
                 with budget("priorities"):
-                    batch, priority = self.transitions(traj)
+                    msg = self.insert_message(traj)
                 with budget("wait"):  # the previous insert, held back by the rate limiter when it must
                     settled = self.inserter.settle()
                 if settled != Inserter.TAKEN:
@@ -132,13 +141,16 @@ class ApexActor:
                     self._goodbye(timeout)
                     return
                 with budget("send"):
-                    self.inserter.send(TensorDict({keys.TRANSITIONS: batch, keys.PRIORITY: priority}))
+                    self.inserter.send(msg)
                 budget.maybe_send(t, self.learner, self.ctx.rank)
                 if pending is not None and pending.done():
                     reply, pending = pending.result(), None
                     self._load(reply)
                 if pending is None and time.monotonic() - last_ask >= self.algo.params_interval_s:
-                    pending, last_ask = t.call(self.learner, "params", self._params_request(), timeout), time.monotonic()
+                    pull = self._unpulled >= self.params_interval_frames
+                    self._unpulled = 0 if pull else self._unpulled
+                    pending = t.call(self.learner, "params" if pull else "actor_stats", self._params_request(), timeout)
+                    last_ask = time.monotonic()
         except TransportError as e:
             print(f"[actor {self.ctx.rank}] learner unreachable, exiting: {e}", flush=True)
         finally:
