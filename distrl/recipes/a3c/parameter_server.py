@@ -13,6 +13,10 @@ stop rule) are those of the gradients applied; a dropped gradient's go to ``fram
 A2C (``algo.sync``): a round closes once every live worker has sent one gradient computed from
 the current version; their mean is applied, and workers ask ``pull`` for the new version before
 acting again. A worker declared lost leaves the live set, so a dead worker cannot stall a round.
+
+Bytes on the wire (``bytes_per_env_step``): every push and pull with its reply, over the frames
+the pushes carried. Gradients come and parameters go in ``algo.wire_dtype``; the parameters, the
+optimizer and the applied (averaged, clipped) gradient stay float32 here.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from typing import Optional
 
 import torch
 from tensordict import TensorDict
+from torch import nn
+from torch.nn.utils import parameters_to_vector
 
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
@@ -39,6 +45,19 @@ def make_optimizer(params, algo) -> torch.optim.Optimizer:
     if algo.optimizer == "rmsprop":
         return torch.optim.RMSprop(params, lr=algo.lr, alpha=algo.rmsprop_alpha, eps=algo.optim_eps)
     return torch.optim.Adam(params, lr=algo.lr, eps=algo.optim_eps)
+
+
+class WireBoard(ParameterBoard):
+    """The flat :class:`ParameterBoard`, its snapshot in the wire's dtype (cast once per update,
+    not once per reply)."""
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype):
+        super().__init__(model, flat=True)
+        self.dtype = dtype
+
+    def publish(self, version: int) -> None:
+        params = parameters_to_vector(self.model.parameters()).detach().to("cpu", self.dtype, copy=True)
+        self.published = (version, params)  # one attribute write: readers see old or new
 
 
 class ParameterServer:
@@ -61,7 +80,8 @@ class ParameterServer:
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
         self.round: dict[int, TensorDict] = {}  # A2C: this version's gradient of each worker so far
         self.stopping = self.session.stopping
-        self.board = ParameterBoard(self.model, flat=True)  # workers load it with vector_to_parameters
+        self.wire_dtype = getattr(torch, self.algo.wire_dtype)
+        self.board = WireBoard(self.model, self.wire_dtype)  # workers load it with vector_to_parameters
         self.said_stop: set[int] = set()
         self.wire = WireMeter()
         self.session.restore(self.model, self.optim)
@@ -82,15 +102,17 @@ class ParameterServer:
         return self.board.reply(their_version, stop)
 
     def _pull(self, td: TensorDict) -> TensorDict:
-        return self._reply(int(td[keys.WORKER_RANK]), int(td[keys.POLICY_VERSION]))
+        reply = self._reply(int(td[keys.WORKER_RANK]), int(td[keys.POLICY_VERSION]))
+        self.wire.add(payload_nbytes(td) + payload_nbytes(reply), 0)  # A2C's parameters come this way
+        return reply
 
     def _push(self, msg: TensorDict) -> TensorDict:
         rank = int(msg[keys.WORKER_RANK])
         if not (self.stopping.is_set() or rank in self.ctx.transport.lost_peers()):
             # a lost rank (stopped, then woken) is told to stop and its late gradient ignored
             grad = msg[keys.GRADIENT]
-            if grad.shape != (self.num_params,) or grad.dtype != torch.float32:
-                self._reject(rank, f"gradient {tuple(grad.shape)} {grad.dtype}, expected [{self.num_params}] float32")
+            if grad.shape != (self.num_params,) or grad.dtype != self.wire_dtype:
+                self._reject(rank, f"gradient {tuple(grad.shape)} {grad.dtype}, expected [{self.num_params}] {self.wire_dtype}")
             else:
                 try:
                     self.queue.put(msg, timeout=self.algo.put_timeout_s)
@@ -157,12 +179,12 @@ class ParameterServer:
             if cap is not None and s > cap:
                 self._drop(m)
                 continue
-            kept.append(m[keys.GRADIENT])
+            kept.append(m[keys.GRADIENT].to(self.device, torch.float32))  # widened before the mean
             staleness.append(s)
             frames += int(m[keys.FRAMES])
         if not kept:
             return
-        grad = torch.stack(kept).mean(0).to(self.device) if len(kept) > 1 else kept[0].to(self.device)
+        grad = torch.stack(kept).mean(0) if len(kept) > 1 else kept[0]
         offset = 0
         for p in self.params:
             p.grad = grad[offset:offset + p.numel()].view_as(p)

@@ -18,6 +18,7 @@ from distrl.config import Config, RunConfig, check, override
 from distrl.recipes.base import Recipe, role, require_discrete_actions
 
 OPTIMIZERS = ("rmsprop", "adam")
+WIRE_DTYPES = ("float32", "bfloat16")  #: names of ``torch`` dtypes (this module does not import torch)
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,14 @@ class A3CConfig:
     entropy_coef: float = 0.001  #: weight of the entropy bonus (the paper's beta); small, as rewards are scaled by 0.1 (docs/a3c.md)
     max_grad_norm: float = 0.5  #: norm clip of each applied gradient, per tower (policy, value), after A2C's mean
     normalize_advantage: bool = False  #: rescale each segment batch's advantages to unit variance
+    wire_dtype: str = "float32"  #: dtype of gradients and parameters on the wire: float32 or bfloat16 (the server keeps and updates float32)
 
     def __post_init__(self):
         for name in ("envs_per_worker", "t_max", "local_workers", "queue_size"):
             check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
         check(self.max_staleness is None or self.max_staleness >= 0,
                f"algo.max_staleness must be >= 0 or none, got {self.max_staleness}")
+        check(self.wire_dtype in WIRE_DTYPES, f"algo.wire_dtype must be one of {WIRE_DTYPES}, got {self.wire_dtype!r}")
         check(self.optimizer in OPTIMIZERS, f"algo.optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         check(self.lr > 0, "algo.lr must be > 0")
         check(0 < self.rmsprop_alpha < 1, "algo.rmsprop_alpha must be in (0, 1)")
@@ -70,12 +73,20 @@ def a2c() -> Config:
 
 
 def minatar() -> Config:
-    """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10."""
+    """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10.
+
+    Bytes on the wire per env step stay under the observation's own 400 bytes plus 64: the network
+    has P = 132,308 parameters, so a push (the gradient) and its reply (the newer parameters) carry
+    2 * 2P = 529,232 bytes in bfloat16, plus ~1.4 KB of version, frames and the segment's episode
+    returns and lengths; a push stands for 64 envs x t_max 20 = 1,280 env steps: 413.5 + ~1 bytes a
+    step (``tests/test_a3c_wire.py``; runs measure 411-415, a reply without newer parameters costing
+    less). In float32 at 16 envs it was up to 2 * 4P / 320 = 3,308 (runs measured 3,287). The return
+    stays a 20-step one; a gradient averages 4x the segments, so there are 4x fewer updates per frame."""
     return override(
         default(),
         **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 1200.0,
-           "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_worker": 16, "algo.t_max": 20,
-           "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01},
+           "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_worker": 64, "algo.t_max": 20,
+           "algo.wire_dtype": "bfloat16", "algo.reward_scale": 1.0, "algo.entropy_coef": 0.05},
     )
 
 

@@ -8,6 +8,12 @@ apply): the next segment therefore starts from the newest parameters the server 
 which need not include this worker's previous gradient yet (one source of staleness, measured).
 Under ``algo.sync`` (A2C) it asks ``pull`` every ``algo.sync_poll_s`` until the round's mean has
 been applied, so every gradient of a round comes from the same version.
+
+With ``algo.wire_dtype`` bfloat16 the gradient is rounded to bfloat16 for the push and the
+parameters arrive in bfloat16; the worker widens them to float32 and acts with exactly those, and
+its gradient is taken at the same parameters (nothing loads new ones between ``act`` and
+``gradient``), so the gradient is on-policy for the policy that acted. The server's float32
+parameters differ from them by bfloat16's rounding (a relative 2^-8 at most).
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ class A3CWorker:
         self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net)
         self.params = list(self.model.parameters())
         self.version = -1  # no parameters yet: the first pull brings them
+        self.wire_dtype = getattr(torch, self.algo.wire_dtype)
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
         self.runner = EnvRunner(self.cfg.run.env, self.algo.envs_per_worker, seed, ctx.rank)
@@ -45,7 +52,8 @@ class A3CWorker:
     def _load(self, reply: TensorDict) -> bool:
         """Take the reply's parameters if it has any; ``True`` when the server says stop."""
         if keys.PARAMS in reply.keys():
-            vector_to_parameters(reply[keys.PARAMS], self.params)
+            # widened first: vector_to_parameters makes each parameter a view of the vector, dtype and all
+            vector_to_parameters(reply[keys.PARAMS].to(torch.float32), self.params)
             self.version = int(reply[keys.PARAMS_VERSION])
         return bool(reply[keys.STOP])
 
@@ -58,12 +66,13 @@ class A3CWorker:
         return {keys.ACTION: sample_actions(self.model.policy(obs), self.generator)[0]}
 
     def gradient(self, traj: TensorDict, returns: list[float], lengths: list[int]) -> TensorDict:
-        """The push message of segment ``traj``: the flat gradient ``[P]``, its version, the episodes."""
+        """The push message of segment ``traj``: the flat gradient ``[P]`` (in ``algo.wire_dtype``),
+        its version, the episodes."""
         a = self.algo
         out = a3c_loss(self.model, traj, a)
         self.model.zero_grad(set_to_none=True)
         out[keys.LOSS].backward()
-        grad = torch.cat([p.grad.reshape(-1) for p in self.params])
+        grad = torch.cat([p.grad.reshape(-1) for p in self.params]).to(self.wire_dtype)
         return TensorDict({
             keys.GRADIENT: grad, keys.POLICY_VERSION: torch.tensor(self.version),
             keys.FRAMES: torch.tensor(traj.numel()), keys.WORKER_RANK: torch.tensor(self.ctx.rank),

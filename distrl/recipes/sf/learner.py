@@ -27,6 +27,7 @@ from tensordict import TensorDict
 from distrl import faults
 from distrl.algorithms.appo import appo_loss
 from distrl.data import keys, shm
+from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.models import ActorCritic
 from distrl.recipes.base import RoleContext
@@ -79,10 +80,19 @@ class SFLearner:
         self._unlinked = False
         self._lock = threading.Lock()
         self.rows = RowQueue()  # rows within the lag cap, not yet trained on
-        ctx.transport.serve("hello", self._hello)
-        ctx.transport.serve("attached", self._attached)
-        ctx.transport.serve("inference_stats", self._inference_stats)
-        ctx.transport.serve("bye", self._bye)
+        # What crosses rpc: these handlers' requests and replies, none of them per env step
+        # (trajectories, actions and parameters go through shared memory); summary.json's bytes_per_env_step
+        self.wire = WireMeter()
+        for name, handler in (("hello", self._hello), ("attached", self._attached),
+                              ("inference_stats", self._inference_stats), ("bye", self._bye)):
+            ctx.transport.serve(name, self._metered(handler))
+
+    def _metered(self, handler):
+        def serve(td: TensorDict) -> TensorDict:
+            reply = handler(td)
+            self.wire.add(payload_nbytes(td) + payload_nbytes(reply), 0)
+            return reply
+        return serve
 
     # ---- handlers --------------------------------------------------------------------------------
     def _hello(self, td: TensorDict) -> TensorDict:
@@ -232,7 +242,8 @@ class SFLearner:
     def _summary_extra(self) -> dict:
         out = {"slots": len(self.pool.owner), "slots_reclaimed": self.pool.reclaimed,
                "slot_waits": self.spares_late,
-               "samples_dropped_for_lag": self.session.tracker.counters["samples_dropped_for_lag"]}
+               "samples_dropped_for_lag": self.session.tracker.counters["samples_dropped_for_lag"],
+               "bytes_per_env_step": round(self.wire.bytes / max(self.session.tracker.env_frames, 1), 4)}
         per_rank = list(self.inference_summary.values())
         for k in ("inference_batch_fill_mean", "inference_batch_envs_mean", "inference_latency_ms_mean",
                   "inference_latency_ms_p95", "inference_compute_ms_mean", "inference_batches"):

@@ -9,6 +9,11 @@ The host never reads a tensor inside the rollout. It does once per update (the s
 the stop flag, one small copy each) and once per minibatch (whether the reduced gradient norm
 is finite, which decides the optimizer step). Rank 0 owns the ``LearnerSession``: progress
 lines, metrics, checkpoints, the stop rule and ``summary.json``, as every recipe's learner.
+
+Bytes on the wire (``bytes_per_env_step``, :attr:`VecEnvLearner.bytes_per_env_step`): the flat
+gradient each rank all-reduces once per minibatch, per env frame of an update over all ranks; 0 at
+world size 1. The per-update statistics collectives (advantage moments, episode rows, the stop
+flag: well under 1 KB a rank) are left out, as ``distrl/data/wire.py`` leaves out headers.
 """
 from __future__ import annotations
 
@@ -77,6 +82,8 @@ class VecEnvLearner:
         # fused: one kernel for all parameters; the per-tensor loop cost 5x more per step (318 vs
         # 64 us on these CPUs), a tenth of a minibatch's whole cost for CartPole's small MLPs.
         self.optim = torch.optim.Adam(self.model.parameters(), lr=a.lr, eps=1e-5, fused=True)
+        #: bytes of the flat gradient ``allreduce_gradients`` all-reduces (every trained parameter's)
+        self.grad_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
         self.session = LearnerSession(ctx) if self.rank == 0 else None
         if self.session is not None and isinstance(env, TorchRLEnv):  # checkpoints say how the env takes actions
             self.session.action_encoding = action_encoding(env.env.action_spec)
@@ -125,6 +132,16 @@ class VecEnvLearner:
             # The pure dynamics function, not step_autoreset (which also rebinds the env's state);
             # set on the instance, which step_autoreset's self.dynamics looks up first.
             env.dynamics = torch.compile(type(env).dynamics, dynamic=False)
+
+    @property
+    def bytes_per_env_step(self) -> float:
+        """Gradient bytes a rank all-reduces per update (one flat gradient per minibatch) over the
+        env frames of that update across ranks; 0 at world size 1 (nothing is reduced). A ring
+        all-reduce sends ``2 (W - 1) / W`` of the payload from each rank: 1x at 2 ranks."""
+        if self.world == 1:
+            return 0.0
+        a = self.algo
+        return a.epochs * a.num_minibatches * self.grad_bytes / (self.world * a.frames_per_rank)
 
     # ---- one update ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -189,6 +206,7 @@ class VecEnvLearner:
             tracker.episodes += n - len(latest)  # counted, though only the latest returns are kept
             episodes, lengths = episodes + n, lengths + length_sum
         metrics = {f"learner/{k}": float(v) for k, v in zip(UPDATE_STATS, stats)}
+        metrics["learner/bytes_per_env_step"] = self.bytes_per_env_step
         if episodes:
             metrics["actor/episode_length_mean"] = lengths / episodes
         tracker.observe(metrics)
@@ -230,7 +248,8 @@ class VecEnvLearner:
         self.env.close()
         if self.session is None:
             return None
-        return self.session.finish(self.session.stop_reason, self.evaluate(), self.model, self.optim)
+        return self.session.finish(self.session.stop_reason, self.evaluate(), self.model, self.optim,
+                                   extra={"bytes_per_env_step": round(self.bytes_per_env_step, 2)})
 
     def evaluate(self) -> list[float]:
         """Greedy returns of ``run.eval_episodes`` episodes on a fresh batch of the same env."""
