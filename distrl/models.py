@@ -118,19 +118,40 @@ def clip_towers(towers: list[list[nn.Parameter]], max_norm: float) -> torch.Tens
     return torch.linalg.vector_norm(torch.stack(norms))
 
 
+class DuelingHead(nn.Module):
+    """``Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')`` from features ``[*B, D]`` (Wang et al., 2016).
+
+    Ape-X's network. The value of every action moves through ``V`` when the scale of returns
+    moves (CartPole's Q climbs from ~50 to ~100 once the policy first survives to the time limit),
+    and the greedy action reads only ``A``, which that shift leaves alone."""
+
+    def __init__(self, features: int, num_actions: int):
+        super().__init__()
+        self.value = nn.Linear(features, 1)
+        self.advantage = nn.Linear(features, num_actions)  # registered last: its rows are the actions
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        a = self.advantage(z)
+        return self.value(z) + a - a.mean(-1, keepdim=True)
+
+
 class QNetwork(nn.Module):
     """Action values over one encoder: ``forward(obs [*B, *obs_shape]) -> Q [*B, A]`` (Ape-X's actors
     and learner). ``q`` is the mlp encoder with a linear head appended (``q.0/2/4``, as ever), or
-    ``nn.Sequential(image encoder, Linear)`` as in the papers' DQNs."""
+    ``nn.Sequential(image encoder, Linear)`` as in the papers' DQNs; with ``dueling``,
+    ``nn.Sequential(encoder, DuelingHead)``."""
 
-    def __init__(self, obs_shape: int | Sequence[int], num_actions: int, net: NetConfig = NetConfig()):
+    def __init__(self, obs_shape: int | Sequence[int], num_actions: int, net: NetConfig = NetConfig(),
+                 dueling: bool = False):
         super().__init__()
         self.obs_shape, self.num_actions = as_shape(obs_shape), num_actions
-        if resolve_encoder(self.obs_shape, net.encoder) == "mlp":
+        mlp = resolve_encoder(self.obs_shape, net.encoder) == "mlp"
+        if mlp and not dueling:
             self.q = MLPEncoder(self.obs_shape, net, head=num_actions)
         else:
-            torso = make_encoder(self.obs_shape, net)
-            self.q = nn.Sequential(torso, nn.Linear(torso.out_features, num_actions))
+            torso = MLPEncoder(self.obs_shape, net) if mlp else make_encoder(self.obs_shape, net)
+            head = DuelingHead if dueling else nn.Linear
+            self.q = nn.Sequential(torso, head(torso.out_features, num_actions))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.q(obs)

@@ -127,7 +127,7 @@ def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]
               "(its recurrent state needs an env-side primer TorchRL users add themselves)")
     if recipe == "apex":
         obs_shape, num_actions = _dims(state, "q.")
-        model = QNetwork(obs_shape, num_actions, net)
+        model = QNetwork(obs_shape, num_actions, net, bool(algo.get("dueling", False)))
         action_dim = 1
     elif recipe == "vecenv":
         obs_shape, out = _dims(state, "policy.")

@@ -262,10 +262,10 @@ def test_the_numpy_policy_refuses_an_image_policy_in_one_line():
 def test_load_policy_rebuilds_an_image_network(tmp_path, recipe, name):
     torch.manual_seed(3)
     net = NetConfig(encoder=name)
-    model = QNetwork(MINATAR, 3, net) if recipe == "apex" else ActorCritic(MINATAR, 3, net)
+    model = QNetwork(MINATAR, 3, net, dueling=True) if recipe == "apex" else ActorCritic(MINATAR, 3, net)
     if recipe == "vecenv":
         model = make_actor_critic(MINATAR, 3, 1, net)
-    head = model.q[-1] if recipe == "apex" else model.policy[-1]
+    head = model.q[-1].advantage if recipe == "apex" else model.policy[-1]  # apex's default head is dueling
     with torch.no_grad():
         head.weight.mul_(300)  # decisive, so a wrong network would pick other actions
     cfg = override(experiment_config(recipe, "debug"), **{"run.env": "MinAtar/Breakout-v1", "net.encoder": name})

@@ -93,3 +93,22 @@ def test_flat_networks_are_the_torchrl_mlps_of_earlier_releases():
     torch.manual_seed(0)
     same(RecurrentActorCritic(5, 3, net, 8), ("pi.encoder", old_pi), ("pi.core", old_pi_core),
          ("v.encoder", old_v), ("v.core", old_v_core))
+
+
+def test_a_dueling_q_network_is_value_plus_centred_advantages():
+    import torch
+
+    from distrl.config import NetConfig
+    from distrl.models import DuelingHead, QNetwork
+
+    torch.manual_seed(0)
+    q = QNetwork((5,), 3, NetConfig(hidden=(16, 16), activation="relu"), dueling=True)
+    torso, head = q.q
+    assert isinstance(head, DuelingHead) and head.advantage.out_features == 3
+    obs = torch.randn(7, 5)
+    z = torso(obs)
+    a = head.advantage(z)
+    torch.testing.assert_close(q(obs), head.value(z) + a - a.mean(-1, keepdim=True))
+    torch.testing.assert_close(q(obs).mean(-1, keepdim=True), head.value(z))  # the mean over actions is V
+    image = QNetwork((4, 10, 10), 3, NetConfig(encoder="minatar"), dueling=True)
+    assert image(torch.zeros(2, 4, 10, 10, dtype=torch.bool)).shape == (2, 3)

@@ -69,8 +69,9 @@ def actor_critic(recipe: str):
 
 def q_network():
     torch.manual_seed(4)
-    model = QNetwork(4, 2, experiment_config("apex", "debug").net)
-    sharpen(model.q[-1])
+    cfg = experiment_config("apex", "debug")
+    model = QNetwork(4, 2, cfg.net, cfg.algo.dueling)
+    sharpen(model.q[-1].advantage)
     return model
 
 

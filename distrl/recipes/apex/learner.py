@@ -5,9 +5,14 @@ Each loop iteration takes the batch whose sample was requested one iteration ear
 requests the next one before training on it (``algo.prefetch``), so the round trip to the shards
 overlaps the update. The priorities of a batch are sent after its update; the next batch was
 drawn before they landed, as in the paper. The target network is copied every
-``algo.target_update_interval`` updates. Handlers (``hello``, ``params``) only read the published
-parameters and add the actors' statistics to a pending record under a lock; the loop folds them
-into the tracker.
+``algo.target_update_interval`` updates. Handlers (``hello``, ``params``, ``actor_stats``) only read
+the published parameters and add the actors' statistics to a pending record under a lock; the loop
+folds them into the tracker.
+
+Bytes on the wire (``bytes_per_env_step``): what an actor puts there per env step, its inserts
+(counted by the shards, per transition taken) plus its exchanges with this learner (counted here,
+per env frame the actors report). What the learner samples from replay is reported beside it
+(``sample_bytes_per_env_step``), not in it: ``samples_per_insert`` transitions per step, inherent.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from tensordict import TensorDict
 from distrl import faults
 from distrl.algorithms.apex import annealed_beta, double_dqn_loss, epsilon_ladder
 from distrl.data import keys
+from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.models import QNetwork
 from distrl.recipes.base import RoleContext
@@ -39,9 +45,9 @@ class ApexLearner:
         self.session = LearnerSession(ctx)
         self.device = self.session.device
         info = env_info(self.cfg.run.env)
-        self.model = QNetwork(info.shape, info.num_actions, self.cfg.net).to(self.device)
+        self.model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.cfg.algo.dueling).to(self.device)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr)
+        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps)
         state = self.session.restore(self.model, self.optim)
         self.target.load_state_dict(self.model.state_dict())
         self._restored_replay = (state or {}).get("extra", {}).get("replay")
@@ -60,6 +66,7 @@ class ApexLearner:
         self._pending = {"frames": 0, "returns": [], "lag": [], "held_s": 0.0}  # from actors, not yet folded
         self._rungs: dict[float, collections.deque] = {}  # epsilon -> recent returns
         self._env_errors: dict[int, int] = {}
+        self.wire = WireMeter()  # the actors' requests to this learner and the replies, per env frame they report
         self._request: Optional[list] = None
         self.held_s = 0.0  # the learner's own wait on held samples
         self.actor_held_s = 0.0  # every actor's wait on held inserts, as they reported it
@@ -67,18 +74,35 @@ class ApexLearner:
         self.board.publish(self.session.tracker.updates)
         ctx.transport.serve("hello", self._hello)
         ctx.transport.serve("params", self._params)
+        ctx.transport.serve("actor_stats", self._actor_stats)
 
     # ---- handlers (transport threads) -------------------------------------------------------------
-    def _reply(self, rank: int, their_version: int) -> TensorDict:
+    def _reply(self, rank: int, their_version: Optional[int]) -> TensorDict:
+        """``stop``, and the published parameters when they are newer than ``their_version`` (``None``:
+        the actor asked for none). An actor told to stop gets none: it leaves."""
         stop = self.stopping.is_set() or rank in self.ctx.transport.lost_peers()
         if stop:
             self.said_stop.add(rank)
+        if stop or their_version is None:
+            return TensorDict({keys.STOP: torch.tensor(stop)})
         return self.board.reply(their_version, stop)
 
     def _hello(self, msg: TensorDict) -> TensorDict:
-        return self._reply(int(msg[keys.WORKER_RANK]), -1)
+        # Version 0 is the untrained init: an actor's own init is as good, so a fresh run sends none
+        # (528 KB per actor for the minatar net); a resumed one sends what it restored.
+        reply = self._reply(int(msg[keys.WORKER_RANK]), 0)
+        self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), 0)
+        return reply
 
     def _params(self, msg: TensorDict) -> TensorDict:
+        """An actor's statistics, answered with newer parameters if there are any."""
+        return self._report(msg, pull=True)
+
+    def _actor_stats(self, msg: TensorDict) -> TensorDict:
+        """An actor's statistics, between its parameter pulls (``algo.params_interval_frames``)."""
+        return self._report(msg, pull=False)
+
+    def _report(self, msg: TensorDict, pull: bool) -> TensorDict:
         rank, version, frames = int(msg[keys.ACTOR_RANK]), int(msg[keys.PARAMS_VERSION]), int(msg[keys.FRAMES])
         with self._lock:
             p = self._pending
@@ -91,7 +115,20 @@ class ApexLearner:
             eps = round(float(msg[keys.EPSILON]), 6)
             self._rungs.setdefault(eps, collections.deque(maxlen=20)).extend(msg[keys.EPISODE_RETURNS].tolist())
             self._env_errors[rank] = int(msg[keys.ENV_ERRORS])
-        return self._reply(rank, version)
+        reply = self._reply(rank, version if pull else None)
+        self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), frames)
+        return reply
+
+    def wire_bytes(self) -> dict[str, float]:
+        """``bytes_per_env_step``, an actor's traffic: its inserts (``insert_bytes_per_env_step``)
+        and its exchanges with this learner (``params_bytes_per_env_step``); and, not in it, what
+        the learner samples (``sample_bytes_per_env_step``). The shards' figures are from their last
+        stats reply."""
+        inserted, frames, sampled = self.replay.wire_totals()
+        insert = inserted / frames if frames else 0.0
+        params = self.wire.bytes_per_env_step
+        return {"bytes_per_env_step": insert + params, "insert_bytes_per_env_step": insert,
+                "params_bytes_per_env_step": params, "sample_bytes_per_env_step": sampled / frames if frames else 0.0}
 
     # ---- the loop ---------------------------------------------------------------------------------
     def _fold_actor_stats(self) -> None:
@@ -108,6 +145,8 @@ class ApexLearner:
             tracker.counters["env_errors"] = errors
         self.actor_held_s += p["held_s"]
         metrics = {"actor/held_s": self.actor_held_s} | self.replay.poll_stats()  # run totals, as learner/held_s
+        wire = self.wire_bytes()
+        metrics |= {f"learner/{k}": wire[k] for k in ("bytes_per_env_step", "params_bytes_per_env_step")}
         for i, eps in enumerate(sorted(rungs, reverse=True)):  # rung 0 explores most
             metrics[f"actor/return_rung{i}"] = rungs[eps]
         tracker.observe(metrics)
@@ -166,7 +205,9 @@ class ApexLearner:
             self.replay.stop()  # actors held by the rate limiter hear stop from their shard
         eval_returns = self._evaluate()
         session.await_peers(lambda: self.actors - self.said_stop)  # they hear it from us or their shard
-        extra = {"replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
+        self.replay.stats_now()  # the shards' final wire totals
+        extra = {**{k: round(v, 2) for k, v in self.wire_bytes().items()},
+                 "replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
                  "actor_held_s": round(self.actor_held_s, 3),
                  "replay_size": sum(self.replay.sizes.values()),
                  **{f"learner_{k}": round(v, 3) for k, v in self.times.items()}}

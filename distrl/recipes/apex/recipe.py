@@ -25,6 +25,7 @@ class ApexConfig:
     envs_per_actor: int = 16  #: gymnasium envs each actor steps as one vector
     unroll_length: int = 16  #: steps per insert message (T); each message carries about B * T transitions
     n_step: int = 3  #: steps of reward in a transition's return before it bootstraps
+    dueling: bool = True  #: the Q-network's head: V + A - mean A (Wang et al., 2016), as Ape-X's (distrl.models.DuelingHead)
     gamma: float = 0.99  #: discount
     eps_base: float = 0.4  #: epsilon ladder base: actor i of N explores with eps_base^(1 + eps_alpha i / (N - 1))
     eps_alpha: float = 7.0  #: epsilon ladder exponent
@@ -38,15 +39,21 @@ class ApexConfig:
     #: over every stored item (Schaul et al.'s (N min P)^-beta: steps shrink by the priority spread)
     weight_norm: str = "batch"
     batch_size: int = 128  #: transitions per learner update (split over the shards)
-    lr: float = 1e-3  #: Adam learning rate
-    target_update_interval: int = 100  #: learner updates between target-network copies (K)
+    lr: float = 2.5e-4  #: Adam learning rate (1e-3 reached CartPole's 475 sooner, then collapsed: docs/apex.md)
+    #: Adam's epsilon. DQN's (RMSProp 0.01, Rainbow's Adam 0.01 / 32) is large on purpose: once TD
+    #: errors are small, a tiny gradient is no longer scaled up to a full lr-sized step
+    adam_eps: float = 1e-8
+    target_update_interval: int = 500  #: learner updates between target-network copies (K; ~4 s on CartPole here)
     huber_delta: float = 1.0  #: Huber loss threshold
     max_grad_norm: float = 10.0  #: global gradient-norm clip
     samples_per_insert: float = 4.0  #: target sampled/inserted ratio of each shard (0: no rate limit)
     spi_tolerance: float = 20_000.0  #: how far (in sampled items) a shard may drift from that ratio before it holds one side
     insert_queue_size: int = 8  #: insert messages a shard queues before it tells actors to hold
     hold_sleep_s: float = 0.05  #: how long a held actor or learner waits before it tries again
-    params_interval_s: float = 0.2  #: how often an actor asks the learner for newer parameters (never waiting)
+    params_interval_s: float = 0.2  #: how often an actor reports its statistics to the learner (never waiting)
+    #: env steps an actor takes between parameter pulls (each rides on a report; 0: every report
+    #: pulls): a pull ships the whole net, and this many steps share its bytes
+    params_interval_frames: int = 0
     prefetch: bool = True  #: request the next sample before training on the current one
     #: episodes of actors exploring more than this go to their rung's metric only, not to the training
     #: mean behind the stop rule (an eps=0.4 actor's short episodes would hide the policy); the least
@@ -65,6 +72,7 @@ class ApexConfig:
         check(self.alpha >= 0 and 0 <= self.beta0 <= 1, "algo.alpha must be >= 0 and algo.beta0 in [0, 1]")
         check(self.priority_eps > 0, "algo.priority_eps must be > 0")
         check(self.weight_norm in ("batch", "buffer"), f"algo.weight_norm must be batch or buffer, got {self.weight_norm!r}")
+        check(self.adam_eps > 0, f"algo.adam_eps must be > 0, got {self.adam_eps}")
         check(self.lr > 0 and self.huber_delta > 0 and self.max_grad_norm > 0,
                "algo.lr, algo.huber_delta and algo.max_grad_norm must be > 0")
         check(self.samples_per_insert >= 0, "algo.samples_per_insert must be >= 0")
@@ -73,6 +81,7 @@ class ApexConfig:
                f"algo.spi_tolerance ({self.spi_tolerance:g}) must be at least half of batch_size + samples_per_insert "
                f"* envs_per_actor * unroll_length ({need:g}), or a shard can hold both sides at once")
         check(self.hold_sleep_s > 0 and self.params_interval_s > 0, "algo.hold_sleep_s and algo.params_interval_s must be > 0")
+        check(self.params_interval_frames >= 0, f"algo.params_interval_frames must be >= 0, got {self.params_interval_frames}")
         check(0 <= self.report_max_eps <= 1, "algo.report_max_eps must be in [0, 1]")
 
     @property
@@ -89,7 +98,7 @@ class ApexConfig:
 
 
 def default() -> Config:
-    """CartPole-v1: 1 replay shard, 16 envs per actor, 3-step double DQN."""
+    """CartPole-v1: 1 replay shard, 16 envs per actor, 3-step double DQN with a dueling head."""
     # ReLU Q-networks, as DQN; the actor-critic recipes keep tanh.
     return Config(recipe="apex", algo=ApexConfig(), run=RunConfig(env="CartPole-v1"),
                   net=NetConfig(hidden=(128, 128), activation="relu"))
@@ -97,12 +106,18 @@ def default() -> Config:
 
 def minatar() -> Config:
     """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10;
-    the DQN settings of Young & Tian's MinAtar baselines where they apply (replay 100k, lr 2.5e-4)."""
+    the DQN settings of Young & Tian's MinAtar baselines where they apply (replay 100k, lr 2.5e-4).
+
+    An actor's wire stays within a step's 400-byte observation plus 64 bytes (issue "Pixels I",
+    tests/test_apex_wire.py): unrolls of 128 steps send 131 observations for 128 transitions
+    (409 bytes a step, 14 more per transition), and a pull of the 528 KB net every 16,000 steps
+    costs 33 bytes a step."""
     return override(
         default(),
         **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 1200.0,
            "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_actor": 8, "algo.lr": 2.5e-4,
-           "algo.min_replay_size": 5_000, "algo.target_update_interval": 1_000, "algo.batch_size": 64},
+           "algo.min_replay_size": 5_000, "algo.target_update_interval": 1_000, "algo.batch_size": 64,
+           "algo.unroll_length": 128, "algo.params_interval_frames": 16_000},
     )
 
 
