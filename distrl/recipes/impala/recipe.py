@@ -24,6 +24,7 @@ class ImpalaConfig:
     batch_trajectories: int = 2  #: actor messages per learner batch; frames = this * B * T
     queue_size: int = 8  #: learner's trajectory queue bound, in messages
     put_timeout_s: float = 2.0  #: how long an arriving trajectory may wait for queue space, then dropped
+    params_every: int = 1  #: updates between parameter sends to an actor: one whose parameters are fewer updates old gets none
     local_actors: int = 2  #: actors in the one process at world size 1
     lr: float = 5e-4  #: Adam learning rate
     gamma: float = 0.99  #: discount
@@ -36,7 +37,7 @@ class ImpalaConfig:
     normalize_advantage: bool = False  #: rescale each batch's advantages to unit variance (off: it amplifies noise, docs/impala.md)
 
     def __post_init__(self):
-        for name in ("envs_per_actor", "unroll_length", "batch_trajectories", "queue_size", "local_actors"):
+        for name in ("envs_per_actor", "unroll_length", "batch_trajectories", "queue_size", "local_actors", "params_every"):
             check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
         check(self.lr > 0, "algo.lr must be > 0")
         check(0 < self.gamma <= 1, "algo.gamma must be in (0, 1]")
@@ -65,11 +66,20 @@ def debug() -> Config:
 
 def minatar() -> Config:
     """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10."""
+    # Bytes per env step on the wire (the bound: the 400-byte observation + 64 = 464). A packed
+    # message (distrl/data/compact.py) costs 411 per step (observation 400, action 1, log prob 4,
+    # reward 4, terminated and truncated 1 each) and 400 / T for the bootstrap observation (10 at
+    # T = 40); an episode's return and length add 12 per episode, its final observation 408 only
+    # when a time limit cut it. Parameters are 529 KB, sent to each of the 2 actors once per
+    # params_every updates of 2 * 32 * 40 = 2,560 frames: 2 * 529,265 / (16 * 2,560) = 26 per step
+    # (825 at 1 with T = 20). So ~447 in all; 456 measured over a 532 s run (1,604 before packing),
+    # for a mean policy lag of ~13 updates instead of ~6. The entropy bonus: docs/pixels.md.
     return override(
         default(),
         **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 900.0,
            "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_actor": 32,
-           "algo.unroll_length": 20, "algo.reward_scale": 1.0, "algo.lr": 6e-4, "algo.entropy_coef": 0.01},
+           "algo.unroll_length": 40, "algo.params_every": 16, "algo.reward_scale": 1.0, "algo.lr": 6e-4,
+           "algo.entropy_coef": 0.05},
     )
 
 

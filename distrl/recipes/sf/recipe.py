@@ -83,7 +83,7 @@ def minatar() -> Config:
         default(),
         **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 900.0,
            "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_worker": 64, "algo.batch_size": 32,
-           "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01},
+           "algo.reward_scale": 1.0, "algo.entropy_coef": 0.05},
     )
 
 

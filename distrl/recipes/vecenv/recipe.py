@@ -92,13 +92,13 @@ def pendulum() -> Config:
 
 def minatar() -> Config:
     """Torch MinAtar/Breakout-v1 (``distrl.envs.torch_envs``; the minatar encoder), to a greedy score
-    of 10: 128 envs x 32 steps, 3 epochs of 4 minibatches, an entropy bonus (the ball's first
-    bounces are rare, so a policy that settles early stays bad)."""
+    of 10: 128 envs x 32 steps, 3 epochs of 4 minibatches, an entropy bonus of 0.05 (at 0.01 the
+    policy's entropy fell to 0.2 within 2M frames and the greedy score stayed near 6: docs/pixels.md)."""
     return override(
         default(),
         **{"run.env": "MinAtar/Breakout-v1", "run.target_return": 10.0, "run.max_time_s": 300.0,
            "run.eval_episodes": 16, "algo.num_envs": 128, "algo.rollout_length": 32, "algo.epochs": 3,
-           "algo.num_minibatches": 4, "algo.lr": 1e-3, "algo.entropy_coef": 0.01},
+           "algo.num_minibatches": 4, "algo.lr": 1e-3, "algo.entropy_coef": 0.05},
     )
 
 
