@@ -27,9 +27,11 @@ ROLES = {0: "parameter_server", 1: "worker", 2: "worker"}
 def make_server(tmp_path):
     made, hubs = [], []
 
-    def make(**changes):
-        cfg = override(get_recipe("a3c").default_config(),
-                       **{"run.env": "distrl/MatchSign-v0", "run.logger": "none", "run.eval_episodes": 2, **changes})
+    def make(base=None, **changes):
+        """A server of ``base`` (default: a3c's default config on the toy env) with ``changes``."""
+        if base is None:
+            base = override(get_recipe("a3c").default_config(), **{"run.env": "distrl/MatchSign-v0"})
+        cfg = override(base, **{"run.logger": "none", "run.eval_episodes": 2, **changes})
         hub = LocalHub(3)
         hubs.append(hub)
         run_dir = tmp_path / f"run{len(made)}"

@@ -16,7 +16,7 @@ from distrl.recipes.a3c import recipe as a3c
 from distrl.recipes.a3c.parameter_server import ParameterServer
 from distrl.recipes.a3c.worker import A3CWorker
 from distrl.recipes.base import RoleContext
-from distrl.transport.local import LocalHub
+from test_a3c_units import make_server  # noqa: F401  (the fixture, used by name)
 
 ROLES = {0: "parameter_server", 1: "worker", 2: "worker"}
 WIRE_OVERHEAD = 64  #: the issue's allowance per env step above the observation's own bytes
@@ -25,26 +25,7 @@ WIRE_OVERHEAD = 64  #: the issue's allowance per env step above the observation'
 BF16_ROUNDOFF = 2.0 ** -8
 
 
-@pytest.fixture
-def make_server(tmp_path):
-    made, hubs = [], []
-
-    def make(cfg):
-        cfg = override(cfg, **{"run.logger": "none", "run.eval_episodes": 2})
-        hub = LocalHub(3)
-        hubs.append(hub)
-        run_dir = tmp_path / f"run{len(made)}"
-        run_dir.mkdir()
-        server = ParameterServer(RoleContext(cfg, hub.endpoint(0), 0, ROLES, run_dir))
-        made.append(server)
-        return server
-
-    yield make
-    for s in made:
-        if s.session.tracker.writer is not None:
-            s.session.tracker.writer.close()
-    for hub in hubs:
-        hub.pool.shutdown(wait=True, cancel_futures=True)
+# make_server(cfg): the parameter server fixture of test_a3c_units, on the given config
 
 
 def worker_of(server: ParameterServer, tmp_path) -> A3CWorker:
