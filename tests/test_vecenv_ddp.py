@@ -14,12 +14,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.algorithms.ppo import normalize_advantage, ppo_update
+from distrl.algorithms.ppo import allreduce_gradients, normalize_advantage, ppo_update
 from distrl.data import keys
 from distrl.policies import CategoricalActorCritic, GaussianActorCritic
 from helpers import train_cmd
 
-HP = SimpleNamespace(epochs=3, num_minibatches=1, clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, max_grad_norm=0.5)
+HP = SimpleNamespace(epochs=3, num_minibatches=1, clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, max_grad_norm=0.5,
+                     allreduce_dtype="float32")
 N = 48  # samples per rank
 
 
@@ -78,6 +79,21 @@ def test_two_ranks_take_the_one_rank_update_and_stay_identical(tmp_path, jobs):
     assert torch.equal(trained[0]["params"], trained[1]["params"])  # replicas identical after training
     assert not torch.equal(trained[0]["first_obs"], trained[1]["first_obs"])  # on different envs (seeded by rank)
     assert (tmp_path / "run" / "summary.json").exists()
+    # bytes per env step: 4 epochs x 2 minibatches of the bfloat16 gradient per 2 x 16 x 8 frames
+    assert trained[0]["bytes"] == 4 * 2 * trained[0]["numel"] * 2 / (2 * 16 * 8)
+    # the bfloat16 wire: the same mean on both ranks, within two bfloat16 roundings of the exact one
+    g0, g1 = (rank_gradient(r) for r in range(2))
+    bf16 = [torch.load(tmp_path / f"bf16_{r}.pt") for r in range(2)]
+    assert torch.equal(bf16[0], bf16[1])
+    err = (bf16[0] - (g0 + g1) / 2).abs()
+    assert (err <= 2.0 ** -7 * (g0.abs() + g1.abs()) / 2).all(), float(err.max())
+    assert not torch.equal(bf16[0], (g0 + g1) / 2)  # it did go through bfloat16
+
+
+def rank_gradient(rank: int) -> torch.Tensor:
+    """A fixed ``[1000]`` gradient for ``rank``, spread over six decades."""
+    g = torch.Generator().manual_seed(7 + rank)
+    return torch.randn(1000, generator=g) * 10.0 ** torch.randint(-4, 2, (1000,), generator=g)
 
 
 def _worker(out: Path) -> None:
@@ -96,15 +112,23 @@ def _worker(out: Path) -> None:
         half = fixed_batch(continuous)[rank * N:(rank + 1) * N]
         torch.save(update_on(half, continuous), out / f"fixed_{continuous}_{rank}.pt")
 
+    param = torch.nn.Parameter(torch.zeros(1000))
+    param.grad = rank_gradient(rank)
+    allreduce_gradients([param], torch.bfloat16)
+    torch.save(param.grad.clone(), out / f"bf16_{rank}.pt")
+
     cfg = override(get_recipe("vecenv").default_config(), **{
         "run.logger": "none", "run.eval_episodes": 2, "run.total_frames": 3 * 2 * 16 * 8, "run.target_return": None,
-        "algo.num_envs": 16, "algo.rollout_length": 8, "algo.num_minibatches": 2, "algo.normalize_obs": True})
+        "algo.num_envs": 16, "algo.rollout_length": 8, "algo.num_minibatches": 2, "algo.normalize_obs": True,
+        "algo.allreduce_dtype": "bfloat16"})
     (out / "run").mkdir(exist_ok=True)
     learner = VecEnvLearner(RoleContext(cfg, None, rank, {0: "learner", 1: "learner"}, out / "run"))
     first_obs = learner.env.reset().clone()
     learner.run()
     params = torch.cat([v.detach().flatten().double() for v in learner.model.state_dict().values()])  # + obs stats
-    torch.save({"params": params, "first_obs": first_obs}, out / f"trained_{rank}.pt")
+    numel = sum(p.numel() for p in learner.model.parameters() if p.requires_grad)
+    torch.save({"params": params, "first_obs": first_obs, "numel": numel, "bytes": learner.bytes_per_env_step},
+               out / f"trained_{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()
 

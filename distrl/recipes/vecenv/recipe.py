@@ -19,6 +19,9 @@ from distrl.data import keys
 from distrl.recipes.base import Recipe, role
 
 
+ALLREDUCE_DTYPES = ("float32", "bfloat16")  #: names of ``torch`` dtypes (this module does not import torch)
+
+
 @dataclass(frozen=True)
 class VecEnvConfig:
     """PPO and env-batch settings of the vecenv recipe (per rank)."""
@@ -35,6 +38,7 @@ class VecEnvConfig:
     value_coef: float = 0.5  #: weight of the value loss
     entropy_coef: float = 0.0  #: weight of the entropy bonus
     max_grad_norm: float = 0.5  #: global gradient-norm clip, applied after the all-reduce
+    allreduce_dtype: str = "float32"  #: dtype gradients are all-reduced in: float32, or bfloat16 (half the bytes)
     reward_scale: float = 1.0  #: rewards are multiplied by this before GAE (Pendulum's costs want ~0.1)
     init_log_std: float = 0.0  #: initial log standard deviation of the Gaussian policy (continuous actions)
     normalize_obs: bool = False  #: normalise observations by running mean and std over every rank's rollouts
@@ -55,6 +59,8 @@ class VecEnvConfig:
         check(self.value_coef >= 0 and self.entropy_coef >= 0, "algo.value_coef and algo.entropy_coef must be >= 0")
         check(self.max_grad_norm > 0, "algo.max_grad_norm must be > 0")
         check(self.reward_scale > 0, "algo.reward_scale must be > 0")
+        check(self.allreduce_dtype in ALLREDUCE_DTYPES,
+               f"algo.allreduce_dtype must be one of {ALLREDUCE_DTYPES}, got {self.allreduce_dtype!r}")
         check(self.env_factory == "" or ":" in self.env_factory,
                f"algo.env_factory must be 'module:function', got {self.env_factory!r}")
 
@@ -93,12 +99,14 @@ def pendulum() -> Config:
 def minatar() -> Config:
     """Torch MinAtar/Breakout-v1 (``distrl.envs.torch_envs``; the minatar encoder), to a greedy score
     of 10: 128 envs x 32 steps, 3 epochs of 4 minibatches, an entropy bonus of 0.05 (at 0.01 the
-    policy's entropy fell to 0.2 within 2M frames and the greedy score stayed near 6: docs/pixels.md)."""
+    policy's entropy fell to 0.2 within 2M frames and the greedy score stayed near 6: docs/pixels.md).
+    Data parallel, gradients cross in bfloat16: 12 all-reduces of a 265 KB gradient per 4,096 frames
+    a rank is 388 bytes an env step at 2 ranks, under the observation's 400 + 64 (775 in float32)."""
     return override(
         default(),
         **{"run.env": "MinAtar/Breakout-v1", "run.target_return": 10.0, "run.max_time_s": 300.0,
            "run.eval_episodes": 16, "algo.num_envs": 128, "algo.rollout_length": 32, "algo.epochs": 3,
-           "algo.num_minibatches": 4, "algo.lr": 1e-3, "algo.entropy_coef": 0.05},
+           "algo.num_minibatches": 4, "algo.lr": 1e-3, "algo.entropy_coef": 0.05, "algo.allreduce_dtype": "bfloat16"},
     )
 
 
