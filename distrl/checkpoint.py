@@ -2,12 +2,26 @@
 
 A checkpoint is written to a temporary file, flushed and fsynced, then renamed into place
 (``os.replace`` is atomic on POSIX), so a crash at any moment leaves either the previous valid
-checkpoint or the new one, never half a file. The two newest are kept; loading falls back to
-the older one if the newest cannot be read. ``best.pt`` beside them holds the policy that scored
-best in a greedy evaluation; ``--resume`` always continues from the newest, never from the best.
+checkpoint or the new one, never half a file. A write that fails (a full disk) removes its
+temporary file and raises; the temporary files a crash leaves are removed by the next successful
+checkpoint and by :func:`resume_checkpoint`.
+
+Checkpoints are ``ckpt_<step>.pt`` (the learner's update count) and are ordered by that number,
+never by file name. Pruning keeps the checkpoint just written, always, and the ``keep - 1``
+highest-numbered ones below it. One numbered above it belongs to a history the run has left (it
+resumed from an older checkpoint because the newer ones were damaged, or started over in a run
+directory that held checkpoints): it is removed, since ``--resume`` would otherwise continue from
+it instead of from the run going on.
+
+Loading falls back to the next older checkpoint when the newest cannot be read. When checkpoint
+files exist and none of them loads, :func:`resume_checkpoint` raises :class:`DamagedCheckpoints`
+(``run.allow_fresh`` starts over instead) rather than let ``--resume`` silently start over.
+``best.pt`` beside them holds the policy that scored best in a greedy evaluation; ``--resume``
+always continues from the newest, never from the best.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -17,18 +31,36 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-_NAME = re.compile(r"^ckpt_(\d{10})\.pt$")
+_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
+
+
+class DamagedCheckpoints(ValueError):
+    """``--resume`` found checkpoint files in a run directory and none of them loads."""
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def _step_of(path: Path) -> int:
+    """The step a checkpoint file is named for: ``ckpt_<step>.pt``."""
+    return int(_NAME.match(path.name).group(1))
+
+
 def save_checkpoint(run_dir: str | Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``state`` as checkpoint ``step`` atomically; prune all but the ``keep`` newest."""
+    """Write ``state`` as checkpoint ``step`` atomically, then prune: it and the ``keep - 1``
+    highest-numbered checkpoints below it stay; the other checkpoints, and the temporary files of
+    earlier writes that never finished, are removed."""
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1 (the checkpoint just written), got {keep}")
     final = _write_atomic(checkpoint_dir(run_dir) / f"ckpt_{step:010d}.pt", state)
-    for old in list_checkpoints(run_dir)[:-keep]:
-        old.unlink(missing_ok=True)
+    found = list_checkpoints(run_dir)
+    below = [p for p in found if _step_of(p) < step]
+    kept = {final, *below[max(0, len(below) - (keep - 1)):]}
+    for path in found:
+        if path not in kept:
+            path.unlink(missing_ok=True)
+    _remove_temp_files(final.parent, ".ckpt_*.pt.tmp")
     return final
 
 
@@ -44,32 +76,68 @@ def best_checkpoint_path(run_dir: str | Path) -> Path:
 def _write_atomic(final: Path, state: dict[str, Any]) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    if "crash_before_rename" in os.environ.get("DISTRL_FAULT", ""):  # fault injection: distrl/faults.py
-        os._exit(17)
-    os.replace(tmp, final)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        if "crash_before_rename" in os.environ.get("DISTRL_FAULT", ""):  # fault injection: distrl/faults.py
+            os._exit(17)
+        os.replace(tmp, final)
+    except BaseException:  # a full disk, a state that cannot be pickled, an interrupt: no temp file stays
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     return final
 
 
+def _remove_temp_files(folder: Path, pattern: str) -> None:
+    """Remove the temporary files matching ``pattern`` that writes which never finished left in ``folder``."""
+    if folder.is_dir():
+        for tmp in folder.glob(pattern):
+            tmp.unlink(missing_ok=True)
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first (temporary files are ignored)."""
+    """Complete checkpoints, oldest (lowest step) first; temporary files are ignored."""
     folder = checkpoint_dir(run_dir)
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if _NAME.match(p.name))
+    return sorted((p for p in folder.iterdir() if _NAME.match(p.name)), key=lambda p: (_step_of(p), p.name))
+
+
+def _newest_loadable(run_dir: str | Path) -> tuple[Optional[dict[str, Any]], list[str]]:
+    """The newest checkpoint that loads (``None`` if none does), and why each newer one did not."""
+    failures = []
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=False), failures
+        except Exception as e:  # a damaged file: fall back to the previous one
+            failures.append(f"{path.name}: {type(e).__name__}")
+    return None, failures
 
 
 def load_latest_checkpoint(run_dir: str | Path) -> Optional[dict[str, Any]]:
-    """The newest checkpoint that loads, or ``None`` when there is none."""
-    for path in reversed(list_checkpoints(run_dir)):
-        try:
-            return torch.load(path, map_location="cpu", weights_only=False)
-        except Exception:  # a damaged file: fall back to the previous one
-            continue
-    return None
+    """The newest checkpoint that loads, or ``None`` when there is none or none loads. It only
+    reads (a policy export may run beside training); ``--resume`` uses :func:`resume_checkpoint`."""
+    return _newest_loadable(run_dir)[0]
+
+
+def resume_checkpoint(run_dir: str | Path, allow_fresh: bool = False) -> Optional[dict[str, Any]]:
+    """What ``--resume`` continues from: the newest checkpoint that loads, or ``None`` when the
+    run wrote none. The temporary files of writes that never finished are removed first (the
+    resuming learner is the directory's one writer).
+
+    Checkpoint files of which none loads raise :class:`DamagedCheckpoints`, in one line naming the
+    folder, how many there are and how to start over anyway; with ``allow_fresh``, ``None``."""
+    folder = checkpoint_dir(run_dir)
+    _remove_temp_files(folder, ".*.tmp")
+    state, failures = _newest_loadable(run_dir)
+    if state is None and failures and not allow_fresh:
+        raise DamagedCheckpoints(
+            f"--resume: none of the {len(failures)} checkpoint files in {folder} loads (newest: {failures[0]}); "
+            "set run.allow_fresh=true (--set run.allow_fresh=true) to start the run over anyway")
+    return state
 
 
 def rng_state() -> dict[str, Any]:

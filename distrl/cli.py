@@ -26,6 +26,15 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count of at least 1 (``--nproc``): 0 or less is a usage error, never one process."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -39,7 +48,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment",
                    help="preset function in distrl/recipes/<recipe>/recipe.py giving the base config (e.g. debug); "
                         "default: the one that module's ENV_EXPERIMENTS names for --env, else 'default'")
-    p.add_argument("--nproc", type=int, default=1,
+    p.add_argument("--nproc", type=positive_int, default=1,
                    help="processes on this machine, one per rank, listening on 127.0.0.1 only (torchrun --standalone)")
     p.add_argument("--env", help="gymnasium environment id (default: the experiment's, CartPole-v1), or module:function "
                                  "returning a TorchRL env, stepped through TorchRL's Collector (impala, apex; docs/torchrl.md)")

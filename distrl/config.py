@@ -2,14 +2,17 @@
 
 A config is a tree of frozen dataclasses: ``Config(recipe, run, transport, net, algo)``. Every
 field has a one-line doc; invariants are checked when a dataclass is built and raise
-``ValueError`` with the reason. Nothing is filled in at run time (remote ranks hold copies, so a
-mutation there would silently diverge): derived values are properties. Variants are made with
-:func:`override`, which rebuilds (and so re-validates) every dataclass it touches.
+``ValueError`` with the reason; one rule holds for every section, the recipes' too: no float
+field is NaN or infinite (:func:`check_finite`). Nothing is filled in at run time (remote ranks
+hold copies, so a mutation there would silently diverge): derived values are properties.
+Variants are made with :func:`override`, which rebuilds (and so re-validates) every dataclass it
+touches.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -27,6 +30,23 @@ def check(ok: bool, msg: str) -> None:
     an invariant, the reason in ``msg``."""
     if not ok:
         raise ValueError(msg)
+
+
+def check_finite(section: Any, prefix: str) -> None:
+    """Raise ``ValueError`` naming the first float field of the dataclass ``section`` (or of one
+    nested in it) that is NaN or infinite.
+
+    One rule for every float field of every section, the recipes' ``algo`` included: ``nan``
+    fails every comparison, so a ``> 0`` check lets it through (and a NaN interval never comes
+    due), and no field takes ``inf`` to mean "never" or "unbounded": a bound that should not bind
+    is a large number (``run.max_time_s=1e9``), an optional one is ``none``.
+    """
+    for f in dataclasses.fields(section):
+        value, path = getattr(section, f.name), f"{prefix}.{f.name}"
+        if dataclasses.is_dataclass(value):
+            check_finite(value, path)
+        for v in value if isinstance(value, tuple) else (value,):
+            check(not isinstance(v, float) or math.isfinite(v), f"{path} must be a finite number, got {v}")
 
 
 @dataclass(frozen=True)
@@ -50,6 +70,7 @@ class RunConfig:
     log_interval_s: float = 2.0  #: seconds between progress lines and metric rows
     checkpoint_interval_s: float = 60.0  #: seconds between periodic checkpoints
     resume: bool = False  #: continue from the latest checkpoint in run_dir
+    allow_fresh: bool = False  #: with resume: start over when checkpoint files exist but none loads (else stop with an error)
     device: str = "auto"  #: learner device: auto (cuda if present), cpu or cuda
     torch_threads: int = 1  #: torch intra-op threads per process (more oversubscribes small CPUs)
 
@@ -60,6 +81,8 @@ class RunConfig:
         check(self.eval_episodes >= 0, "run.eval_episodes must be >= 0")
         check(self.log_interval_s > 0, "run.log_interval_s must be > 0")
         check(self.eval_interval_s >= 0, "run.eval_interval_s must be >= 0")
+        check(self.checkpoint_interval_s >= 0,
+              f"run.checkpoint_interval_s must be >= 0 (0: after every update), got {self.checkpoint_interval_s}")
         check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
               f"run.device must be auto, cpu or cuda[:N], got {self.device!r}")
         check(self.torch_threads >= 1, "run.torch_threads must be >= 1")
@@ -106,6 +129,11 @@ class Config:
     transport: TransportConfig = field(default_factory=TransportConfig)
     net: NetConfig = field(default_factory=NetConfig)
 
+    def __post_init__(self):
+        for name in ("run", "transport", "net", "algo"):
+            if dataclasses.is_dataclass(getattr(self, name)):
+                check_finite(getattr(self, name), name)
+
     def to_dict(self) -> dict:
         """Plain JSON-able dict (the resolved config written to the run directory)."""
         return dataclasses.asdict(self)
@@ -133,9 +161,12 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
         return bool(value)
     if hint in (int, float, str):
         try:
-            return hint(value)
+            converted = hint(value)
         except (TypeError, ValueError):
             raise ValueError(f"{path} expects {hint.__name__}, got {value!r}") from None
+        # before the section's own checks, whose "> 0" a NaN slips through (check_finite)
+        check(hint is not float or math.isfinite(converted), f"{path} must be a finite number, got {value}")
+        return converted
     return value
 
 

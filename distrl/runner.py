@@ -1,24 +1,28 @@
 """Start a recipe: validate, then run this process's role(s) on the right transport.
 
 Everything that can be wrong with a launch (config, env id, world size) is checked in
-:func:`plan` before any process group starts. World size 1 runs every role of the recipe in
-this process over the local transport, each non-learner role in its own thread.
+:func:`plan` before any process group starts; what only the learner can find (a ``--resume`` whose
+checkpoints are all damaged) ends the run the same way, one line and exit status 2. World size 1
+runs every role of the recipe in this process over the local transport, each non-learner role in
+its own thread.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import sys
 import threading
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
 from distrl.recipes import get_recipe
+from distrl.checkpoint import DamagedCheckpoints
 from distrl.recipes.base import Recipe, RoleContext
 from distrl.config import Config, override
 from distrl.recipes import RECIPE_NAMES
@@ -110,17 +114,27 @@ def exit_code(summary: Optional[dict]) -> int:
     return EXIT_CODES.get((summary or {}).get("stop_reason"), 0)
 
 
+def _exit_status(body: Callable[..., Optional[dict]], *args) -> int:
+    """The exit status of ``body(*args)``, a run; a resume whose checkpoints are all damaged is, like
+    bad input, one line on stderr and status 2 (rather than a traceback, or a silent fresh start)."""
+    try:
+        return exit_code(body(*args))
+    except DamagedCheckpoints as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+
+
 def run(p: Plan, rank: int = 0) -> int:
     """Run this process's share of plan ``p``; returns the process's exit status."""
     torch.set_num_threads(p.cfg.run.torch_threads)
     if rank == 0:
         _prepare_run_dir(p)
     if p.world_size == 1:
-        return exit_code(_run_local(p))
+        return _exit_status(_run_local, p)
     prefer_loopback()  # one machine: TensorPipe and gloo listen on 127.0.0.1 only (distrl/network.py)
     role = p.roles[rank]
     body = _run_collective if p.recipe.group == "collective" else run_rpc
-    return supervise(lambda: exit_code(body(p, rank)), rank, role, critical=role in p.recipe.critical_roles,
+    return supervise(lambda: _exit_status(body, p, rank), rank, role, critical=role in p.recipe.critical_roles,
                      grace_s=p.cfg.transport.call_timeout_s + 10)
 
 

@@ -53,6 +53,9 @@ class RunTracker:
         self._last_report = self.start
         self._frames_at_report = 0
         self._frames_at_start = 0  # frames of earlier runs of a resumed job (the rate is this run's)
+        # a resumed run's metric rows go on from the restored step: the ones an earlier run wrote
+        # past it are rewound before this run's first row (MetricsWriter.rewind)
+        self._rewind_metrics = cfg.run.resume
         # (time, trained frames) at this run's first and latest batch: the running rate excludes
         # the start-up (processes, envs, first resets) and the first batch, as TorchRL's
         # collectors are measured after their first batch (experiments/baselines.py)
@@ -187,6 +190,9 @@ class RunTracker:
         row.update({f"learner/{k}": v for k, v in self.counters.items()})
         row.update(self.budget_book.metrics())
         if self.writer is not None:
+            if self._rewind_metrics:  # to the checkpoint's frames, or 0 when --resume found none
+                self.writer.rewind(self._frames_at_start)
+                self._rewind_metrics = False
             self.writer.write(row, step=self.env_frames)
         ret = f"{self.return_mean_100:7.1f}" if self.returns else "    n/a"
         done, left = self.progress()

@@ -23,7 +23,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl import faults
-from distrl.checkpoint import load_latest_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
+from distrl.checkpoint import resume_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
 from distrl.data import keys
 from distrl.envs.gym import env_info, evaluate, is_factory
 from distrl.logging.metrics import MetricsWriter, wandb_run_id
@@ -228,13 +228,15 @@ class LearnerSession:
         """Load the newest valid checkpoint when ``run.resume`` is set; returns it (for extras).
 
         Every learner calls it once with the objects it trains, so the session also keeps them for
-        the checkpoint a SIGTERM asks for."""
+        the checkpoint a SIGTERM asks for. Checkpoint files of which none loads raise
+        :class:`~distrl.checkpoint.DamagedCheckpoints` (the runner prints its one line and exits 2)
+        unless ``run.allow_fresh``."""
         self._trained = (model, optim)
         if not self.cfg.run.resume:
             return None
-        state = load_latest_checkpoint(self.run_dir)
+        state = resume_checkpoint(self.run_dir, self.cfg.run.allow_fresh)
         if state is None:
-            print(f"[learner] --resume: no checkpoint in {self.run_dir}, starting fresh", flush=True)
+            print(f"[learner] --resume: no loadable checkpoint in {self.run_dir}, starting fresh", flush=True)
             return None
         model.load_state_dict(state["model"])
         optim.load_state_dict(state["optim"])
