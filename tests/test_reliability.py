@@ -293,7 +293,7 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, jobs, traini
 def test_seed_sigkill_one_env_worker_the_run_goes_on(tmp_path, jobs):
     """The same guarantee for SEED's env workers: the inference server drops the lost rank."""
     run = tmp_path / "run"
-    args = ["seed", "--experiment", "debug", "--logger", "none", "--run-dir", str(run), "--total-frames", "150000",
+    args = ["seed", "--experiment", "debug", "--logger", "none", "--run-dir", str(run), "--total-frames", "60000",
             "--max-time-s", "170"]  # the frame budget ends the run even on a loaded machine
     proc = jobs.train(args, nproc=3, env=faulty_env(tmp_path, "kill@2:200"), timeout=200)
     out = proc.stdout + proc.stderr
