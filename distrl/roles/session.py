@@ -23,7 +23,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl import faults
-from distrl.checkpoint import resume_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
+from distrl.checkpoint import list_checkpoints, resume_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
 from distrl.data import keys
 from distrl.envs.gym import env_info, evaluate, is_factory
 from distrl.logging.metrics import MetricsWriter, wandb_run_id
@@ -66,6 +66,7 @@ class LearnerSession:
         self.peers = [r for r in ctx.roles if r != ctx.rank] if ctx.transport is not None else []
         self._pings: dict[int, tuple[float, Future]] = {}
         self._last_ping = 0.0
+        self._all_lost_since: Optional[float] = None  # since when every peer has been lost (run.peer_grace_s)
         self._last_checkpoint = time.monotonic()
         self._last_eval = time.monotonic()
         self._nonfinite_streak = 0
@@ -96,6 +97,8 @@ class LearnerSession:
 
     # ---- stop rule and liveness -----------------------------------------------------------------
     def should_stop(self) -> bool:
+        """Whether the loop should stop (``stop_reason`` says why). It also pings the peers, so a
+        loop that calls it while it waits for data notices them die (``all_peers_lost``)."""
         if self.stop_reason is None and self._sigterm.is_set():
             self.stop_reason = "sigterm"
             if self._trained is not None:  # checkpoint first: evaluation and goodbyes come after
@@ -106,9 +109,27 @@ class LearnerSession:
             if reason == "target_return" and not self._target_confirmed():
                 reason = self.tracker.stop_reason(target=False)
             self.stop_reason = reason
-        if self.stop_reason is None and self.peers and set(self.peers) <= self.ctx.transport.lost_peers():
-            self.stop_reason = "all_peers_lost"
+        if self.stop_reason is None and self.peers:
+            self.heartbeat()  # here, not only in tick(): a loop waiting for data must see its peers die
+            if self._all_peers_lost():
+                self.stop_reason = "all_peers_lost"
         return self.stop_reason is not None
+
+    def _all_peers_lost(self) -> bool:
+        """Has every peer been lost for ``run.peer_grace_s``? Said in one line when it has; the
+        wait starts again if one is no longer lost."""
+        now = time.monotonic()
+        if not set(self.peers) <= self.ctx.transport.lost_peers():
+            self._all_lost_since = None
+            return False
+        if self._all_lost_since is None:
+            self._all_lost_since = now
+        grace = self.cfg.run.peer_grace_s
+        if now - self._all_lost_since < grace:
+            return False
+        names = ", ".join(f"{r} ({self.ctx.roles.get(r, '?')})" for r in self.peers)
+        print(f"[learner] every peer is lost (ranks {names}) for {grace:g} s: stopping with a checkpoint", flush=True)
+        return True
 
     def _target_confirmed(self) -> bool:
         """Does a greedy evaluation agree that the target is reached? (The training mean trails
@@ -330,6 +351,8 @@ class LearnerSession:
         self.tracker.maybe_report(force=True)
         if reason != "nonfinite_loss":  # keep the last good checkpoint as the newest
             self.checkpoint(model, optim)
+        saved = list_checkpoints(self.run_dir)  # the newest is what --resume (or a restart) continues from
+        extra = {"checkpoint": saved[-1].relative_to(self.run_dir).as_posix() if saved else None, **(extra or {})}
         summary = self.tracker.summary(reason, eval_returns, extra)
         best = self.tracker.best_eval
         if best is not None and eval_returns and summary["eval_return_mean"] < best["return_mean"]:
