@@ -81,6 +81,38 @@ def test_should_stop_alone_notices_every_peer_lost_after_the_grace(tmp_path, cap
                      "stopping with a checkpoint"], lines
 
 
+def test_every_apex_actor_lost_stops_though_a_replay_shard_lives(tmp_path, capsys):
+    """The recipe's source roles (``Recipe.source_roles``): Ape-X's actors make the experience, so
+    losing all of them stops the run while its replay shard still answers."""
+    from distrl.cli import build_config, make_parser
+    from distrl.recipes.base import RoleContext
+    from distrl.roles.session import LearnerSession
+    from distrl.transport.local import LocalHub
+
+    argv = ["apex", "--experiment", "debug", "--logger", "none", "--run-dir", str(tmp_path),
+            "--set", "run.peer_grace_s=0.2"]
+    cfg = build_config(make_parser().parse_args(argv))
+    hub = LocalHub(4, num_threads=4)
+    peers = {r: hub.endpoint(r) for r in (1, 2, 3)}
+    for p in peers.values():
+        p.serve("ping", lambda td: None)
+    roles = {0: "learner", 1: "replay", 2: "actor", 3: "actor"}
+    session = LearnerSession(RoleContext(cfg, hub.endpoint(0), 0, roles, tmp_path))
+    try:
+        assert session.sources == [2, 3]
+        peers[2].close()
+        peers[3].close()
+        deadline = time.monotonic() + 5.0
+        while not session.should_stop() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert session.stop_reason == "all_peers_lost"
+        assert 1 not in session.ctx.transport.lost_peers()  # the shard is alive
+    finally:
+        session.tracker.writer.close()
+        hub.close()
+    assert "every peer is lost (ranks 2 (actor), 3 (actor))" in capsys.readouterr().out
+
+
 @pytest.mark.timeout(240)
 def test_every_actor_killed_the_job_checkpoints_and_exits_4(tmp_path, jobs):
     run = tmp_path / "run"

@@ -71,6 +71,10 @@ class Recipe:
     #: roles the job cannot go on without: if one dies the job stops (or torchrun restarts it);
     #: any other role that dies is logged and the job goes on without it
     critical_roles: frozenset = frozenset({"learner"})
+    #: roles whose ranks make the learner's experience: when every one of them is lost (for
+    #: ``run.peer_grace_s``) the learner stops with ``all_peers_lost``, though ranks of other roles
+    #: (SF's inference, Ape-X's replay shards) live on; empty: every other rank
+    source_roles: frozenset = frozenset()
     #: for a rank table that depends on the config (apex's replay shard count): replaces
     #: ``roles_for`` and ``min_world_size`` when set
     roles_for_config: Optional[Callable[[int, Config], list[str]]] = None

@@ -31,6 +31,7 @@ from distrl.logging.timing import TimeBudget
 from distrl.logging.tracker import RunTracker
 from distrl.plots import plot_run_curves
 from distrl.models import clip_towers, resolve_device
+from distrl.recipes import get_recipe
 from distrl.recipes.base import RoleContext
 from distrl.transport.base import PeerLostError, TransportError
 
@@ -64,6 +65,9 @@ class LearnerSession:
         self.stopping = threading.Event()
         # Peers to watch: the other ranks a transport reaches (collective recipes have none).
         self.peers = [r for r in ctx.roles if r != ctx.rank] if ctx.transport is not None else []
+        sources = get_recipe(self.cfg.recipe).source_roles
+        #: the ranks whose loss, all of them, stops the run (``all_peers_lost``): the recipe's source roles
+        self.sources = [r for r in self.peers if not sources or ctx.roles.get(r) in sources]
         self._pings: dict[int, tuple[float, Future]] = {}
         self._last_ping = 0.0
         self._all_lost_since: Optional[float] = None  # since when every peer has been lost (run.peer_grace_s)
@@ -116,10 +120,10 @@ class LearnerSession:
         return self.stop_reason is not None
 
     def _all_peers_lost(self) -> bool:
-        """Has every peer been lost for ``run.peer_grace_s``? Said in one line when it has; the
-        wait starts again if one is no longer lost."""
+        """Has every source peer (:attr:`sources`) been lost for ``run.peer_grace_s``? Said in one
+        line when it has; the wait starts again if one is no longer lost."""
         now = time.monotonic()
-        if not set(self.peers) <= self.ctx.transport.lost_peers():
+        if not self.sources or not set(self.sources) <= self.ctx.transport.lost_peers():
             self._all_lost_since = None
             return False
         if self._all_lost_since is None:
@@ -127,7 +131,7 @@ class LearnerSession:
         grace = self.cfg.run.peer_grace_s
         if now - self._all_lost_since < grace:
             return False
-        names = ", ".join(f"{r} ({self.ctx.roles.get(r, '?')})" for r in self.peers)
+        names = ", ".join(f"{r} ({self.ctx.roles.get(r, '?')})" for r in self.sources)
         print(f"[learner] every peer is lost (ranks {names}) for {grace:g} s: stopping with a checkpoint", flush=True)
         return True
 

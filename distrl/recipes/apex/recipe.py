@@ -160,5 +160,6 @@ RECIPE = Recipe(
     check_config=_check_config,
     takes_env_factory=True,
     roles_for_config=_roles,
+    source_roles=frozenset({"actor"}),
     min_world_size_for=lambda cfg: cfg.algo.shards + 2,
 )

@@ -136,4 +136,5 @@ RECIPE = Recipe(
     roles_for_config=_roles,
     min_world_size_for=lambda cfg: 2 + cfg.algo.inference_ranks,
     critical_roles=frozenset({"learner", "inference"}),
+    source_roles=frozenset({"rollout_worker"}),
 )
