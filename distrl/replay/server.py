@@ -24,6 +24,11 @@ It serves, over the transport:
   recipe's ``bytes_per_env_step``), ``replay_state`` / ``load_replay_state`` (the learner
   checkpoints every shard's contents with its own), ``replay_stop``.
 
+A SIGTERM does not end a shard at once: the whole job gets it together (a scheduler ending the
+allocation), and the learner's last checkpoint reads every shard's contents. The shard keeps
+serving until the learner's ``replay_stop`` with ``exit``, for ``transport.call_timeout_s`` plus
+:data:`SIGTERM_MARGIN_S` at most, and leaves sooner when a ping finds the learner gone.
+
 Sampling and updates run in the handler under the shard's lock: each is one bounded tree
 operation (well under a millisecond at 2^20 items, ``experiments/bench_sampler.py``), and a
 transport thread never waits on another call.
@@ -32,8 +37,10 @@ from __future__ import annotations
 
 import io
 import queue
+import signal
 import threading
 import time
+from concurrent.futures import Future
 
 import torch
 from tensordict import TensorDict
@@ -46,11 +53,16 @@ from distrl.recipes.apex.transitions import is_packed, packed_count, unpack_tran
 from distrl.replay.config import ReplayConfig
 from distrl.replay.store import ReplayStore, SamplesPerInsertLimiter
 from distrl.replay.sum_tree import SumTreeSampler
+from distrl.transport.base import CallTimeoutError, TransportError
 
 #: the transitions ``[]`` int64 of the insert a held sender keeps, in an ``insert_probe``
 INSERT_N = "insert_n"
 #: ``[]`` bool on an insert sent because a probe said the shard would take it
 INSERT_PROBED = "insert_probed"
+#: seconds a SIGTERMed shard waits for the learner's stop beyond ``transport.call_timeout_s``
+SIGTERM_MARGIN_S = 10.0
+#: bound on each ping a SIGTERMed shard sends the learner, one at a time (a lost connection ends the wait)
+SIGTERM_PING_S = 1.0
 
 
 def shard_weights(leaf: torch.Tensor, min_leaf: float, beta: float) -> torch.Tensor:
@@ -84,6 +96,9 @@ class ReplayServer:
         self.inbox: queue.Queue = queue.Queue(maxsize=a.queue_size)
         self.stopped = threading.Event()  # inserts refused: the run is over
         self.exit = threading.Event()  # the loop ends
+        self.sigterm_at: float | None = None  # time.monotonic() of a SIGTERM: the shard waits for the learner
+        self._learner = (ctx.ranks_of("learner") or [None])[0]
+        self._ping: Future | None = None  # to the learner, while a SIGTERM wait lasts
         self.loops = 0  # insert messages taken by the loop
         self.last_contact = time.monotonic()  # of the learner: a shard outlives it by a bounded time only
         self.counts = {"insert_held": 0, "sample_held": 0, "rejected": 0, "stale_priorities": 0}
@@ -232,8 +247,51 @@ class ReplayServer:
             self._write(self._items(msg))
 
     def run(self) -> None:
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            self._loop()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _on_sigterm(self, *_) -> None:
+        # only flags: the loop serves on until the learner has checkpointed this shard's contents
+        if self.sigterm_at is None:
+            self.sigterm_at = time.monotonic()
+
+    def _sigterm_wait_over(self) -> bool:
+        """After a SIGTERM: has the wait for the learner's stop run out, or is the learner gone?"""
+        waited = time.monotonic() - self.sigterm_at
+        if waited > self.cfg.transport.call_timeout_s + SIGTERM_MARGIN_S:
+            print(f"[replay {self.ctx.rank}] SIGTERM: no stop from the learner in {waited:.0f}s, exiting", flush=True)
+            return True
+        if self._learner is None:
+            return False
+        if self._ping is not None and self._ping.done():
+            try:
+                self._ping.result()
+            except CallTimeoutError:  # a busy learner (writing the checkpoint) is not a gone one
+                pass
+            except TransportError as e:
+                print(f"[replay {self.ctx.rank}] SIGTERM: the learner is gone ({e}), exiting", flush=True)
+                return True
+            self._ping = None
+        if self._ping is None:
+            self._ping = self.ctx.transport.call(self._learner, "ping", None, SIGTERM_PING_S)
+        return False
+
+    def _loop(self) -> None:
         idle_limit = 2 * self.cfg.transport.call_timeout_s
+        said = False
         while not self.exit.is_set():
+            if self.sigterm_at is not None:
+                if not said:
+                    print(f"[replay {self.ctx.rank}] SIGTERM: serving until the learner's last checkpoint", flush=True)
+                    said = True
+                if self._sigterm_wait_over():
+                    return
             try:
                 msg = self.inbox.get(timeout=0.2)
             except queue.Empty:

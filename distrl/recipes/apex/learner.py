@@ -204,7 +204,8 @@ class ApexLearner:
         finally:
             self.replay.stop()  # actors held by the rate limiter hear stop from their shard
         eval_returns = self._evaluate()
-        session.await_peers(lambda: self.actors - self.said_stop)  # they hear it from us or their shard
+        # they hear it from us or their shard; pings find the ones a SIGTERM already ended, not waited for
+        session.await_peers(lambda: self.actors - self.said_stop, heartbeat=True)
         self.replay.stats_now()  # the shards' final wire totals
         extra = {**{k: round(v, 2) for k, v in self.wire_bytes().items()},
                  "replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),

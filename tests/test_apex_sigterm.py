@@ -1,0 +1,53 @@
+"""The whole Ape-X job told to stop (SIGTERM to the launcher, as a scheduler does at the end of an
+allocation): the replay shards get the signal with the learner, yet the learner's last checkpoint
+holds their contents, the job exits within a bound, and ``--resume`` starts from that replay.
+
+Figures (time from the signal to the exit, transitions saved and restored) are printed: run with -s."""
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import pytest
+
+from helpers import read_summary, train_cmd
+
+ARGS = ["apex", "--experiment", "debug", "--max-time-s", "170"]
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_to_the_whole_job_keeps_the_replay_for_resume(tmp_path, jobs):
+    run = tmp_path / "run"
+    job = jobs.start(train_cmd(ARGS + ["--run-dir", str(run), "--total-frames", "10000000"], nproc=4))
+    job.wait_for("[apex] frames", 120)  # training: the shard holds transitions
+    time.sleep(3)
+    job.send(signal.SIGTERM)
+    sent = time.monotonic()
+    rc = job.wait(60)
+    took = time.monotonic() - sent
+    from distrl.checkpoint import load_latest_checkpoint
+
+    saved = load_latest_checkpoint(run)["extra"]["replay"]  # {shard rank: its contents, serialised}
+    assert set(saved) == {1} and all(state.numel() > 0 for state in saved.values()), f"{saved}\n{job.tail()}"
+    out = job.output
+    assert rc != 0 and "SIGTERM: stopping after a checkpoint" in out, job.tail()
+    assert "[replay 1] SIGTERM: serving until the learner's last checkpoint" in out, job.tail()
+    s = read_summary(run)
+    assert s["stop_reason"] == "sigterm" and s["replay_size"] > 0, s
+    print(f"\nSIGTERM to the apex job: exited {took:.1f}s after the signal, replay of {s['replay_size']:,} "
+          "transitions in the checkpoint")
+    assert took < 30  # torchrun SIGKILLs the ranks 30 s after it forwards the signal
+
+    frames = s["env_frames"]
+    resumed = jobs.train(ARGS + ["--run-dir", str(run), "--resume", "--total-frames", str(frames + 3000)],
+                         nproc=4, timeout=150)
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out[-4000:]
+    assert "[learner] resumed from update" in out, out[-4000:]
+    restored = re.search(r"\[replay 1\] restored ([\d,]+) transitions", out)
+    assert restored, out[-4000:]
+    n = int(restored.group(1).replace(",", ""))
+    print(f"resumed: the shard restored {n:,} transitions")
+    assert n == s["replay_size"]
+    assert read_summary(run)["env_frames"] > frames
