@@ -10,7 +10,8 @@ actor's unroll, a learner's update). Kinds:
 | ``kill`` | any rank | SIGKILL itself (a crash no handler sees) |
 | ``stop`` | any rank | SIGSTOP itself (a hung process; SIGCONT resumes it) |
 | ``sigterm`` | any rank | SIGTERM itself (as a scheduler's preemption would) |
-| ``env_error`` | actor | its environment raises inside ``step`` |
+| ``env_error`` | actor, env worker | its environment raises inside ``step``, once |
+| ``env_error_always`` | actor, env worker | its environment raises on every step from then on (the give-up path) |
 | ``bad_obs`` | actor | it sends float64 observations of the wrong width |
 | ``nan_loss`` | learner | every loss from that update on is NaN |
 | ``never_start`` | any rank | never joins the group (sleeps before ``start``) |
@@ -50,6 +51,16 @@ def due(kind: str, rank: int, step: int) -> bool:
         return False
     at = _parse(os.environ.get("DISTRL_FAULT", "")).get((kind, rank))
     return at is not None and step >= at
+
+
+def env_fails(rank: int, step: int, failures: int) -> bool:
+    """True (and recorded) when the env of ``rank`` is to raise at ``step``: ``env_error`` before
+    its first failure (``failures`` so far), ``env_error_always`` every time."""
+    for kind in ("env_error", "env_error_always"):
+        if due(kind, rank, step) and (kind == "env_error_always" or not failures):
+            record(kind, rank, step)
+            return True
+    return False
 
 
 def record(kind: str, rank: int, step: int) -> None:

@@ -23,6 +23,7 @@ from distrl import faults
 from distrl.data import keys
 from distrl.envs.torchrl_env import check_factory, end_flags, make_env, one_hot_actions, quiet_torchrl
 from distrl.logging.timing import TimeBudget
+from distrl.roles.env_recovery import EnvRecovery
 
 #: observations -> the policy's outputs, as :data:`distrl.roles.env_runner.ActFn` (spelled here, not
 #: imported: env_runner imports this module when it builds a collector runner)
@@ -63,11 +64,13 @@ class CollectorRunner:
     Same interface as ``EnvRunner`` (``unroll``, ``recover``, ``close``, ``budget``, ``unrolls``,
     ``env_errors``), plus :meth:`load_weights`, the path new parameters take."""
 
-    def __init__(self, env_spec: str, num_envs: int, seed: int, rank: int, model: nn.Module, act: ActFn, T: int):
+    def __init__(self, env_spec: str, num_envs: int, seed: int, rank: int, model: nn.Module, act: ActFn, T: int,
+                 max_failures: int = 10):
         self.env_spec, self.num_envs, self.seed, self.rank, self.T = env_spec, num_envs, seed, rank, T
         self.info = check_factory(env_spec)
         self.unrolls = 0
         self.env_errors = 0
+        self.recovery = EnvRecovery(env_spec, max_failures)
         self.budget = TimeBudget()
         self.model, self.act = model, act
         self.collector: Collector | None = None
@@ -99,13 +102,13 @@ class CollectorRunner:
         if act != self.act or T != self.T:  # bound methods compare equal, never identical
             raise ValueError("a CollectorRunner steps the act function and unroll length it was built with")
         self.unrolls += 1
-        if faults.due("env_error", self.rank, self.unrolls) and not self.env_errors:
-            faults.record("env_error", self.rank, self.unrolls)
+        if faults.env_fails(self.rank, self.unrolls, self.env_errors):
             raise RuntimeError("injected environment failure")
         t0 = time.perf_counter()
         policy_s = self.budget.seconds["policy"]
         batch = next(self._batches)  # [B, T]: TorchRL's collectors are batch-major, time last
         self.budget.add("env", time.perf_counter() - t0 - (self.budget.seconds["policy"] - policy_s))
+        self.recovery.succeeded()
         return self._trajectory(batch)
 
     def _trajectory(self, batch: TensorDictBase) -> tuple[TensorDict, list[float], list[int]]:
@@ -137,11 +140,10 @@ class CollectorRunner:
         return traj, returns, lengths
 
     def recover(self, error: Exception, who: str) -> None:
-        """After a failed :meth:`unroll`: count it, say so in one line, start a fresh env and collector
-        with the weights the old one had."""
-        self.env_errors += 1
-        print(f"[{who}] environment failed ({type(error).__name__}: {error}); "
-              "recreating it and dropping the partial trajectory", flush=True)
+        """After a failed :meth:`unroll`: count it, say so in one line, back off, start a fresh env and
+        collector with the weights the old one had; raises ``EnvFailedError`` after ``max_failures`` in a row."""
+        self.recovery.failed(error, who)
+        self.env_errors = self.recovery.failures
         self._new_collector(int(self.policy.version))
 
     def close(self) -> None:

@@ -20,18 +20,21 @@ from distrl import faults
 from distrl.data import keys
 from distrl.envs.gym import as_obs, final_observations, is_factory, make_vector_env
 from distrl.logging.timing import TimeBudget
+from distrl.roles.env_recovery import EnvRecovery
 
 #: ``act(obs [B, *F]) -> {keys.ACTION: [B] int64, other per-step outputs: [B, ...]}``
 ActFn = Callable[[torch.Tensor], dict]
 
 
 class EnvRunner:
-    """``num_envs`` copies of ``env_id`` stepped by one actor (rank ``rank``, seeds from ``seed``)."""
+    """``num_envs`` copies of ``env_id`` stepped by one actor (rank ``rank``, seeds from ``seed``);
+    after ``max_failures`` env failures in a row :meth:`recover` gives up (``env_recovery.py``)."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, rank: int):
+    def __init__(self, env_id: str, num_envs: int, seed: int, rank: int, max_failures: int = 10):
         self.env_id, self.num_envs, self.seed, self.rank = env_id, num_envs, seed, rank
         self.unrolls = 0  # unrolls started, for fault injection
         self.env_errors = 0  # environment failures over the run
+        self.recovery = EnvRecovery(env_id, max_failures)
         #: the actor's time: ``policy`` and ``env`` here, the actor adds ``wait``/``send`` (timing.py)
         self.budget = TimeBudget()
         self.env = None
@@ -51,8 +54,7 @@ class EnvRunner:
         self.ep_length = np.zeros(self.num_envs, dtype=np.int64)
 
     def _env_step(self, action: np.ndarray):
-        if faults.due("env_error", self.rank, self.unrolls) and not self.env_errors:
-            faults.record("env_error", self.rank, self.unrolls)
+        if faults.env_fails(self.rank, self.unrolls, self.env_errors):
             raise RuntimeError("injected environment failure")
         return self.env.step(action)
 
@@ -105,6 +107,7 @@ class EnvRunner:
                 self.obs = as_obs(o)
         self.budget.add("policy", policy_s)
         self.budget.add("env", env_s)
+        self.recovery.succeeded()
         obs, next_obs, reward = torch.from_numpy(obs), torch.from_numpy(next_obs), torch.from_numpy(reward)
         terminated, truncated = torch.from_numpy(terminated), torch.from_numpy(truncated)
         outputs = {k: torch.from_numpy(v) for k, v in outputs.items()}
@@ -125,10 +128,10 @@ class EnvRunner:
         model.load_state_dict(params.to_dict())
 
     def recover(self, error: Exception, who: str) -> None:
-        """After a failed :meth:`unroll`: count it, say so in one line, start a fresh env."""
-        self.env_errors += 1
-        print(f"[{who}] environment failed ({type(error).__name__}: {error}); "
-              "recreating it and dropping the partial trajectory", flush=True)
+        """After a failed :meth:`unroll`: count it, say so in one line, back off, start a fresh env;
+        raises ``EnvFailedError`` after ``max_failures`` in a row."""
+        self.recovery.failed(error, who)
+        self.env_errors = self.recovery.failures
         self._new_env()
 
     def close(self) -> None:
@@ -136,12 +139,13 @@ class EnvRunner:
             self.env.close()
 
 
-def make_env_runner(env: str, num_envs: int, seed: int, rank: int, model: torch.nn.Module, act: ActFn, T: int):
+def make_env_runner(env: str, num_envs: int, seed: int, rank: int, model: torch.nn.Module, act: ActFn, T: int,
+                    max_failures: int = 10):
     """The actor's envs: an :class:`EnvRunner` over gymnasium id ``env`` (the fast path), or a
     ``CollectorRunner`` (TorchRL ``Collector``) when ``env`` names a TorchRL env factory. ``model``
-    is the network ``act`` reads, ``T`` the unroll length."""
+    is the network ``act`` reads, ``T`` the unroll length, ``max_failures`` ``run.env_max_failures``."""
     if is_factory(env):
         from distrl.roles.collector_runner import CollectorRunner
 
-        return CollectorRunner(env, num_envs, seed, rank, model, act, T)
-    return EnvRunner(env, num_envs, seed, rank)
+        return CollectorRunner(env, num_envs, seed, rank, model, act, T, max_failures)
+    return EnvRunner(env, num_envs, seed, rank, max_failures)

@@ -52,7 +52,7 @@ class ApexActor:
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
         self.runner = make_env_runner(self.cfg.run.env, a.envs_per_actor, seed, ctx.rank, self.model, self._act,
-                                      a.unroll_length)
+                                      a.unroll_length, self.cfg.run.env_max_failures)
         self.carry: TensorDict | None = None  # the last n - 1 steps, [B, n-1]
         self.stats = {"frames": 0, "returns": []}  # not yet sent to the learner
         self._held_sent = 0.0  # of inserter.held_s

@@ -49,7 +49,8 @@ class ImpalaActor:
         # (distrl/numpy_policy.py); a network it cannot run keeps the torch path
         self.fast = NumpyPolicy(self.policy, self.seed) if NumpyPolicy.supports(self.policy) else None
         # gymnasium vector envs, or a TorchRL Collector over the user's env factory (--env module:function)
-        self.runner = make_env_runner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank, self.model, self._act, self.T)
+        self.runner = make_env_runner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank, self.model, self._act, self.T,
+                                     self.cfg.run.env_max_failures)
 
     def _load(self, reply: TensorDict) -> None:
         if keys.PARAMS in reply.keys():

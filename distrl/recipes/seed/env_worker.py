@@ -11,6 +11,11 @@ Trajectories are assembled on the server from this stream and never cross the wi
 On start the worker announces a fresh random run id on ``hello`` and stamps it on every
 request: a server that sees a new run id for a group resets that group's state (partial
 unrolls, episode returns, recurrent core states), as SEED does when an actor restarts.
+
+An env group that raises is recreated the same way (``distrl/roles/env_recovery.py``: count,
+one line, backoff, give up after ``run.env_max_failures`` in a row): the fresh group takes a fresh
+run id of its own and sends its first observation, so the server drops the group's partial unroll
+and starts it over, while the worker's other groups go on.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from distrl import faults
 from distrl.recipes.base import RoleContext
 from distrl.envs.gym import as_obs, env_info, final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget
+from distrl.roles.env_recovery import EnvRecovery
 from distrl.roles.batcher import (
     ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED,
 )
@@ -41,10 +47,14 @@ class SeedEnvWorker:
         self.K, self.B = algo.groups_per_worker, algo.envs_per_group
         info = env_info(self.cfg.run.env)
         self.obs_shape, self.obs_dtype = info.shape, info.obs_dtype or torch.float32
-        self.run_id = int.from_bytes(os.urandom(7), "little")  # fresh per start: tells the server we restarted
-        seed = self.cfg.run.seed + 1000 * ctx.rank
-        self.envs = [make_vector_env(self.cfg.run.env, self.B, seed + g * self.B) for g in range(self.K)]
-        self.first_obs = [as_obs(e.reset(seed=seed + g * self.B)[0]) for g, e in enumerate(self.envs)]
+        self.run_id = _fresh_id()  # fresh per start: tells the server we restarted
+        self.run_ids = [self.run_id] * self.K  # per group: a recreated group takes a fresh one
+        self.seed = self.cfg.run.seed + 1000 * ctx.rank
+        self.envs = [make_vector_env(self.cfg.run.env, self.B, self.seed + g * self.B) for g in range(self.K)]
+        self.first_obs = [as_obs(e.reset(seed=self.seed + g * self.B)[0]) for g, e in enumerate(self.envs)]
+        # the failures in a row are forgotten after one unroll's worth of good group steps
+        self.recovery = EnvRecovery(self.cfg.run.env, self.cfg.run.env_max_failures, reset_after=algo.unroll_length)
+        self.steps = 0
         #: env (stepping + building the message), wait (for the server's actions), send (the call)
         self.budget = TimeBudget()
 
@@ -53,7 +63,7 @@ class SeedEnvWorker:
         """One step message: ``obs [B, *F]``, ``reward/terminated/truncated [B]``, ``final_obs [D, *F]``."""
         return TensorDict({
             OBS: obs, REWARD: reward, TERMINATED: terminated, TRUNCATED: truncated, FINAL_OBS: final_obs,
-            RANK: torch.tensor(self.ctx.rank), GROUP: torch.tensor(group), RUN_ID: torch.tensor(self.run_id),
+            RANK: torch.tensor(self.ctx.rank), GROUP: torch.tensor(group), RUN_ID: torch.tensor(self.run_ids[group]),
         })
 
     def _first_message(self, group: int) -> TensorDict:
@@ -63,11 +73,27 @@ class SeedEnvWorker:
 
     def _step(self, group: int, action: torch.Tensor) -> TensorDict:
         """Step one group with the server's actions ``[B]``; returns its next message."""
+        if faults.env_fails(self.ctx.rank, self.steps, self.recovery.failures):
+            raise RuntimeError("injected environment failure")
         obs, reward, term, trunc, info = self.envs[group].step(action.numpy())
         done = term | trunc
         final = final_observations(obs, info, done)[done]  # [D, *F]: only the ended envs cross the wire
         return self._message(group, as_obs(obs), torch.from_numpy(reward.astype(np.float32)), torch.from_numpy(term),
                              torch.from_numpy(trunc), as_obs(final))
+
+    def _recover(self, group: int, error: Exception) -> TensorDict:
+        """After group ``group``'s env raised: count, back off (or give up: ``EnvFailedError``),
+        recreate it under a fresh run id (the server drops its partial unroll); its first message."""
+        self.recovery.failed(error, f"env_worker {self.ctx.rank} group {group}")
+        try:
+            self.envs[group].close()
+        except Exception:  # a broken env may not close cleanly; it is dropped either way
+            pass
+        seed = self.seed + group * self.B + 100_000 * self.recovery.failures  # not the failed episodes again
+        self.envs[group] = make_vector_env(self.cfg.run.env, self.B, seed)
+        self.first_obs[group] = as_obs(self.envs[group].reset(seed=seed)[0])
+        self.run_ids[group] = _fresh_id()
+        return self._first_message(group)
 
     def run(self) -> None:
         t = self.ctx.transport
@@ -78,10 +104,9 @@ class SeedEnvWorker:
                 return
             inflight: list[Future] = [t.call(self.learner, "infer", self._first_message(g), timeout)
                                       for g in range(self.K)]
-            steps = 0
             while True:
-                faults.maybe_signal(self.ctx.rank, steps)  # fault injection (distrl/faults.py)
-                steps += 1
+                faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/faults.py)
+                self.steps += 1
                 budget = self.budget
                 for g in range(self.K):
                     with budget("wait"):
@@ -89,7 +114,11 @@ class SeedEnvWorker:
                     if bool(reply[STOP]):
                         return
                     with budget("env"):
-                        msg = self._step(g, reply[ACTION])
+                        try:
+                            msg = self._step(g, reply[ACTION])
+                            self.recovery.succeeded()
+                        except Exception as e:  # the env failed: drop the step, start the group over
+                            msg = self._recover(g, e)
                     with budget("send"):
                         inflight[g] = t.call(self.learner, "infer", msg, timeout)
                 budget.maybe_send(t, self.learner, self.ctx.rank)
@@ -99,3 +128,8 @@ class SeedEnvWorker:
         finally:
             for env in self.envs:
                 env.close()
+
+
+def _fresh_id() -> int:
+    """A random run id (56 bits: fits an int64 tensor)."""
+    return int.from_bytes(os.urandom(7), "little")

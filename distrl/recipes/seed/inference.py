@@ -147,6 +147,9 @@ class InferenceServer:
     def _serve(self, batch: list[Request]) -> None:
         start = time.monotonic()
         groups = [self.groups[r.key] for r in batch]
+        for g, r in zip(groups, batch):  # a group restarted under a run id of its own: its env failed
+            if g.run_id is not None and r.run_id not in (g.run_id, self.run_ids.get(r.key[0])):
+                self._count("env_errors")
         # Fold in the last step's outcomes first: episode ends reset core states before this forward.
         chunks = [c for g, r in zip(groups, batch)
                   if (c := g.observe(r.run_id, r.obs, r.reward, r.terminated, r.truncated, r.final_obs)) is not None]

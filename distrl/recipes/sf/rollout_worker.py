@@ -15,6 +15,10 @@ After ``T`` steps the worker hands the slot in (its number through the learner's
 spare; the worker reads it only at its next hand-in, ``T`` steps later, so it waits only when the
 learner holds every other slot: that is the backpressure. A slot is handed in once, never
 written after.
+
+A group whose env raises is recreated (``distrl/roles/env_recovery.py``: count, one line, backoff,
+give up after ``run.env_max_failures`` in a row) and starts its slot over at step 0: the slot's
+partial unroll is dropped by being overwritten, and inference keeps no per-env state to reset.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from distrl.recipes.base import RoleContext
 from distrl.data import keys, shm
 from distrl.envs.gym import final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget
+from distrl.roles.env_recovery import EnvRecovery
 from distrl.recipes.sf import doorbell as bell
 from distrl.recipes.sf.inference import inference_rank_of
 from distrl.recipes.sf.slots import STOP as STOP_FLAG
@@ -56,6 +61,9 @@ class SFRolloutWorker:
         self.budget = TimeBudget()
         self.steps = 0
         self.stopped = False
+        # the failures in a row are forgotten after one unroll's worth of good group steps
+        self.recovery = EnvRecovery(self.cfg.run.env, self.cfg.run.env_max_failures,
+                                    reset_after=self.algo.unroll_length)
 
     # ---- set-up ------------------------------------------------------------------------------
     def _attach(self) -> bool:
@@ -81,6 +89,7 @@ class SFRolloutWorker:
         self.stop_flag, self.evicted_flag = self.control.numpy()[STOP_FLAG:STOP_FLAG + 1], self.evicted.numpy()
         slots = t.call_sync(self.learner, "attached", self.me, timeout)[keys.SLOT]  # [G, 2]: slot, spare
         B, seed = self.algo.envs_per_group, self.cfg.run.seed + 1000 * self.ctx.rank
+        self.seed = seed
         self.groups = []
         for g in range(self.algo.groups_per_worker):
             env = make_vector_env(self.cfg.run.env, B, seed + g * B)
@@ -100,7 +109,14 @@ class SFRolloutWorker:
         grp, buf = self.groups[g], self.buf
         s, t = grp.slot, grp.t
         action = buf[keys.ACTION][s, :, t]
-        obs, reward, term, trunc, info = grp.env.step(action)
+        try:
+            if faults.env_fails(self.ctx.rank, self.steps, self.recovery.failures):
+                raise RuntimeError("injected environment failure")
+            obs, reward, term, trunc, info = grp.env.step(action)
+        except Exception as e:  # the env failed: drop the slot's partial unroll, start the group over
+            self._recover(g, e)
+            return
+        self.recovery.succeeded()
         done = term | trunc
         buf[keys.NEXT_OBSERVATION][s, :, t] = final_observations(obs, info, done)
         buf[keys.STEP_REWARD][s, :, t], buf[keys.STEP_TERMINATED][s, :, t] = reward, term
@@ -112,6 +128,20 @@ class SFRolloutWorker:
         grp.obs, grp.t = obs, t + 1
         if grp.t == self.algo.unroll_length:
             self._hand_in(g)
+
+    def _recover(self, g: int, error: Exception) -> None:
+        """After group ``g``'s env raised: count, back off (or give up: ``EnvFailedError``), recreate
+        it and restart its slot at step 0 (the next request overwrites the partial unroll)."""
+        self.recovery.failed(error, f"rollout_worker {self.ctx.rank} group {g}")
+        grp, B = self.groups[g], self.algo.envs_per_group
+        try:
+            grp.env.close()
+        except Exception:  # a broken env may not close cleanly; it is dropped either way
+            pass
+        seed = self.seed + g * B + 100_000 * self.recovery.failures  # not the failed episodes again
+        grp.env = make_vector_env(self.cfg.run.env, B, seed)
+        grp.obs, grp.t = grp.env.reset(seed=seed)[0], 0
+        grp.ep_return[:] = 0.0
 
     def _hand_in(self, g: int) -> None:
         """Hand group ``g``'s full slot to the learner and go on in its spare."""
