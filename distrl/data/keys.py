@@ -121,7 +121,7 @@ WORKER_STATS = "stats"
 
 # Sample Factory: signals between rollout workers, inference and the learner carry slot numbers,
 # never data (the data is in shared memory, distrl/recipes/sf/slots.py).
-#: a trajectory slot's index in the shared ``[S, B, T]`` buffer (-1: none free)
+#: a trajectory slot's index in the shared ``[S, B, T]`` buffer (-1: none: stopping or evicted)
 SLOT = "slot"
 #: a shared-memory directory's path as ``[L]`` uint8 (distrl/data/shm.py)
 SHM_PATH = "shm_path"

@@ -6,7 +6,8 @@ Life of the shared memory: created here (``__init__``), mapped by every other ra
 on nothing can be left behind whatever happens to any process (``distrl/data/shm.py``).
 
 Handlers (transport threads, never blocking): ``hello`` (the path), ``attached`` (a worker's first
-slots: one and a spare per group), ``inference_stats`` and ``bye``. Full slots come in through the
+slots, one and a spare per group, reserved for it when the pool is made: a late worker finds them
+still there), ``inference_stats`` and ``bye``. Full slots come in through the
 learner's doorbell (``SLOT`` channel, ``distrl/recipes/sf/doorbell.py``), read by the loop itself
 whenever it needs rows: it copies the oldest handed-in slot out, frees it, answers each worker
 owed a spare as slots come free, drops rows older than ``algo.max_policy_lag`` updates
@@ -63,6 +64,9 @@ class SFLearner:
         self.others = set(ctx.roles) - {ctx.rank}
         num_slots = max(1, len(self.workers)) * self.algo.groups_per_worker * self.algo.slots_per_group
         self.pool = SlotPool(num_slots)
+        G = self.algo.groups_per_worker
+        #: rank -> [G, 2] (slot, spare): reserved now, so that no worker attaching late finds them taken
+        self.first_slots = {w: torch.tensor(self.pool.reserve(w, 2 * G)).view(G, 2) for w in self.workers}
         layout = rollout_layout(num_slots, self.algo.envs_per_group, self.algo.unroll_length, info.shape,
                                 sum(p.numel() for p in self.model.parameters()), len(ctx.roles),
                                 info.obs_dtype or torch.float32)
@@ -74,6 +78,7 @@ class SFLearner:
         self.handed: collections.deque[int] = collections.deque()  # slots handed in, not yet copied out
         self.owed: collections.deque[tuple[int, int]] = collections.deque()  # (rank, group) owed a spare
         self.spares_late = 0  # hand-ins read while no slot was free for the spare
+        self.hand_ins_refused = 0  # hand-ins of evicted ranks: their slots are retired, the rows dropped
         self.attached: set[int] = set()
         self.said_bye: set[int] = set()
         self.inference_summary: dict[int, dict] = {}
@@ -105,8 +110,10 @@ class SFLearner:
         self._maybe_unlink()
         if self.ctx.roles[rank] != "rollout_worker":
             return TensorDict()
-        slots = [[self.pool.acquire(rank), self.pool.acquire(rank)] for _ in range(self.algo.groups_per_worker)]
-        return TensorDict({keys.SLOT: torch.tensor(slots)})
+        slots = self.first_slots[rank]
+        if self.evicted[rank]:  # declared lost before it attached: its slots are retired, it must leave
+            slots = torch.full_like(slots, -1)
+        return TensorDict({keys.SLOT: slots})
 
     def _inference_stats(self, td: TensorDict) -> TensorDict:
         self.session.tracker.observe({f"inference/{k}": float(v) for k, v in td.items()})
@@ -148,7 +155,8 @@ class SFLearner:
         the workers owed a spare while slots are free."""
         new = 0
         for rank, group, slot, _ in self.bell.requests(timeout_s):
-            if self.evicted[rank]:  # sent before it was declared lost: its slots were reclaimed
+            if self.evicted[rank]:  # sent before it was declared lost (or after, stopped and continued)
+                self.hand_ins_refused += 1  # its slots are retired: the rows may be partly stale
                 continue
             self.pool.hand_in(rank, slot)  # a SlotError is a protocol bug: it ends the run, loudly
             self.handed.append(slot)
@@ -179,7 +187,9 @@ class SFLearner:
         within 0.2 s."""
         for rank in self.ctx.transport.lost_peers():
             self.evicted[rank] = 1  # first: a stopped worker that comes back must not write
-            if self.pool.reclaim(rank):
+            # retired, not freed: a worker stopped between its check of the flag and its write
+            # writes once more when continued, into a slot that must then be nobody else's
+            if self.pool.reclaim(rank, reuse=False):
                 self.session.tracker.counters["slots_reclaimed"] = self.pool.reclaimed
         self._maybe_unlink()
         self._read_hand_ins(0.0 if self.handed else 0.2)
@@ -222,7 +232,7 @@ class SFLearner:
             return
         self._publish()
         tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
-                        | {"learner/grad_norm": float(grad_norm), "learner/slots_free": self.pool.owner.count(SlotPool.FREE)})
+                        | {"learner/grad_norm": float(grad_norm), "learner/slots_free": self.pool.free_count()})
 
     def run(self) -> dict:
         session = self.session
@@ -241,7 +251,7 @@ class SFLearner:
 
     def _summary_extra(self) -> dict:
         out = {"slots": len(self.pool.owner), "slots_reclaimed": self.pool.reclaimed,
-               "slot_waits": self.spares_late,
+               "slot_waits": self.spares_late, "hand_ins_refused": self.hand_ins_refused,
                "samples_dropped_for_lag": self.session.tracker.counters["samples_dropped_for_lag"],
                "bytes_per_env_step": round(self.wire.bytes / max(self.session.tracker.env_frames, 1), 4)}
         per_rank = list(self.inference_summary.values())

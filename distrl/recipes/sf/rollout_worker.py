@@ -16,6 +16,13 @@ spare; the worker reads it only at its next hand-in, ``T`` steps later, so it wa
 learner holds every other slot: that is the backpressure. A slot is handed in once, never
 written after.
 
+A worker writes only slots that are its own (``distrl/recipes/sf/slots.py`` says why this is
+race-free without a lock): every slot number it is given is checked to be one (``0 <= s < S``;
+none, -1, means the run is stopping or the worker was evicted, and it leaves with one line), and
+before each write of a step and before each hand-in it reads its ``evicted`` flag (a numpy int
+compare): once the learner has declared it lost (it was stopped, then continued) it exits there,
+writing nothing more.
+
 A group whose env raises is recreated (``distrl/roles/env_recovery.py``: count, one line, backoff,
 give up after ``run.env_max_failures`` in a row) and starts its slot over at step 0: the slot's
 partial unroll is dropped by being overwritten, and inference keeps no per-env state to reset.
@@ -38,6 +45,10 @@ from distrl.recipes.sf import doorbell as bell
 from distrl.recipes.sf.inference import inference_rank_of
 from distrl.recipes.sf.slots import STOP as STOP_FLAG
 from distrl.transport.base import TransportError
+
+
+class _Evicted(Exception):
+    """The learner declared this worker lost: its slots are no longer its own."""
 
 
 class _Group:
@@ -88,6 +99,11 @@ class SFRolloutWorker:
                                  keys.EPISODE_RETURN)}}
         self.stop_flag, self.evicted_flag = self.control.numpy()[STOP_FLAG:STOP_FLAG + 1], self.evicted.numpy()
         slots = t.call_sync(self.learner, "attached", self.me, timeout)[keys.SLOT]  # [G, 2]: slot, spare
+        self.num_slots = self.traj.shape[0]
+        if slots.shape != (self.algo.groups_per_worker, 2) or not all(map(self._valid, slots.flatten().tolist())):
+            print(f"[rollout_worker {self.ctx.rank}] no trajectory slots from the learner ({slots.tolist()}): "
+                  "evicted before it attached, exiting", flush=True)
+            return False
         B, seed = self.algo.envs_per_group, self.cfg.run.seed + 1000 * self.ctx.rank
         self.seed = seed
         self.groups = []
@@ -97,15 +113,27 @@ class SFRolloutWorker:
             self.groups.append(_Group(env, obs, int(slots[g, 0]), int(slots[g, 1])))
         return True
 
+    # ---- ownership ------------------------------------------------------------------------------
+    def _valid(self, slot: Optional[int]) -> bool:
+        return slot is not None and 0 <= slot < self.num_slots
+
+    def _own(self, slot: int) -> None:
+        """Raise ``_Evicted`` unless ``slot`` is still this worker's to write (it is, until it hands
+        it in or the learner evicts it: then every slot it held is retired)."""
+        if self.evicted_flag[self.ctx.rank]:
+            raise _Evicted(f"slot {slot} is no longer its own")
+
     # ---- one group's step ----------------------------------------------------------------------
     def _request(self, g: int) -> None:
         """Write group ``g``'s observations at its slot's step ``t`` and ask for actions."""
         grp = self.groups[g]
+        self._own(grp.slot)
         self.buf[keys.OBSERVATION][grp.slot, :, grp.t] = grp.obs
         self.bell.ask(g, grp.slot, grp.t)
 
-    def _step(self, g: int) -> None:
-        """Step group ``g`` with the actions inference wrote; write the outcome; hand in a full slot."""
+    def _step(self, g: int) -> bool:
+        """Step group ``g`` with the actions inference wrote; write the outcome; hand in a full slot.
+        False when the group got no next slot (the run is stopping)."""
         grp, buf = self.groups[g], self.buf
         s, t = grp.slot, grp.t
         action = buf[keys.ACTION][s, :, t]
@@ -115,8 +143,10 @@ class SFRolloutWorker:
             obs, reward, term, trunc, info = grp.env.step(action)
         except Exception as e:  # the env failed: drop the slot's partial unroll, start the group over
             self._recover(g, e)
-            return
+            return True
         self.recovery.succeeded()
+        faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/faults.py): mid-step, slots held
+        self._own(s)  # the env step is the long wait: it may have been evicted meanwhile
         done = term | trunc
         buf[keys.NEXT_OBSERVATION][s, :, t] = final_observations(obs, info, done)
         buf[keys.STEP_REWARD][s, :, t], buf[keys.STEP_TERMINATED][s, :, t] = reward, term
@@ -126,8 +156,7 @@ class SFRolloutWorker:
         if done.any():
             grp.ep_return[done] = 0.0
         grp.obs, grp.t = obs, t + 1
-        if grp.t == self.algo.unroll_length:
-            self._hand_in(g)
+        return grp.t < self.algo.unroll_length or self._hand_in(g)
 
     def _recover(self, g: int, error: Exception) -> None:
         """After group ``g``'s env raised: count, back off (or give up: ``EnvFailedError``), recreate
@@ -143,21 +172,27 @@ class SFRolloutWorker:
         grp.obs, grp.t = grp.env.reset(seed=seed)[0], 0
         grp.ep_return[:] = 0.0
 
-    def _hand_in(self, g: int) -> None:
-        """Hand group ``g``'s full slot to the learner and go on in its spare."""
+    def _hand_in(self, g: int) -> bool:
+        """Hand group ``g``'s full slot to the learner and go on in its spare; False when there is
+        none (the run is stopping: the learner answered -1, or the wait saw the stop flag)."""
         grp = self.groups[g]
+        self._own(grp.slot)
         self.slot_bell.ask(g, grp.slot, grp.t)
         grp.t = 0
         if grp.spare is not None:  # the first hand-in: the spare came with "attached"
             grp.slot, grp.spare = grp.spare, None
-            return
+            return True
         stopped = lambda: bool(self.stop_flag[0] or self.evicted_flag[self.ctx.rank])  # noqa: E731
         with self.budget("handoff"):
             try:  # the reply to the group's last hand-in: read T steps after it was sent
                 slot = self.slot_bell.wait(g, self.algo.slot_timeout_s, stopped)
             except TimeoutError:
                 raise TransportError(f"no free trajectory slot within algo.slot_timeout_s={self.algo.slot_timeout_s}s")
-        grp.slot = -1 if slot is None else slot
+        self._own(grp.slot)  # an evicted worker's wait ends as a stopped one's
+        if not self._valid(slot):  # never indexed with: -1 would be the last slot, another worker's
+            return False
+        grp.slot = slot
+        return True
 
     # ---- the loop --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -168,7 +203,6 @@ class SFRolloutWorker:
                 self._request(g)
             stopped, timeout = lambda: bool(self.stop_flag[0]), self.algo.request_timeout_s
             while not stopped():
-                faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/faults.py)
                 self.steps += 1
                 for g, grp in enumerate(self.groups):
                     with self.budget("wait"):
@@ -177,16 +211,15 @@ class SFRolloutWorker:
                         raise TransportError(f"inference rank {self.server} refused a request of group {g}")
                     if status != bell.OK or stopped():
                         return
-                    if self.evicted_flag[self.ctx.rank]:  # declared lost (it was stopped): its slots are gone
-                        print(f"[rollout_worker {self.ctx.rank}] evicted by the learner, exiting", flush=True)
-                        return
                     with self.budget("env"):
-                        self._step(g)
-                    if grp.slot < 0:  # stopped while waiting for a slot
-                        return
+                        if not self._step(g):  # stopped while waiting for a slot
+                            return
                     with self.budget("env"):
                         self._request(g)
                 self.budget.maybe_send(self.ctx.transport, self.learner, self.ctx.rank)
+        except _Evicted as e:  # declared lost (it was stopped): nothing more is written
+            print(f"[rollout_worker {self.ctx.rank}] evicted by the learner: {e}, exiting before writing it",
+                  flush=True)
         except (TransportError, TimeoutError) as e:
             print(f"[rollout_worker {self.ctx.rank}] exiting: {e}", flush=True)
         finally:

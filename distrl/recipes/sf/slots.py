@@ -11,12 +11,32 @@ Layout (:func:`rollout_layout`), allocated once by the learner and mapped by eve
   reply), the worker writes the step's outcome.
   After ``T`` steps the worker hands the slot in, the learner copies it out and frees it.
 - ``evicted``: ``[W]``, set by the learner for a rank it declared lost, before its slots are
-  reclaimed: a worker that was only stopped and comes back reads it and exits.
+  retired: a worker that was only stopped and comes back reads it before its next write and exits.
 - ``params``: ``[P]`` float32, the learner's flattened parameters; ``control``: int64
   ``[stop, param_seq, param_version]``. ``param_seq`` is a seqlock: odd while the learner writes.
 
 Who may touch a slot is the :class:`SlotPool`'s state, kept by the learner only; the doorbells
 carry slot numbers, never data.
+
+Ownership, and why a worker never writes a slot that is not its own (no lock on the hot path):
+
+- A worker's first slots (a slot and a spare per group) are reserved for it when the pool is made
+  (:meth:`SlotPool.reserve`), not taken at its ``attached``: a worker that attaches late, after
+  the others have taken every free slot as spares, still gets its own, never -1. Every slot number
+  a worker uses is checked (``0 <= s < S``) before it indexes with it: a -1 would write the last
+  slot, another worker's.
+- A slot stops being a worker's in two ways only: the worker hands it in (and never writes it
+  again), or the learner declares the worker lost. Then its slots are *retired*
+  (``reclaim(rank, reuse=False)``): never handed to anyone again. The worker checks its ``evicted``
+  flag (one numpy int compare) before each write and before a hand-in, and exits at the first
+  that finds it set; a worker stopped (SIGSTOP) between that check and its write and continued
+  later writes once more, but only into a retired slot, which no one reads. Checking alone (a
+  generation per slot, reused slots) would leave that window open onto another worker's rows,
+  and closing it needs a lock per write; retiring costs the lost worker's slots, which nobody
+  else needs (the pool is sized per worker, and a lost worker does not come back).
+- The learner reads a slot only when it is handed in, and refuses (drops, counts in
+  ``hand_ins_refused``) a hand-in from a rank it evicted: that slot is retired, its rows may be
+  partly stale. Inference's late writes for an evicted worker land in retired slots too.
 """
 from __future__ import annotations
 
@@ -82,19 +102,34 @@ class SlotError(RuntimeError):
 
 
 class SlotPool:
-    """Ownership of ``num_slots`` trajectory slots: free, a worker's (by rank), or the learner's.
+    """Ownership of ``num_slots`` trajectory slots: free, a worker's (by rank), the learner's, or
+    retired (taken from a lost worker, never handed out again: see the module docstring).
 
-    Thread-safe (transport handlers and the learner loop both use it). A worker's slots come back
-    with :meth:`reclaim` when the worker is lost, so a killed worker costs its partial slots only.
+    Thread-safe (transport handlers and the learner loop both use it). A lost worker's slots are
+    taken back with :meth:`reclaim`, so a killed worker costs its partial slots only.
     """
 
-    FREE, LEARNER = -1, -2
+    FREE, LEARNER, RETIRED = -1, -2, -3
 
     def __init__(self, num_slots: int):
         self.owner = [self.FREE] * num_slots
         self._lock = threading.Lock()
         self.reclaimed = 0  #: slots taken back from lost workers
         self.refused = 0  #: acquire calls that found no free slot (backpressure from the learner)
+
+    def reserve(self, rank: int, n: int) -> list[int]:
+        """``n`` free slots now owned by ``rank`` (its first ones); raises ``SlotError`` if fewer are free."""
+        with self._lock:
+            free = [s for s, owner in enumerate(self.owner) if owner == self.FREE][:n]
+            if len(free) < n:
+                raise SlotError(f"{n} slots to reserve for rank {rank}, {len(free)} free")
+            for s in free:
+                self.owner[s] = rank
+            return free
+
+    def free_count(self) -> int:
+        with self._lock:
+            return self.owner.count(self.FREE)
 
     def acquire(self, rank: int) -> int:
         """A free slot now owned by ``rank``, or -1 when none is free."""
@@ -120,12 +155,13 @@ class SlotPool:
                 raise SlotError(f"the learner released slot {slot}, owned by {self._name(slot)}")
             self.owner[slot] = self.FREE
 
-    def reclaim(self, rank: int) -> list[int]:
-        """Free every slot ``rank`` owns (it was lost); returns them."""
+    def reclaim(self, rank: int, reuse: bool = True) -> list[int]:
+        """Take back every slot ``rank`` owns (it was lost); returns them. ``reuse=False`` retires
+        them instead of freeing them: a lost worker may only be stopped, and write them again."""
         with self._lock:
             slots = [s for s, owner in enumerate(self.owner) if owner == rank]
             for s in slots:
-                self.owner[s] = self.FREE
+                self.owner[s] = self.FREE if reuse else self.RETIRED
             self.reclaimed += len(slots)
             return slots
 
@@ -133,4 +169,4 @@ class SlotPool:
         if not 0 <= slot < len(self.owner):
             return "nobody (no such slot)"
         o = self.owner[slot]
-        return {self.FREE: "nobody", self.LEARNER: "the learner"}.get(o, f"rank {o}")
+        return {self.FREE: "nobody", self.LEARNER: "the learner", self.RETIRED: "nobody (retired)"}.get(o, f"rank {o}")
