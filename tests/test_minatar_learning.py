@@ -19,7 +19,7 @@ RANDOM = 0.45  #: a uniform-random policy's mean score on Breakout (measured: 0.
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("recipe,seconds,nproc", [("vecenv", 35, 1), ("impala", 60, 1), ("apex", 60, 1), ("a3c", 40, 3)])
+@pytest.mark.parametrize("recipe,seconds,nproc", [("vecenv", 35, 1), ("impala", 60, 1), ("apex", 90, 1), ("a3c", 40, 3)])
 def test_a_short_minatar_run_beats_random_play(tmp_path, jobs, recipe, seconds, nproc):
     run = tmp_path / "run"
     proc = jobs.train([recipe, "--env", "MinAtar/Breakout-v1", "--max-time-s", str(seconds), "--run-dir", str(run),
