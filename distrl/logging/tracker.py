@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Optional
 import torch
 
 from distrl.config import Config
+from distrl.envs.atari import frame_skip
 from distrl.logging.metrics import MetricsWriter
 from distrl.logging.timing import BudgetBook
 
@@ -206,6 +207,7 @@ class RunTracker:
     def summary(self, stop_reason: str, eval_returns: list[float], extra: Optional[dict] = None) -> dict[str, Any]:
         """The run's summary; also written to ``summary.json``."""
         wall = self.wall_s
+        skip = frame_skip(self.cfg.run.env)
 
         def num(x: float) -> Optional[float]:
             return None if x is None or math.isnan(x) else round(float(x), 4)
@@ -215,6 +217,8 @@ class RunTracker:
             "roles": {str(r): role for r, role in sorted(self.roles.items())},
             "env_frames": self.env_frames, "frames_dropped": self.frames_dropped, "wall_s": round(wall, 3),
             "fps": round(self.env_frames / max(wall, 1e-9), 1), "fps_running": num(self.fps_running),
+            # fps counts agent steps (one env.step of one env); the Atari papers count emulator frames
+            "frame_skip": skip, "frames_per_s": round(skip * self.env_frames / max(wall, 1e-9), 1),
             "episodes": self.episodes, "return_mean_100": num(self.return_mean_100),
             "eval_return_mean": num(sum(eval_returns) / len(eval_returns)) if eval_returns else None,
             "eval_episodes": len(eval_returns), "policy_lag_mean": num(self.lag_mean),

@@ -102,6 +102,13 @@ class Recipe:
         return dict(enumerate(roles))
 
 
+#: The run settings every recipe's ``atari`` preset shares (``ALE/*`` ids pick it by themselves).
+#: Budgets count agent steps (x4 emulator frames). A full-game evaluation of Pong lasts 800-20,000
+#: agent steps a game, so it runs every 5 minutes on 4 games rather than every 20 s on 10.
+ATARI_RUN = {"run.env": "ALE/Pong-v5", "run.total_frames": 50_000_000, "run.max_time_s": 3600.0,
+             "run.eval_episodes": 4, "run.eval_interval_s": 300.0, "run.checkpoint_interval_s": 300.0}
+
+
 def require_discrete_actions(cfg: Config) -> None:
     """``ValueError`` naming the recipe when ``cfg.run.env`` has continuous actions (the recipes whose
     networks end in a categorical head or Q-values call it from their config check)."""

@@ -30,8 +30,9 @@ class EnvRunner:
     """``num_envs`` copies of ``env_id`` stepped by one actor (rank ``rank``, seeds from ``seed``);
     after ``max_failures`` env failures in a row :meth:`recover` gives up (``env_recovery.py``)."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, rank: int, max_failures: int = 10):
+    def __init__(self, env_id: str, num_envs: int, seed: int, rank: int, max_failures: int = 10, atari_opts=None):
         self.env_id, self.num_envs, self.seed, self.rank = env_id, num_envs, seed, rank
+        self.atari_opts = atari_opts  # how an ALE/* id's envs are built (distrl.config.AtariConfig)
         self.unrolls = 0  # unrolls started, for fault injection
         self.env_errors = 0  # environment failures over the run
         self.recovery = EnvRecovery(env_id, max_failures)
@@ -48,7 +49,7 @@ class EnvRunner:
             except Exception:  # a broken env may not close cleanly; it is dropped either way
                 pass
         seed = self.seed + 100_000 * self.env_errors
-        self.env = make_vector_env(self.env_id, self.num_envs, seed)
+        self.env = make_vector_env(self.env_id, self.num_envs, seed, self.atari_opts)
         self.obs = as_obs(self.env.reset(seed=seed)[0])
         self.ep_return = np.zeros(self.num_envs)
         self.ep_length = np.zeros(self.num_envs, dtype=np.int64)
@@ -140,12 +141,13 @@ class EnvRunner:
 
 
 def make_env_runner(env: str, num_envs: int, seed: int, rank: int, model: torch.nn.Module, act: ActFn, T: int,
-                    max_failures: int = 10):
+                    max_failures: int = 10, atari_opts=None):
     """The actor's envs: an :class:`EnvRunner` over gymnasium id ``env`` (the fast path), or a
     ``CollectorRunner`` (TorchRL ``Collector``) when ``env`` names a TorchRL env factory. ``model``
-    is the network ``act`` reads, ``T`` the unroll length, ``max_failures`` ``run.env_max_failures``."""
+    is the network ``act`` reads, ``T`` the unroll length, ``max_failures`` ``run.env_max_failures``,
+    ``atari_opts`` the config's ``atari`` section."""
     if is_factory(env):
         from distrl.roles.collector_runner import CollectorRunner
 
         return CollectorRunner(env, num_envs, seed, rank, model, act, T, max_failures)
-    return EnvRunner(env, num_envs, seed, rank, max_failures)
+    return EnvRunner(env, num_envs, seed, rank, max_failures, atari_opts)

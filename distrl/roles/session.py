@@ -128,6 +128,8 @@ class LearnerSession:
             return False
         if self._all_lost_since is None:
             self._all_lost_since = now
+            for rank in self.sources:  # a failed call (not a ping) can declare a peer lost: record it now
+                self.lose(rank, "a call to it failed")
         grace = self.cfg.run.peer_grace_s
         if now - self._all_lost_since < grace:
             return False
@@ -321,7 +323,7 @@ class LearnerSession:
         """Returns of ``run.eval_episodes`` greedy episodes of ``policy`` (``obs [B, *F] -> logits or
         Q [B, A]``) on ``run.env``, seeded apart from every training env."""
         run = self.cfg.run
-        return evaluate(policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device)
+        return evaluate(policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari)
 
     def await_peers(self, waiting: Callable[[], set[int]], drain: Optional[queue.Queue] = None,
                     heartbeat: bool = False) -> None:

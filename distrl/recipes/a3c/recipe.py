@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.recipes.base import Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, Recipe, role, require_discrete_actions
 
 OPTIMIZERS = ("rmsprop", "adam")
 WIRE_DTYPES = ("float32", "bfloat16")  #: names of ``torch`` dtypes (this module does not import torch)
@@ -95,6 +95,18 @@ def minatar() -> Config:
     )
 
 
+def atari() -> Config:
+    """``ALE/*`` games (Pong by default; the Nature encoder): the paper's t_max of 5 on 16 envs a worker,
+    Adam as in the MinAtar preset, gradients and parameters in bfloat16 on the wire (a Nature net is
+    1.7M parameters: 3.4 MB each way per push), clipped rewards unscaled."""
+    return override(
+        default(),
+        **{**ATARI_RUN, "algo.envs_per_worker": 16, "algo.t_max": 5, "algo.wire_dtype": "bfloat16",
+           "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01, "algo.optimizer": "adam", "algo.lr": 6e-4,
+           "algo.optim_eps": 1e-5, "algo.max_grad_norm": 1.0},
+    )
+
+
 def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
@@ -110,7 +122,7 @@ def debug_a2c() -> Config:
 
 
 #: The experiment ``launch/train.py a3c --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari"}
 
 
 def _check_config(cfg: Config) -> None:

@@ -47,7 +47,8 @@ class A3CWorker:
         self.wire_dtype = getattr(torch, self.algo.wire_dtype)
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
-        self.runner = EnvRunner(self.cfg.run.env, self.algo.envs_per_worker, seed, ctx.rank, self.cfg.run.env_max_failures)
+        self.runner = EnvRunner(self.cfg.run.env, self.algo.envs_per_worker, seed, ctx.rank, self.cfg.run.env_max_failures,
+                                self.cfg.atari)
 
     def _load(self, reply: TensorDict) -> bool:
         """Take the reply's parameters if it has any; ``True`` when the server says stop."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distrl.config import Config, NetConfig, RunConfig, check, override
-from distrl.recipes.base import Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, Recipe, role, require_discrete_actions
 from distrl.replay.config import ReplayConfig
 
 
@@ -121,6 +121,18 @@ def minatar() -> Config:
     )
 
 
+def atari() -> Config:
+    """``ALE/*`` games (Pong by default; the Nature encoder): Ape-X's n = 3, Adam at 6.25e-5 with eps
+    1.5e-4 (Hessel et al.'s), a target copy every 2,500 updates, batches of 64; a shard holds 200k
+    transitions (each frame stored once, docs/atari.md) and serves from 20k."""
+    return override(
+        default(),
+        **{**ATARI_RUN, "algo.envs_per_actor": 8, "algo.unroll_length": 64, "algo.lr": 6.25e-5,
+           "algo.adam_eps": 1.5e-4, "algo.capacity": 200_000, "algo.min_replay_size": 20_000,
+           "algo.target_update_interval": 2_500, "algo.batch_size": 64, "algo.params_interval_frames": 16_000},
+    )
+
+
 def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
@@ -134,7 +146,7 @@ def debug() -> Config:
 
 
 #: The experiment ``launch/train.py apex --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari"}
 
 
 def _check_config(cfg: Config) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.recipes.base import Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, Recipe, role, require_discrete_actions
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,18 @@ def minatar() -> Config:
     )
 
 
+def atari() -> Config:
+    """``ALE/*`` games (Pong by default; the Nature encoder): Espeholt et al.'s unrolls of 20 steps
+    and entropy bonus 0.01, learning rate 6e-4 (Adam here, RMSProp in the paper), clipped rewards unscaled."""
+    return override(
+        default(),
+        **{**ATARI_RUN, "algo.envs_per_actor": 16, "algo.unroll_length": 20, "algo.batch_trajectories": 1,
+           "algo.params_every": 4, "algo.reward_scale": 1.0, "algo.lr": 6e-4, "algo.entropy_coef": 0.01},
+    )
+
+
 #: The experiment ``launch/train.py impala --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari"}
 
 
 def _check_config(cfg: Config) -> None:

@@ -50,7 +50,7 @@ class SeedEnvWorker:
         self.run_id = _fresh_id()  # fresh per start: tells the server we restarted
         self.run_ids = [self.run_id] * self.K  # per group: a recreated group takes a fresh one
         self.seed = self.cfg.run.seed + 1000 * ctx.rank
-        self.envs = [make_vector_env(self.cfg.run.env, self.B, self.seed + g * self.B) for g in range(self.K)]
+        self.envs = [make_vector_env(self.cfg.run.env, self.B, self.seed + g * self.B, self.cfg.atari) for g in range(self.K)]
         self.first_obs = [as_obs(e.reset(seed=self.seed + g * self.B)[0]) for g, e in enumerate(self.envs)]
         # the failures in a row are forgotten after one unroll's worth of good group steps
         self.recovery = EnvRecovery(self.cfg.run.env, self.cfg.run.env_max_failures, reset_after=algo.unroll_length)
@@ -90,7 +90,7 @@ class SeedEnvWorker:
         except Exception:  # a broken env may not close cleanly; it is dropped either way
             pass
         seed = self.seed + group * self.B + 100_000 * self.recovery.failures  # not the failed episodes again
-        self.envs[group] = make_vector_env(self.cfg.run.env, self.B, seed)
+        self.envs[group] = make_vector_env(self.cfg.run.env, self.B, seed, self.cfg.atari)
         self.first_obs[group] = as_obs(self.envs[group].reset(seed=seed)[0])
         self.run_ids[group] = _fresh_id()
         return self._first_message(group)

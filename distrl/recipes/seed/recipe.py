@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
 from distrl.envs import partial  # noqa: F401  (registers distrl/CartPoleNoVel-v1)
-from distrl.recipes.base import Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, Recipe, role, require_discrete_actions
 
 CORES = ("mlp", "lstm")
 
@@ -88,6 +88,16 @@ def minatar() -> Config:
     )
 
 
+def atari() -> Config:
+    """``ALE/*`` games (Pong by default; the Nature encoder): SEED's Atari settings where they fit two
+    cores (unrolls of 20, entropy bonus 0.01), 2 groups of 16 envs per env worker, batches of 16 unrolls."""
+    return override(
+        default(),
+        **{**ATARI_RUN, "algo.envs_per_worker": 32, "algo.unroll_length": 20, "algo.batch_size": 16,
+           "algo.max_batch_envs": 64, "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01, "algo.lr": 6e-4},
+    )
+
+
 def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
@@ -130,7 +140,7 @@ def lstm_cartpole() -> Config:
 
 
 #: The experiment ``launch/train.py seed --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari"}
 
 
 def _check_config(cfg: Config) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.recipes.base import Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, Recipe, role, require_discrete_actions
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,17 @@ def minatar() -> Config:
     )
 
 
+def atari() -> Config:
+    """``ALE/*`` games (Pong by default; the Nature encoder): 2 groups of 16 envs per rollout worker
+    (a forward of the conv net costs about as much as an emulator step, docs/atari.md), 8 trajectories
+    of 32 steps per update, Sample Factory's Atari learning rate and entropy bonus, clipped rewards unscaled."""
+    return override(
+        default(),
+        **{**ATARI_RUN, "algo.envs_per_worker": 32, "algo.batch_size": 8, "algo.lr": 2.5e-4,
+           "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01},
+    )
+
+
 def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
@@ -103,7 +114,7 @@ def _roles(n: int, cfg: Config) -> list[str]:
 
 
 #: The experiment ``launch/train.py sf --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari"}
 
 
 def _check_config(cfg: Config) -> None:

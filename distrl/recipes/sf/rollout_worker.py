@@ -108,7 +108,7 @@ class SFRolloutWorker:
         self.seed = seed
         self.groups = []
         for g in range(self.algo.groups_per_worker):
-            env = make_vector_env(self.cfg.run.env, B, seed + g * B)
+            env = make_vector_env(self.cfg.run.env, B, seed + g * B, self.cfg.atari)
             obs = env.reset(seed=seed + g * B)[0]
             self.groups.append(_Group(env, obs, int(slots[g, 0]), int(slots[g, 1])))
         return True
@@ -168,7 +168,7 @@ class SFRolloutWorker:
         except Exception:  # a broken env may not close cleanly; it is dropped either way
             pass
         seed = self.seed + g * B + 100_000 * self.recovery.failures  # not the failed episodes again
-        grp.env = make_vector_env(self.cfg.run.env, B, seed)
+        grp.env = make_vector_env(self.cfg.run.env, B, seed, self.cfg.atari)
         grp.obs, grp.t = grp.env.reset(seed=seed)[0], 0
         grp.ep_return[:] = 0.0
 

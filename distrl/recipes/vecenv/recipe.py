@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from distrl.config import Config, NetConfig, RunConfig, check, override
 from distrl.data import keys
-from distrl.recipes.base import Recipe, role
+from distrl.recipes.base import ATARI_RUN, Recipe, role
 
 
 ALLREDUCE_DTYPES = ("float32", "bfloat16")  #: names of ``torch`` dtypes (this module does not import torch)
@@ -110,6 +110,18 @@ def minatar() -> Config:
     )
 
 
+def atari() -> Config:
+    """``ALE/*`` games (Pong by default; the Nature encoder) in ale-py's C++ vector env on the CPU
+    (not on the device: distrl.envs.batched.GymVectorEnv), with PPO's Atari settings (Schulman et
+    al. 2017): 8 envs x 128 steps, 4 epochs of 4 minibatches, lr 2.5e-4, clip 0.1, entropy 0.01."""
+    return override(
+        default(),
+        **{**ATARI_RUN, "algo.num_envs": 8, "algo.rollout_length": 128, "algo.epochs": 4,
+           "algo.num_minibatches": 4, "algo.lr": 2.5e-4, "algo.clip_eps": 0.1, "algo.entropy_coef": 0.01,
+           "algo.env_factory": "distrl.envs.batched:gym_vector_env"},
+    )
+
+
 def debug() -> Config:
     """Torch CartPole for a few seconds: every part of the loop runs, on CPU, in well under 60 s."""
     return override(
@@ -128,7 +140,7 @@ def gym_serial() -> Config:
 
 
 #: The experiment ``launch/train.py vecenv --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"Pendulum-v1": "pendulum", "MinAtar/Breakout-v1": "minatar"}
+ENV_EXPERIMENTS = {"Pendulum-v1": "pendulum", "MinAtar/Breakout-v1": "minatar", "ALE/*": "atari"}
 
 
 def _check_config(cfg: Config) -> None:
