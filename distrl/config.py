@@ -133,9 +133,11 @@ class AtariConfig:
     reward_clipping: bool = True  #: training rewards clipped to -1, 0, 1; evaluation scores are never clipped
     noop_max: int = 30  #: up to this many no-op steps at the start of every episode
     threads: int = 1  #: threads of each ale-py vector env (its C++ pool); one per process suits small CPUs
+    eval_epsilon: float = 0.05  #: random actions in evaluation (Mnih et al. 2015): a greedy policy that never FIREs stalls Breakout
 
     def __post_init__(self):
         check(0 <= self.sticky_actions < 1, f"atari.sticky_actions must be in [0, 1), got {self.sticky_actions}")
+        check(0 <= self.eval_epsilon <= 1, f"atari.eval_epsilon must be in [0, 1], got {self.eval_epsilon}")
         check(self.noop_max >= 0 and self.threads >= 1, "atari.noop_max must be >= 0 and atari.threads >= 1")
 
 

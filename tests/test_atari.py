@@ -85,3 +85,18 @@ def test_every_recipe_picks_its_atari_preset_for_any_game(recipe):
     assert default_experiment(recipe, "ALE/Breakout-v5") == "atari"
     assert default_experiment(recipe, "MinAtar/Breakout-v1") == "minatar"  # an exact id still wins
     assert default_experiment(recipe, "CartPole-v1") == "default"
+
+
+@pytest.mark.timeout(60)  # greedy, the two games take minutes: 27,000 steps each
+def test_evaluation_of_a_policy_that_never_fires_ends_by_its_random_actions():
+    """Breakout waits for FIRE after every lost life: a greedy NOOP policy would play out the
+    27,000-step limit. Evaluation acts at random with probability ``atari.eval_epsilon`` (0.05)."""
+    import torch
+
+    from distrl.envs.gym import evaluate
+
+    noop = lambda obs: torch.tensor([[1.0, 0.0, 0.0, 0.0]]).expand(len(obs), 4)  # noqa: E731
+    returns = evaluate(noop, "ALE/Breakout-v5", 2, seed=0, device=torch.device("cpu"))
+    assert len(returns) == 2 and all(r >= 0 for r in returns)
+    greedy = AtariConfig(eval_epsilon=0.0)
+    assert atari.eval_epsilon("ALE/Breakout-v5", greedy) == 0.0 and atari.eval_epsilon("CartPole-v1") == 0.0

@@ -40,6 +40,12 @@ def frame_skip(env_id: str) -> int:
     return FRAME_SKIP if is_atari(env_id) else 1
 
 
+def eval_epsilon(env_id: str, opts: Optional[AtariConfig] = None) -> float:
+    """The exploration of an evaluation episode: ``opts.eval_epsilon`` for Atari (Mnih et al.
+    2015 evaluate with 0.05), 0 (greedy) elsewhere."""
+    return (opts or AtariConfig()).eval_epsilon if is_atari(env_id) else 0.0
+
+
 def _game(env_id: str) -> str:
     """``ALE/Pong-v5`` -> ``pong``; ``ALE/MontezumaRevenge-v5`` -> ``montezuma_revenge`` (ale-py's ROM names)."""
     name = env_id[len(PREFIX):].split("-")[0]

@@ -24,6 +24,7 @@ from torchrl.data import Bounded, Categorical, OneHot
 from torchrl.envs import EnvBase
 
 from distrl.data import keys
+from distrl.envs.atari import is_atari
 from distrl.envs.torch_envs import TORCH_ENV_IDS, TorchBatchedEnv, make_torch_env
 
 EnvFactory = Callable[[str, int, torch.device, int], EnvBase]
@@ -153,8 +154,9 @@ def load_factory(spec: str) -> EnvFactory:
 
 
 def make_batched_env(env_id: str, num_envs: int, device: torch.device, seed: int, factory: str = "",
-                     obs_key: str = keys.OBSERVATION) -> BatchedEnv:
-    """``num_envs`` envs on ``device``: through ``factory`` when given, else the torch-native suite."""
+                     obs_key: str = keys.OBSERVATION, atari_opts=None) -> BatchedEnv:
+    """``num_envs`` envs on ``device``: through ``factory`` when given, else the torch-native suite;
+    an ``ALE/*`` id in ale-py's C++ vector env on the CPU (:class:`GymVectorEnv`, options ``atari_opts``)."""
     if factory:
         env = load_factory(factory)(env_id, num_envs, device, seed)
         if isinstance(env, BatchedEnv):
@@ -164,6 +166,8 @@ def make_batched_env(env_id: str, num_envs: int, device: torch.device, seed: int
         if isinstance(env, TorchBatchedEnv):
             return NativeEnv(env)
         return TorchRLEnv(env, device, obs_key)
+    if is_atari(env_id):
+        return GymVectorEnv(env_id, num_envs, device, seed, atari_opts)
     if env_id not in TORCH_ENV_IDS:
         raise ValueError(f"no torch-native env for {env_id!r} (have {', '.join(TORCH_ENV_IDS)}); bring a batched "
                          f"TorchRL env with --set algo.env_factory=module:function, e.g. distrl.envs.batched:gym_serial_env")
@@ -184,11 +188,11 @@ class GymVectorEnv(BatchedEnv):
     """gymnasium's ``SyncVectorEnv`` (numpy, CPU) behind the same interface: the CPU-env baseline
     of ``experiments/bench_vecenv.py``, and a fast way to train on any gymnasium id."""
 
-    def __init__(self, env_id: str, num_envs: int, device: torch.device, seed: int):
+    def __init__(self, env_id: str, num_envs: int, device: torch.device, seed: int, atari_opts=None):
         from distrl.envs.gym import env_info, make_vector_env
 
         info = env_info(env_id)
-        self.env, self.device, self.seed = make_vector_env(env_id, num_envs, seed), torch.device(device), seed
+        self.env, self.device, self.seed = make_vector_env(env_id, num_envs, seed, atari_opts), torch.device(device), seed
         self.num_envs, self.num_actions, self.action_dim = num_envs, info.num_actions, info.action_dim
         self.obs_shape, self.obs_dtype = info.shape, info.obs_dtype or torch.float32
         self.max_episode_steps = None
@@ -234,8 +238,10 @@ def torchrl_native_env(env_id: str, num_envs: int, device: torch.device, seed: i
 
 
 @torch.no_grad()
-def evaluate_greedy(env: BatchedEnv, greedy: Callable[[torch.Tensor], torch.Tensor], max_steps: int = 100_000) -> list[float]:
-    """Return of the first episode of each of ``env``'s ``B`` envs under ``greedy(obs [B, *F])``.
+def evaluate_greedy(env: BatchedEnv, greedy: Callable[[torch.Tensor], torch.Tensor], max_steps: int = 100_000,
+                    epsilon: float = 0.0, seed: int = 0) -> list[float]:
+    """Return of the first episode of each of ``env``'s ``B`` envs under ``greedy(obs [B, *F])``,
+    a uniformly random action instead with probability ``epsilon`` (discrete actions; Atari's habit).
 
     Stops when every env has finished an episode (checked every 64 steps, to keep host syncs off
     the step path) or after ``max_steps`` (the env's time limit when it declares one).
@@ -244,8 +250,14 @@ def evaluate_greedy(env: BatchedEnv, greedy: Callable[[torch.Tensor], torch.Tens
     obs = env.reset()
     returns = torch.zeros(env.num_envs, device=obs.device)
     running = torch.ones(env.num_envs, dtype=torch.bool, device=obs.device)
+    gen = torch.Generator(device=obs.device).manual_seed(seed)
     for t in range(limit):
-        _, reward, term, trunc, obs = env.step(greedy(obs))
+        action = greedy(obs)
+        if epsilon:
+            explore = torch.rand(env.num_envs, generator=gen, device=obs.device) < epsilon
+            random = torch.randint(env.num_actions, (env.num_envs,), generator=gen, device=obs.device)
+            action = torch.where(explore, random, action)
+        _, reward, term, trunc, obs = env.step(action)
         returns += reward * running
         running &= ~(term | trunc)
         if t % 64 == 63 and not running.any():

@@ -142,7 +142,7 @@ def final_observations(next_obs: np.ndarray, info: dict, done: np.ndarray) -> np
 def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch.device,
              atari_opts=None) -> list[float]:
     """Returns of ``episodes`` greedy episodes, one per env of a vector env (Atari: full games,
-    every life, unclipped scores).
+    every life, unclipped scores, epsilon-greedy at ``atari.eval_epsilon``).
 
     Args:
         policy_logits: callable ``obs [B, *F] -> logits [B, A]`` (observations as :func:`as_obs` gives them).
@@ -158,9 +158,15 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
     obs, _ = env.reset(seed=seed)
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
+    epsilon = atari.eval_epsilon(env_id, atari_opts)
+    rng = np.random.default_rng(seed)
     while running.any():
         logits = policy_logits(as_obs(obs).to(device))
-        obs, reward, term, trunc, _ = env.step(logits.argmax(-1).cpu().numpy())
+        action = logits.argmax(-1).cpu().numpy()
+        if epsilon:  # Atari: a greedy policy that never presses FIRE would wait out the 27k-step limit
+            explore = rng.random(episodes) < epsilon
+            action = np.where(explore, rng.integers(logits.shape[-1], size=episodes), action)
+        obs, reward, term, trunc, _ = env.step(action)
         returns += reward * running
         running &= ~(term | trunc)
     env.close()

@@ -17,6 +17,7 @@ flag: well under 1 KB a rank) are left out, as ``distrl/data/wire.py`` leaves ou
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -26,6 +27,7 @@ import torch.distributed as dist
 from tensordict import TensorDict
 
 from distrl import faults
+from distrl.envs.atari import eval_epsilon
 from distrl.algorithms.ppo import UPDATE_STATS, gae, normalize_advantage, ppo_update, world_size
 from distrl.recipes.base import RoleContext
 from distrl.envs.batched import NativeEnv, TorchRLEnv, evaluate_greedy, make_batched_env
@@ -75,7 +77,8 @@ class VecEnvLearner:
         env_seed, torch_seed = seeds(self.cfg.run.seed, self.rank)
         torch.manual_seed(torch_seed)
         a = self.algo
-        self.env = make_batched_env(self.cfg.run.env, a.num_envs, self.device, env_seed, a.env_factory, a.obs_key)
+        self.env = make_batched_env(self.cfg.run.env, a.num_envs, self.device, env_seed, a.env_factory, a.obs_key,
+                                    self.cfg.atari)
         env = self.env
         self.model = make_actor_critic(env.obs_shape, env.num_actions, env.action_dim, self.cfg.net,
                                        a.init_log_std, a.normalize_obs).to(self.device)
@@ -258,8 +261,12 @@ class VecEnvLearner:
         if n == 0:
             return []
         a = self.algo
-        env = make_batched_env(self.cfg.run.env, n, self.device, self.cfg.run.seed + 10_000, a.env_factory, a.obs_key)
+        # Atari: the full game, unclipped (the same frames as gymnasium's path, tests/test_atari.py)
+        full_game = dataclasses.replace(self.cfg.atari, episodic_life=False, reward_clipping=False)
+        env = make_batched_env(self.cfg.run.env, n, self.device, self.cfg.run.seed + 10_000, a.env_factory, a.obs_key,
+                               full_game)
         try:
-            return evaluate_greedy(env, self.model.greedy)
+            return evaluate_greedy(env, self.model.greedy, epsilon=eval_epsilon(self.cfg.run.env, self.cfg.atari),
+                                   seed=self.cfg.run.seed)
         finally:
             env.close()

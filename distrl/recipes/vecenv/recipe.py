@@ -112,13 +112,12 @@ def minatar() -> Config:
 
 def atari() -> Config:
     """``ALE/*`` games (Pong by default; the Nature encoder) in ale-py's C++ vector env on the CPU
-    (not on the device: distrl.envs.batched.GymVectorEnv), with PPO's Atari settings (Schulman et
-    al. 2017): 8 envs x 128 steps, 4 epochs of 4 minibatches, lr 2.5e-4, clip 0.1, entropy 0.01."""
+    (not on the device: ``distrl.envs.batched.GymVectorEnv``), with PPO's Atari settings (Schulman
+    et al. 2017): 8 envs x 128 steps, 4 epochs of 4 minibatches, lr 2.5e-4, clip 0.1, entropy 0.01."""
     return override(
         default(),
         **{**ATARI_RUN, "algo.num_envs": 8, "algo.rollout_length": 128, "algo.epochs": 4,
-           "algo.num_minibatches": 4, "algo.lr": 2.5e-4, "algo.clip_eps": 0.1, "algo.entropy_coef": 0.01,
-           "algo.env_factory": "distrl.envs.batched:gym_vector_env"},
+           "algo.num_minibatches": 4, "algo.lr": 2.5e-4, "algo.clip_eps": 0.1, "algo.entropy_coef": 0.01},
     )
 
 
@@ -144,14 +143,18 @@ ENV_EXPERIMENTS = {"Pendulum-v1": "pendulum", "MinAtar/Breakout-v1": "minatar", 
 
 
 def _check_config(cfg: Config) -> None:
+    from distrl.envs.atari import is_atari
     from distrl.envs.batched import load_factory
+    from distrl.envs.gym import check_env_id
     from distrl.envs.torch_envs import TORCH_ENV_IDS
 
     if cfg.algo.env_factory:
         load_factory(cfg.algo.env_factory)
+    elif is_atari(cfg.run.env):  # ale-py's C++ vector env on the CPU
+        check_env_id(cfg.run.env)
     elif cfg.run.env not in TORCH_ENV_IDS:
-        raise ValueError(f"vecenv has no torch-native {cfg.run.env!r} (it has {', '.join(TORCH_ENV_IDS)}); "
-                         "bring a batched TorchRL env with --set algo.env_factory=module:function "
+        raise ValueError(f"vecenv has no torch-native {cfg.run.env!r} (it has {', '.join(TORCH_ENV_IDS)}, and ALE/* "
+                         "ids); bring a batched TorchRL env with --set algo.env_factory=module:function "
                          "(distrl.envs.batched:gym_serial_env wraps any gymnasium id)")
 
 
