@@ -6,7 +6,9 @@ steps, the other groups' requests are in flight, so stepping hides the round tri
 these machines, idle to loaded, for a tiny ``rpc_sync`` on loopback) as long as a group's step takes about as long. Each request carries a
 whole group: its observations, and the reward, termination and truncation of its previous step
 (plus the true final observations of envs whose episode just ended, for V-trace's bootstrap).
-Trajectories are assembled on the server from this stream and never cross the wire again.
+Trajectories are assembled on the server from this stream and never cross the wire again. A
+frame stack (Atari's ``[4, 84, 84]``) crosses one new frame per step (``distrl/data/frame_stream.py``):
+the server rebuilds the stacks.
 
 On start the worker announces a fresh random run id on ``hello`` and stamps it on every
 request: a server that sees a new run id for a group resets that group's state (partial
@@ -27,6 +29,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl import faults
+from distrl.data.frame_stream import StackSender
 from distrl.recipes.base import RoleContext
 from distrl.envs.gym import as_obs, env_info, final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget
@@ -47,6 +50,8 @@ class SeedEnvWorker:
         self.K, self.B = algo.groups_per_worker, algo.envs_per_group
         info = env_info(self.cfg.run.env)
         self.obs_shape, self.obs_dtype = info.shape, info.obs_dtype or torch.float32
+        #: per group, when observations are frame stacks: each new frame crosses once
+        self.senders = [StackSender() for _ in range(self.K)] if info.frame_stack else None
         self.run_id = _fresh_id()  # fresh per start: tells the server we restarted
         self.run_ids = [self.run_id] * self.K  # per group: a recreated group takes a fresh one
         self.seed = self.cfg.run.seed + 1000 * ctx.rank
@@ -60,14 +65,21 @@ class SeedEnvWorker:
 
     def _message(self, group: int, obs: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
                  truncated: torch.Tensor, final_obs: torch.Tensor) -> TensorDict:
-        """One step message: ``obs [B, *F]``, ``reward/terminated/truncated [B]``, ``final_obs [D, *F]``."""
+        """One step message: ``obs [B, *F]``, ``reward/terminated/truncated [B]``, ``final_obs [D, *F]``
+        (frame stacks: their new frames, ``frame_stream.py``)."""
+        if self.senders is None:
+            images = {OBS: obs, FINAL_OBS: final_obs}
+        else:
+            images = self.senders[group].encode(obs, terminated | truncated, final_obs)
         return TensorDict({
-            OBS: obs, REWARD: reward, TERMINATED: terminated, TRUNCATED: truncated, FINAL_OBS: final_obs,
+            **images, REWARD: reward, TERMINATED: terminated, TRUNCATED: truncated,
             RANK: torch.tensor(self.ctx.rank), GROUP: torch.tensor(group), RUN_ID: torch.tensor(self.run_ids[group]),
         })
 
     def _first_message(self, group: int) -> TensorDict:
         B = self.B
+        if self.senders is not None:
+            self.senders[group].reset()  # a new stream: every stack whole
         return self._message(group, self.first_obs[group], torch.zeros(B), torch.zeros(B, dtype=torch.bool),
                              torch.zeros(B, dtype=torch.bool), torch.zeros(0, *self.obs_shape, dtype=self.obs_dtype))
 

@@ -23,9 +23,12 @@ from typing import Optional
 import torch
 from tensordict import TensorDict
 
+from distrl.data.frame_stream import FRAME, KEYS as STREAM_KEYS, StackReceiver
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.models import sample_actions
-from distrl.roles.batcher import ACTION, RANK, RUN_ID, STOP, DynamicBatcher, InferenceStats, Request
+from distrl.roles.batcher import (
+    ACTION, FINAL_OBS, GROUP, OBS, RANK, RUN_ID, STOP, TERMINATED, TRUNCATED, DynamicBatcher, InferenceStats, Request,
+)
 from distrl.recipes.seed.trajectory import GroupTrajectories
 
 
@@ -60,6 +63,8 @@ class InferenceServer:
         self._count_lock = threading.Lock()
         self.said_stop: set[int] = set()  # workers that got a stop reply
         self.run_ids: dict[int, int] = {}  # rank -> run id announced on hello
+        #: (rank, group) -> (run id, StackReceiver): frame stacks rebuilt from their new frames
+        self.streams: dict[tuple[int, int], tuple[int, StackReceiver]] = {}
         self.failure: Optional[BaseException] = None
         #: set: every request from now on is answered with stop (the learner passes its session's)
         self.stopping = stopping if stopping is not None else threading.Event()
@@ -83,6 +88,9 @@ class InferenceServer:
             self.said_stop.add(rank)
             return TensorDict({STOP: torch.tensor(True)})
         try:
+            wire_bytes = payload_nbytes(td)
+            if FRAME in td.keys():  # frame stacks sent a new frame at a time: rebuild them
+                td = self._stacks(td)
             req = Request.from_message(td, self.B, self.obs_shape, self.obs_dtype)
             if req.key not in self.groups:
                 raise ValueError(f"no env group {req.key} on this server")
@@ -96,8 +104,17 @@ class InferenceServer:
             raise RuntimeError(f"inference failed: {req.error!r}")
         if bool(req.reply[STOP]):
             self.said_stop.add(rank)
-        self.wire.add(payload_nbytes(td) + payload_nbytes(req.reply), req.size)
+        self.wire.add(wire_bytes + payload_nbytes(req.reply), req.size)
         return req.reply
+
+    def _stacks(self, td: TensorDict) -> TensorDict:
+        """``td`` with ``observation`` and ``final_observation`` rebuilt from its frames (its group's
+        :class:`StackReceiver`, started over when the group's run id changes)."""
+        key, run_id = (int(td[RANK]), int(td[GROUP])), int(td[RUN_ID])
+        if self.streams.get(key, (None,))[0] != run_id:
+            self.streams[key] = (run_id, StackReceiver())
+        obs, final = self.streams[key][1].decode(td, td[TERMINATED] | td[TRUNCATED])
+        return td.exclude(*STREAM_KEYS).update({OBS: obs, FINAL_OBS: final})
 
     def _count(self, name: str) -> None:
         with self._count_lock:  # handler threads and the inference thread both count
