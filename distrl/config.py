@@ -71,6 +71,7 @@ class RunConfig:
     checkpoint_interval_s: float = 60.0  #: seconds between periodic checkpoints
     peer_grace_s: float = 30.0  #: seconds the learner waits once every peer is lost, then checkpoints and exits 4
     env_max_failures: int = 10  #: consecutive env failures a worker recovers from (with backoff) before it gives up
+    watchdog_s: float = 300.0  #: a learner whose loop is silent this long (frozen, deadlocked) is killed: the job ends with status 5; 0: never
     resume: bool = False  #: continue from the latest checkpoint in run_dir
     allow_fresh: bool = False  #: with resume: start over when checkpoint files exist but none loads (else stop with an error)
     device: str = "auto"  #: learner device: auto (cuda if present), cpu or cuda
@@ -86,6 +87,7 @@ class RunConfig:
         check(self.checkpoint_interval_s >= 0,
               f"run.checkpoint_interval_s must be >= 0 (0: after every update), got {self.checkpoint_interval_s}")
         check(self.peer_grace_s >= 0, f"run.peer_grace_s must be >= 0, got {self.peer_grace_s}")
+        check(self.watchdog_s >= 0, f"run.watchdog_s must be >= 0, got {self.watchdog_s}")
         check(self.env_max_failures >= 1, f"run.env_max_failures must be >= 1, got {self.env_max_failures}")
         check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
               f"run.device must be auto, cpu or cuda[:N], got {self.device!r}")

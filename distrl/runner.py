@@ -135,7 +135,7 @@ def run(p: Plan, rank: int = 0) -> int:
     role = p.roles[rank]
     body = _run_collective if p.recipe.group == "collective" else run_rpc
     return supervise(lambda: _exit_status(body, p, rank), rank, role, critical=role in p.recipe.critical_roles,
-                     grace_s=p.cfg.transport.call_timeout_s + 10)
+                     grace_s=p.cfg.transport.call_timeout_s + 10, watchdog_s=p.cfg.run.watchdog_s)
 
 
 def _run_local(p: Plan) -> Optional[dict]:

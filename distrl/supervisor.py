@@ -10,7 +10,13 @@ should cost the job one actor, not the run. So the process torchrun started only
   restarts it under ``--max-restarts`` (the learner then resumes from its last checkpoint);
 - when rank 0's role ends, its supervisor sets a key in torchrun's store; a supervisor whose
   child is still alive a grace period later (a stopped or wedged process) kills it, so a
-  SIGSTOPped actor cannot hold the job open forever.
+  SIGSTOPped actor cannot hold the job open forever;
+- a watchdog: a critical role's loop beats (:func:`beat`, a shared timestamp the learner session
+  writes on every loop turn; a role that never beats, SF's inference, is not watched); a critical
+  child silent for ``watchdog_s`` after its first beat (SIGSTOPped, deadlocked,
+  a hung device call) is killed and the rank exits :data:`WATCHDOG_EXIT`, so torchrun ends the whole
+  job (or restarts it under ``--max-restarts``) instead of every other role waiting on it for
+  ever. A frozen actor needs no watchdog here: the learner's liveness pings declare it lost.
 
 The child asks the kernel for SIGKILL when its supervisor dies (``PR_SET_PDEATHSIG``), so no
 process outlives its rank; when the child ends, the supervisor removes any shared-memory files the
@@ -27,6 +33,15 @@ from datetime import timedelta
 from typing import Callable, Optional
 
 _PR_SET_PDEATHSIG = 1
+WATCHDOG_EXIT = 5  #: a rank's exit status when its critical role was killed for making no progress
+
+_beat = None  # in a supervised child: the shared timestamp its supervisor watches
+
+
+def beat() -> None:
+    """Tell this process's supervisor the role is making progress (a no-op when unsupervised)."""
+    if _beat is not None:
+        _beat.value = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
 
 
 def _done_key() -> str:
@@ -34,9 +49,11 @@ def _done_key() -> str:
                                             os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
-def child_main(target: Callable[[], int]) -> None:
+def child_main(target: Callable[[], int], shared_beat=None) -> None:
     """The body of a child process: dies with its parent (``PR_SET_PDEATHSIG``), takes the default
     SIGTERM/SIGINT handling, runs ``target`` and exits with its status through ``os._exit``."""
+    global _beat
+    _beat = shared_beat
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # not Linux: the supervisor's own cleanup still applies
@@ -83,13 +100,18 @@ class _Store:
                 pass
 
 
-def supervise(target: Callable[[], int], rank: int, role: str, critical: bool, grace_s: float) -> int:
+def supervise(target: Callable[[], int], rank: int, role: str, critical: bool, grace_s: float,
+              watchdog_s: float = 0.0) -> int:
     """Run ``target`` in a forked child; return the exit status this rank reports to torchrun.
 
     ``grace_s``: how long a child may outlive the end of rank 0's role before it is killed.
+    ``watchdog_s``: how long a critical child may go without a :func:`beat` (0: no watchdog).
     """
-    child = multiprocessing.get_context("fork").Process(target=child_main, args=(target,), name=f"distrl-{role}-{rank}")
+    ctx = multiprocessing.get_context("fork")
+    shared_beat = ctx.Value("d", 0.0, lock=False)  # one float, written by one process; 0: never beat yet
+    child = ctx.Process(target=child_main, args=(target, shared_beat), name=f"distrl-{role}-{rank}")
     child.start()
+    frozen = False
     forwarded: list[float] = []
 
     def forward(signum, _frame):
@@ -107,6 +129,13 @@ def supervise(target: Callable[[], int], rank: int, role: str, critical: bool, g
             child.join(0.5)
             if forwarded and time.monotonic() - forwarded[0] > 30:  # ignored SIGTERM: end it
                 child.kill()
+            silent = time.monotonic() - shared_beat.value
+            if critical and watchdog_s and shared_beat.value and silent > watchdog_s and child.is_alive() and not forwarded:
+                print(f"[rank {rank}] watchdog: {role} made no progress for {silent:.0f}s (run.watchdog_s="
+                      f"{watchdog_s:g}); killing it, the job ends with status {WATCHDOG_EXIT}", flush=True)
+                frozen = True
+                child.kill()  # SIGKILL ends a stopped process too
+                child.join(5)
             if rank != 0 and child.is_alive():
                 if done_since is None and store.is_set(_done_key()):
                     done_since = time.monotonic()
@@ -124,7 +153,7 @@ def supervise(target: Callable[[], int], rank: int, role: str, critical: bool, g
         _remove_shared_memory(child.pid)
         if rank == 0:
             store.set(_done_key())
-    return _verdict(child.exitcode, rank, role, critical)
+    return WATCHDOG_EXIT if frozen else _verdict(child.exitcode, rank, role, critical)
 
 
 def _remove_shared_memory(pid: Optional[int]) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import torch
 from tensordict import TensorDict
 
-from distrl import faults
+from distrl import faults, supervisor
 from distrl.checkpoint import list_checkpoints, resume_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
 from distrl.data import keys
 from distrl.envs.gym import env_info, evaluate, is_factory
@@ -103,6 +103,7 @@ class LearnerSession:
     def should_stop(self) -> bool:
         """Whether the loop should stop (``stop_reason`` says why). It also pings the peers, so a
         loop that calls it while it waits for data notices them die (``all_peers_lost``)."""
+        supervisor.beat()  # the loop turns: the rank's watchdog (run.watchdog_s) sees progress
         if self.stop_reason is None and self._sigterm.is_set():
             self.stop_reason = "sigterm"
             if self._trained is not None:  # checkpoint first: evaluation and goodbyes come after
@@ -341,6 +342,7 @@ class LearnerSession:
 
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Once per learner loop iteration: liveness, progress, periodic checkpoint."""
+        supervisor.beat()
         self.heartbeat()
         with self.budget("eval"):
             self.periodic_eval(model, optim)

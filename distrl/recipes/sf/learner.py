@@ -19,6 +19,7 @@ behind: the backpressure.
 from __future__ import annotations
 
 import collections
+import os
 import threading
 from typing import Optional
 
@@ -53,6 +54,8 @@ class SFLearner:
 
     def __init__(self, ctx: RoleContext):
         self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # its own process: a conv backward may use idle cores
+            torch.set_num_threads(max(self.cfg.run.torch_threads, self.algo.learner_threads))
         self.session = LearnerSession(ctx)
         self.device = self.session.device
         info = env_info(self.cfg.run.env)

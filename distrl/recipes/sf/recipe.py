@@ -48,6 +48,7 @@ class SFConfig:
     entropy_coef: float = 0.003  #: weight of the entropy bonus
     max_grad_norm: float = 1.0  #: gradient-norm clip, per tower (clip_towers)
     normalize_advantage: bool = False  #: rescale each batch's advantages to unit variance (off: raw, as impala)
+    learner_threads: int = 1  #: torch threads of the learner's process (at world size > 1)
 
     def __post_init__(self):
         for name in ("envs_per_worker", "groups_per_worker", "inference_ranks", "local_workers", "unroll_length",
