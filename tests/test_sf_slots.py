@@ -172,6 +172,37 @@ def test_a_worker_never_takes_a_negative_or_foreign_slot_from_the_learners_reply
     assert w._hand_in(0) is True and grp.slot == 3 and grp.t == 0
 
 
+def test_a_worker_waits_on_a_busy_learner_and_leaves_only_when_it_is_gone():
+    """No free slot within algo.slot_timeout_s: the learner is evaluating or checkpointing (Atari:
+    full games for tens of seconds), not gone. The worker pings it and waits on while it answers;
+    on 2026-12-03 a 10 s limit made both workers of a Breakout run leave, and the run end."""
+    from distrl.transport.base import PeerLostError
+
+    w = _worker()
+    w.learner = 0
+    w.cfg = SimpleNamespace(transport=SimpleNamespace(call_timeout_s=1.0))
+    replies = iter([TimeoutError(), TimeoutError(), 3])
+
+    def wait(*a, **k):
+        r = next(replies)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    pings = []
+    w.ctx.transport = SimpleNamespace(call_sync=lambda *a: pings.append(a))
+    w.slot_bell = SimpleNamespace(ask=lambda *a: None, wait=wait)
+    assert w._hand_in(0) is True and w.groups[0].slot == 3 and len(pings) == 2
+
+    def gone(*a):
+        raise PeerLostError(0, "learner", "EOF")
+
+    w.ctx.transport = SimpleNamespace(call_sync=gone)
+    w.slot_bell = SimpleNamespace(ask=lambda *a: None, wait=lambda *a, **k: (_ for _ in ()).throw(TimeoutError()))
+    with pytest.raises(PeerLostError):
+        w._hand_in(0)
+
+
 # ---------------------------------------------------------------- SIGSTOP, eviction, SIGCONT
 
 @pytest.mark.timeout(120)

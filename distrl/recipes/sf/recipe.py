@@ -35,7 +35,7 @@ class SFConfig:
     max_batch_envs: int = 1024  #: an inference batch closes once it holds this many observations...
     max_wait_ms: float = 0.5  #: ...or this long after its first request arrived
     request_timeout_s: float = 10.0  #: how long a rollout worker waits for one request's actions; below the call timeout
-    slot_timeout_s: float = 10.0  #: how long a worker waits for a free slot before it gives up
+    slot_timeout_s: float = 10.0  #: how long a worker waits for a free slot before it pings the learner (and waits on if it answers)
     lr: float = 5e-4  #: Adam learning rate (impala's and seed's)
     gamma: float = 0.99  #: discount
     vtrace: bool = True  #: V-trace value targets (off: GAE on the lagged data)

@@ -184,10 +184,15 @@ class SFRolloutWorker:
             return True
         stopped = lambda: bool(self.stop_flag[0] or self.evicted_flag[self.ctx.rank])  # noqa: E731
         with self.budget("handoff"):
-            try:  # the reply to the group's last hand-in: read T steps after it was sent
-                slot = self.slot_bell.wait(g, self.algo.slot_timeout_s, stopped)
-            except TimeoutError:
-                raise TransportError(f"no free trajectory slot within algo.slot_timeout_s={self.algo.slot_timeout_s}s")
+            while True:  # the reply to the group's last hand-in: read T steps after it was sent
+                try:
+                    slot = self.slot_bell.wait(g, self.algo.slot_timeout_s, stopped)
+                    break
+                except TimeoutError:
+                    # A learner busy evaluating or checkpointing holds every slot for a while: that is
+                    # backpressure, not a failure. Wait on while it answers a ping (raises if it is
+                    # gone); a frozen one is its supervisor's watchdog's business (run.watchdog_s).
+                    self.ctx.transport.call_sync(self.learner, "ping", None, self.cfg.transport.call_timeout_s)
         self._own(grp.slot)  # an evicted worker's wait ends as a stopped one's
         if not self._valid(slot):  # never indexed with: -1 would be the last slot, another worker's
             return False
