@@ -312,6 +312,9 @@ class LearnerSession:
                 return None
             optim.zero_grad(set_to_none=True)
             loss.backward()
+        elif faults.due("nan_loss", self.ctx.rank, self.tracker.updates):  # A3C: the workers' gradients
+            for p in (p for tower in towers for p in tower if p.grad is not None):
+                p.grad.mul_(float("nan"))
         grad_norm = clip_towers(towers, max_grad_norm)
         if loss is None and not self.loss_is_finite(grad_norm):
             return None

@@ -230,12 +230,18 @@ class VecEnvLearner:
             for group in self.optim.param_groups:
                 group["lr"] = self.algo.lr * (1.0 - done)
         self.frames += self.world * self.algo.frames_per_rank
-        is_finite = self.session.loss_is_finite if self.session is not None else None
+        is_finite = self._is_finite if self.session is not None else None
         with self.budget("learn"):
             stats = ppo_update(self.model, self.optim, self._targets(), self.algo, is_finite)
         if self.algo.normalize_obs:
             self._update_obs_norm()
         return self._agree_to_stop(stats)
+
+    def _is_finite(self, grad_norm: torch.Tensor) -> bool:
+        """Rank 0's check of the reduced gradient norm (the session counts, and stops on a streak)."""
+        if faults.due("nan_loss", self.rank, self.session.tracker.updates):  # injected (reliability tests)
+            grad_norm = grad_norm * float("nan")
+        return self.session.loss_is_finite(grad_norm)
 
     def _update_obs_norm(self) -> None:
         """The rollout's observation moments, summed over the ranks, into ``model.obs_norm``."""
