@@ -18,6 +18,12 @@ files exist and none of them loads, :func:`resume_checkpoint` raises :class:`Dam
 (``run.allow_fresh`` starts over instead) rather than let ``--resume`` silently start over.
 ``best.pt`` beside them holds the policy that scored best in a greedy evaluation; ``--resume``
 always continues from the newest, never from the best.
+
+Checkpoints are the run's user's alone (``checkpoints/`` ``0o700``, files ``0o600``, whatever the
+umask) and are read with ``torch.load(weights_only=True)`` (:func:`load_checkpoint`): what they
+hold is tensors, numbers, strings and containers of them, and numpy's RNG state, whose three numpy
+types are allowed by name. A file that names anything else (a pickled object: code would run to
+build it) is refused like a damaged one instead of being executed.
 """
 from __future__ import annotations
 
@@ -31,7 +37,17 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+try:
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # numpy 1
+    from numpy.core.multiarray import _reconstruct
+
 _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
+#: what a checkpoint may name besides torch's own weights-only types: numpy's RNG state (a uint32
+#: array), under the names numpy 2 and numpy 1 pickle it with
+_NUMPY_RNG_GLOBALS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)),
+                      (_reconstruct, "numpy._core.multiarray._reconstruct"),
+                      (_reconstruct, "numpy.core.multiarray._reconstruct")]
 
 
 class DamagedCheckpoints(ValueError):
@@ -73,11 +89,20 @@ def best_checkpoint_path(run_dir: str | Path) -> Path:
     return checkpoint_dir(run_dir) / "best.pt"
 
 
+def _owner_only_dir(folder: Path) -> None:
+    """Create ``folder`` (and its parents) if needed and make it ``0o700``, whatever the umask."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_uid == os.getuid():
+        os.chmod(folder, 0o700)
+
+
 def _write_atomic(final: Path, state: dict[str, Any]) -> Path:
-    final.parent.mkdir(parents=True, exist_ok=True)
+    _owner_only_dir(final.parent)
     tmp = final.parent / f".{final.name}.tmp"
     try:
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a leftover temp file keeps its old mode through O_CREAT
+        with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
@@ -111,10 +136,18 @@ def _newest_loadable(run_dir: str | Path) -> tuple[Optional[dict[str, Any]], lis
     failures = []
     for path in reversed(list_checkpoints(run_dir)):
         try:
-            return torch.load(path, map_location="cpu", weights_only=False), failures
-        except Exception as e:  # a damaged file: fall back to the previous one
+            return load_checkpoint(path), failures
+        except Exception as e:  # a damaged file (or one naming code to run): fall back to the previous one
             failures.append(f"{path.name}: {type(e).__name__}")
     return None, failures
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """One checkpoint file, on the CPU, read weights-only: a file that names any global beyond
+    torch's weights-only set and numpy's RNG state raises ``pickle.UnpicklingError`` instead of
+    running code."""
+    with torch.serialization.safe_globals(_NUMPY_RNG_GLOBALS):
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def load_latest_checkpoint(run_dir: str | Path) -> Optional[dict[str, Any]]:

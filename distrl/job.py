@@ -5,13 +5,23 @@ the string ``none`` for every job, and a user who repeats ``--rdzv-id`` repeats 
 makes a name (UTC time plus a random suffix) and publishes it in torchrun's store, where the
 other ranks, on any node, read it. The store outlives a ``--max-restarts`` restart, so a
 restarted group gets the same name and continues the same run directory.
+
+A launch also owns its run directory: :func:`claim_run_dir` makes it owner-only (``0o700``) and
+takes ``RUN_DIR/.lock`` (``fcntl.flock``) for as long as the launch runs, so a second launch on the
+same directory, ``--resume`` or not, stops in one line naming the holder's pid and host. The kernel
+drops a dead holder's lock, so a crash or a SIGKILL leaves nothing to clean up.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import socket
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
+from typing import Iterator
 
 STORE_KEY = "distrl/job_id"
 
@@ -42,3 +52,72 @@ def job_id(timeout_s: float = 120.0) -> str:
         return store.get(STORE_KEY).decode()
     except RuntimeError as e:  # a timeout (DistStoreError is a RuntimeError)
         raise ValueError(f"rank {os.environ.get('RANK')}: no job id from rank 0 within {timeout_s:g}s ({e})") from None
+
+
+LOCK_NAME = ".lock"  #: in the run directory: ``pid host start`` of the launch that holds it
+
+
+class RunDirBusy(ValueError):
+    """Another live launch holds the run directory's lock."""
+
+
+def _busy(run_dir: Path, lock: Path) -> RunDirBusy:
+    try:
+        pid, host, since = lock.read_text().split()[:3]
+        who = f"pid {pid} on host {host} (since {since})"
+    except (OSError, ValueError):  # the holder took the lock and has not written its line yet
+        who = "another launch"
+    return RunDirBusy(f"{run_dir} is in use by {who}: wait for that run to end (or stop it), or choose another --run-dir")
+
+
+def ensure_run_dir_free(run_dir: str | Path) -> None:
+    """Raise :class:`RunDirBusy` (one line) if a live launch holds ``run_dir``; creates and writes
+    nothing (``distrl train --nproc`` checks here before it starts the ranks, rank 0 of which then
+    takes the lock)."""
+    lock = Path(run_dir) / LOCK_NAME
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    except OSError as e:  # another user's run directory: not ours to take either
+        raise RunDirBusy(f"{run_dir}: cannot read its lock file {lock.name} ({e.strerror}); choose another --run-dir") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _busy(Path(run_dir), lock) from None
+    finally:
+        os.close(fd)  # closing drops the probe's own lock
+
+
+@contextlib.contextmanager
+def claim_run_dir(run_dir: str | Path, wait_s: float = 0.0) -> Iterator[Path]:
+    """Hold ``run_dir`` for this launch: create it owner-only (``0o700``; an existing one of ours is
+    made so), take ``RUN_DIR/.lock`` and write ``pid host start`` into it. :class:`RunDirBusy` (one
+    line naming the holder) if another live process holds it after ``wait_s`` seconds (a restarted
+    rank 0 waits for its predecessor's last child to go). Released on exit from the block, or by the
+    kernel when the process dies."""
+    run_dir = Path(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        run_dir.mkdir(mode=0o700)  # the umask can only take bits away from 0o700
+    if run_dir.stat().st_uid == os.getuid():
+        os.chmod(run_dir, 0o700)  # a directory made before distrl did this, or by hand
+    lock = run_dir / LOCK_NAME
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise _busy(run_dir, lock) from None
+                time.sleep(0.1)
+        os.ftruncate(fd, 0)
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {since}\n".encode(), 0)
+        yield run_dir
+    finally:
+        os.close(fd)  # releases the lock (a forked child that still has it open holds it on)

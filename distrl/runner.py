@@ -96,7 +96,7 @@ def check_run_dir(p: Plan) -> None:
 
 
 def _prepare_run_dir(p: Plan) -> None:
-    p.run_dir.mkdir(parents=True, exist_ok=True)
+    p.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only also when runner.run is called directly
     (p.run_dir / "job_id").write_text(p.job)  # before config.json: see check_run_dir
     (p.run_dir / "config.json").write_text(p.cfg.to_json())
     (p.run_dir / "roles.json").write_text(json.dumps({str(r): n for r, n in p.roles.items()}, indent=2))

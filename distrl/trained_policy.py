@@ -42,7 +42,7 @@ from torch import nn
 from torchrl.data import Bounded, Categorical, Composite, OneHot, TensorSpec, Unbounded
 from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticActor, QValueActor
 
-from distrl.checkpoint import best_checkpoint_path, list_checkpoints, load_latest_checkpoint
+from distrl.checkpoint import best_checkpoint_path, list_checkpoints, load_checkpoint, load_latest_checkpoint
 from distrl.data import keys
 from distrl.envs import mock, partial  # noqa: F401  (distrl's own env ids resolve in a TorchRL GymEnv too)
 
@@ -68,10 +68,13 @@ def load_run(run_dir: str | Path, checkpoint: str = "best") -> tuple[dict, dict]
         path = Path(checkpoint)
         if not path.is_file():
             _fail(f"checkpoint must be one of {CHECKPOINTS} or a checkpoint file, got {checkpoint!r}")
-        return cfg, torch.load(path, map_location="cpu", weights_only=False)
+        try:
+            return cfg, load_checkpoint(path)
+        except Exception as e:  # damaged, or naming code to run: weights-only refuses, in one line
+            _fail(f"{path} does not load as a distrl checkpoint (weights only): {type(e).__name__}")
     state = None
     if checkpoint == "best" and best_checkpoint_path(run).is_file():
-        state = torch.load(best_checkpoint_path(run), map_location="cpu", weights_only=False)
+        state = load_checkpoint(best_checkpoint_path(run))
     if state is None:
         state = load_latest_checkpoint(run)
     if state is None:
@@ -196,7 +199,12 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
 def export_policy(run_dir: str | Path, out: str | Path, **kwargs) -> Path:
     """Write :func:`load_policy`'s actor to ``out`` whole (``torch.save`` of the module); load it
     back with ``torch.load(out, weights_only=False)`` where torch, tensordict, torchrl and distrl
-    are installed (the pickle names their classes)."""
+    are installed (the pickle names their classes).
+
+    A whole module cannot be loaded weights-only: ``weights_only=False`` runs whatever the file
+    names, so load only an export you made or got from someone you trust. For a reader who should
+    not have to trust the file, share the run's ``config.json`` and a checkpoint instead:
+    :func:`load_policy` reads the checkpoint weights-only and rebuilds the module from code."""
     actor = load_policy(run_dir, **kwargs)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +218,8 @@ def export_main(argv: list[str]) -> int:
 
     p = OneLineParser(prog="distrl export-policy",
                       description="Write a run's trained policy as a TorchRL actor module (torch.save of the whole "
-                                  "module; load with torch.load(OUT, weights_only=False)).")
+                                  "module; load with torch.load(OUT, weights_only=False), which runs what the file "
+                                  "names: load only exports you trust).")
     p.add_argument("run_dir", help="the run directory (--run-dir of distrl train)")
     p.add_argument("out", help="file to write, e.g. policy.pt")
     p.add_argument("--checkpoint", default="best",

@@ -10,6 +10,10 @@ mapped the files; for that window the directory is named after its owner's pid
 (``/dev/shm/distrl-<tag>-<pid>-<random>``) and :func:`remove_owned_by` (called by the rank's
 supervisor when its child dies) and :func:`sweep_stale` (called before creating a new one) remove
 directories whose owner is gone.
+
+The directory is created owner-only (``0o700``) before anything is written into it, and its files
+are made ``0o600``, whatever the umask: ``/dev/shm`` is shared by every user of the machine, and
+what is in the files (observations, actions, a run's doorbell pipes) is the run's alone.
 """
 from __future__ import annotations
 
@@ -59,8 +63,19 @@ def create(td: TensorDict, tag: str, root: Path = SHM_ROOT) -> tuple[TensorDict,
     TensorDict (plain tensor views of the shared pages) and the path other processes open."""
     sweep_stale(root)
     path = root / f"distrl-{tag}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    os.mkdir(path, 0o700)  # fails if the name exists: never write into a directory someone else made
     td.memmap_(prefix=str(path))
+    _owner_only(path)
     return _plain(td), path
+
+
+def _owner_only(path: Path) -> None:
+    """``0o700`` for ``path`` and the directories under it, ``0o600`` for its files (tensordict
+    creates them with the umask's permissions; the directory already kept others out)."""
+    for folder, _, files in os.walk(path):
+        os.chmod(folder, 0o700)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o600)
 
 
 def attach(path: str | Path) -> TensorDict:
