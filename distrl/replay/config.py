@@ -17,6 +17,7 @@ class ReplayConfig:
     samples_per_insert: float = 4.0  #: target sampled/inserted ratio (0: no rate limit)
     spi_tolerance: float = 20_000.0  #: drift from that ratio, in sampled items, before the shard holds one side
     queue_size: int = 8  #: insert messages the shard queues before it answers ``held``
+    frame_room: float = 1.05  #: frame-stack envs: frames the shard keeps per transition of capacity, each once
 
     def __post_init__(self):
         if self.capacity < 1 or self.queue_size < 1:
@@ -25,5 +26,7 @@ class ReplayConfig:
             raise ValueError(f"replay min_size must be in [0, capacity], got {self.min_size}")
         if self.alpha < 0 or self.priority_eps <= 0:
             raise ValueError("replay alpha must be >= 0 and priority_eps > 0")
+        if self.frame_room < 1:
+            raise ValueError(f"replay frame_room must be >= 1, got {self.frame_room}")
         if self.samples_per_insert < 0:
             raise ValueError("replay samples_per_insert must be >= 0")

@@ -5,8 +5,10 @@ It serves, over the transport:
 * ``insert``: transitions ``[N]`` with raw priorities ``[N]`` (without them, the largest priority
   seen so far, as TorchRL gives new items: ``distrl.ReplayServiceBuffer.extend``), or an Ape-X
   actor's packed window (:mod:`distrl.recipes.apex.transitions`: each observation once), which
-  the loop unpacks into the same transitions. The handler only checks the rate
-  limiter and enqueues (a bounded queue, ``ReplayConfig.queue_size``); this role's own loop writes
+  the loop unpacks into the same transitions. A window of frame stacks (Atari) is kept so, each
+  frame once: the first such insert into an empty shard makes its store a
+  :class:`~distrl.replay.frame_store.FrameReplayStore` (``ReplayConfig.frame_room``). The
+  handler only checks the rate limiter and enqueues (a bounded queue, ``ReplayConfig.queue_size``); this role's own loop writes
   them into the :class:`~distrl.replay.store.ReplayStore`. A full queue or the limiter answers
   ``held``: the actor keeps its message and tries again, so it is the actor that waits, never a
   transport thread. The actor asks with ``insert_probe`` (the message's size only) until the shard
@@ -49,8 +51,10 @@ from distrl import faults
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
-from distrl.recipes.apex.transitions import is_packed, packed_count, unpack_transitions
+from distrl.recipes.apex.transitions import (is_frames, is_packed, packed_count, unpack_frame_transitions,
+                                             unpack_transitions)
 from distrl.replay.config import ReplayConfig
+from distrl.replay.frame_store import FrameReplayStore
 from distrl.replay.store import ReplayStore, SamplesPerInsertLimiter
 from distrl.replay.sum_tree import SumTreeSampler
 from distrl.transport.base import CallTimeoutError, TransportError
@@ -189,6 +193,7 @@ class ReplayServer:
             return TensorDict(inserted=torch.tensor(self.store.inserted), insert_bytes=torch.tensor(self.inserts.bytes),
                               insert_frames=torch.tensor(self.inserts.frames),
                               sample_bytes=torch.tensor(self.sample_bytes), samples=torch.tensor(self.limiter.samples), priority_q=q, queued=torch.tensor(self.inbox.qsize()),
+                              store_bytes=torch.tensor(self.store.nbytes()),  # allocated: at capacity once written to
                               **{k: torch.tensor(v) for k, v in self.counts.items()}, **self._totals())
 
     def _replay_state(self, _msg) -> TensorDict:
@@ -202,8 +207,10 @@ class ReplayServer:
         return TensorDict({keys.SHARD_STATE: torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)})
 
     def _load_replay_state(self, msg: TensorDict) -> TensorDict:
-        state = torch.load(io.BytesIO(msg[keys.SHARD_STATE].numpy().tobytes()), weights_only=False)
+        state = torch.load(io.BytesIO(msg[keys.SHARD_STATE].numpy().tobytes()), weights_only=True)
         with self.lock:
+            self.store.inserted = 0  # whatever it held is replaced
+            self._use_store("frame_ring" in state["store"])
             self.store.load_state_dict(state["store"])
             self.limiter.load_state_dict(state["limiter"])
             self.counts.update(state["counts"])
@@ -220,18 +227,31 @@ class ReplayServer:
 
     # ---- the loop ---------------------------------------------------------------------------------
     @staticmethod
-    def _items(msg: TensorDict) -> tuple[TensorDict, torch.Tensor | None] | None:
-        """An insert message's transitions and priorities (a packed window unpacked); ``None`` if it is
-        malformed."""
+    def _items(msg: TensorDict) -> tuple | None:
+        """An insert message's transitions and priorities (a packed window unpacked), and the frames
+        of a frame-stack window; ``None`` if it is malformed."""
         if not is_packed(msg):
             return msg[keys.TRANSITIONS], msg.get(keys.PRIORITY, None)
         try:
+            if is_frames(msg):
+                frames, transitions, priority = unpack_frame_transitions(msg)
+                return transitions, priority, frames
             return unpack_transitions(msg)
         except ValueError:
             return None
 
-    def _write(self, items: tuple[TensorDict, torch.Tensor | None] | None) -> bool:
+    def _use_store(self, frames: bool) -> None:
+        """Frame-stack transitions go into a :class:`FrameReplayStore`, others into a plain one; an
+        empty shard takes the kind its first insert (or a restored checkpoint) needs."""
+        if isinstance(self.store, FrameReplayStore) != frames and self.store.inserted == 0:
+            a = self.replay
+            self.store = (FrameReplayStore(a.capacity, None, sampler=self.sampler, frame_room=a.frame_room) if frames
+                          else ReplayStore(a.capacity, None, sampler=self.sampler))
+
+    def _write(self, items: tuple | None) -> bool:
         """Store one message's transitions (caller holds the lock); ``False`` if it was rejected."""
+        if items is not None:
+            self._use_store(len(items) == 3)
         if items is None or not self.store.extend(*items):
             self.counts["rejected"] += 1
             return False

@@ -94,6 +94,19 @@ class ReplayStore:
             raise RuntimeError("sample() on an empty replay")
         return self.buffer.sample(batch_size)
 
+    def nbytes(self) -> int:
+        """Bytes of every tensor the store holds: the stored items (at capacity once the first insert
+        has allocated them), the writer's slot generations and a prioritized sampler's tree."""
+        storage = self.buffer.storage
+        items = storage._storage if storage.initialized else None
+        total = sum(t.numel() * t.element_size() for t in items.values(True, True)) if items is not None else 0
+        generation = getattr(self.writer, "_generation", None)
+        total += generation.numel() * generation.element_size() if isinstance(generation, torch.Tensor) else 0
+        tree = getattr(self.sampler, "tree", None)
+        if tree is not None:
+            total += sum(t.numel() * t.element_size() for t in tree.sums + tree.mins)
+        return total
+
     def state_dict(self) -> dict:
         """Contents, write cursor and counters: what a checkpoint needs to resume the replay exactly."""
         return {"buffer": self.buffer.state_dict(), "layout": self.layout,

@@ -199,7 +199,7 @@ class SumTreeSampler(Sampler):
         torch.save(self.state_dict(), path)
 
     def loads(self, path) -> None:
-        self.load_state_dict(torch.load(path, weights_only=False))
+        self.load_state_dict(torch.load(path, weights_only=True))
 
     def __repr__(self) -> str:
         return f"SumTreeSampler(capacity={self.tree.capacity}, alpha={self.alpha}, beta={self.beta}, eps={self.eps})"

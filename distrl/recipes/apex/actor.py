@@ -5,9 +5,9 @@ Actor ``i`` of ``N`` explores with ``eps_i = eps^(1 + alpha i / (N - 1))`` and i
 ``i mod R``. Each unroll of ``T`` steps is joined to the last ``n - 1`` steps of the one before, so
 every step gets its full n-step window (or the part of it before its episode ended). Its initial
 priority is ``|y - Q(s, a)|`` under the local network that acted. An insert carries each
-observation once (``transitions.py``); the shard rebuilds the transitions. One insert and one
-request to the learner are in flight at a time; neither is waited on unless the replay says
-``held`` (the rate limiter), which is how the learner holds actors back. Every
+observation once, or each frame once for frame stacks (``transitions.py``); the shard rebuilds the
+transitions. One insert and one request to the learner are in flight at a time; neither is waited
+on unless the replay says ``held`` (the rate limiter), which is how the learner holds actors back. Every
 ``algo.params_interval_s`` the actor reports its episode returns, frames and hold times to the
 learner (so its tracker counts them), and asks for newer parameters with the report once it has
 taken ``algo.params_interval_frames`` env steps since it last asked: a pull of the minatar net
@@ -47,12 +47,13 @@ class ApexActor:
                                  first=self.index, paced=True)  # shard i mod R first
         info = env_info(self.cfg.run.env)
         self.num_actions = info.num_actions
+        self.frames = info.frame_stack > 0  # Atari: each frame of the stacks crosses once
         self.model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.cfg.algo.dueling)
         self.version = -1
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
         self.runner = make_env_runner(self.cfg.run.env, a.envs_per_actor, seed, ctx.rank, self.model, self._act,
-                                      a.unroll_length, self.cfg.run.env_max_failures)
+                                      a.unroll_length, self.cfg.run.env_max_failures, self.cfg.atari)
         self.carry: TensorDict | None = None  # the last n - 1 steps, [B, n-1]
         self.stats = {"frames": 0, "returns": []}  # not yet sent to the learner
         self._held_sent = 0.0  # of inserter.held_s
@@ -89,7 +90,7 @@ class ApexActor:
         # initial priority: |y - Q(s, a)| with the acting network (max over the bootstrap state)
         y = G.reshape(-1) + discount.reshape(-1) * self.model(bootstrap.flatten(0, 1)).max(-1).values
         priority = (y - window[keys.CHOSEN_ACTION_VALUE][:, :Tp].reshape(-1)).abs()
-        return pack_transitions(window, G, discount, last, priority, self.version)
+        return pack_transitions(window, G, discount, last, priority, self.version, frames=self.frames)
 
     def _load(self, reply: TensorDict) -> None:
         if keys.PARAMS in reply.keys():

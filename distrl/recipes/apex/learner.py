@@ -206,8 +206,10 @@ class ApexLearner:
         eval_returns = self._evaluate()
         # they hear it from us or their shard; pings find the ones a SIGTERM already ended, not waited for
         session.await_peers(lambda: self.actors - self.said_stop, heartbeat=True)
-        self.replay.stats_now()  # the shards' final wire totals
+        stats = self.replay.stats_now()  # the shards' final wire totals and store sizes
+        store_bytes = sum(int(s["store_bytes"]) for s in stats.values())  # allocated, for a full replay
         extra = {**{k: round(v, 2) for k, v in self.wire_bytes().items()},
+                 "replay_bytes_per_slot": round(store_bytes / (self.algo.capacity * max(len(stats), 1)), 1),
                  "replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
                  "actor_held_s": round(self.actor_held_s, 3),
                  "replay_size": sum(self.replay.sizes.values()),

@@ -15,7 +15,7 @@ from tensordict import TensorDict
 from distrl import faults
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
-from distrl.data.compact import pack_trajectory
+from distrl.data.compact import FRAMES_ACK, FRAMES_SEQ, FrameSender, pack_trajectory
 from distrl.envs.gym import env_info
 from distrl.models import ActorCritic, sample_actions
 from distrl.numpy_policy import NumpyPolicy
@@ -23,11 +23,16 @@ from distrl.roles.env_runner import make_env_runner
 from distrl.transport.base import TransportError
 
 
-def wire_message(msg: TensorDict) -> TensorDict:
+def wire_message(msg: TensorDict, frames: FrameSender | None = None, acked: int = -1) -> TensorDict:
     """``msg`` as it crosses the wire: its ``traj [B, T]`` packed (each observation once, uint8
-    actions, one policy version; :func:`distrl.data.compact.pack_trajectory`), other keys as they are."""
+    actions, one policy version; :func:`distrl.data.compact.pack_trajectory`), other keys as they are.
+    With ``frames`` (frame-stack observations: Atari) each frame once, chained to the previous
+    message's when the learner's last reply acknowledged it (``acked``), and the message numbered."""
     out = msg.exclude(keys.TRAJ)
-    out[keys.TRAJ] = pack_trajectory(msg[keys.TRAJ])
+    if frames is None:
+        out[keys.TRAJ] = pack_trajectory(msg[keys.TRAJ])
+    else:
+        out[keys.TRAJ], out[FRAMES_SEQ] = frames.pack(msg[keys.TRAJ], acked)
     return out
 
 
@@ -40,6 +45,8 @@ class ImpalaActor:
         self.learner = ctx.ranks_of("learner")[0]
         self.num_envs, self.T = algo.envs_per_actor, algo.unroll_length
         info = env_info(self.cfg.run.env)
+        self.frames = FrameSender() if info.frame_stack else None  # Atari: each frame crosses once
+        self.acked = -1  # the message whose frames the learner holds (its last reply)
         self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net)
         self.policy = self.model.policy
         self.version = -1  # no parameters yet: the first reply carries them
@@ -50,7 +57,7 @@ class ImpalaActor:
         self.fast = NumpyPolicy(self.policy, self.seed) if NumpyPolicy.supports(self.policy) else None
         # gymnasium vector envs, or a TorchRL Collector over the user's env factory (--env module:function)
         self.runner = make_env_runner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank, self.model, self._act, self.T,
-                                     self.cfg.run.env_max_failures)
+                                     self.cfg.run.env_max_failures, self.cfg.atari)
 
     def _load(self, reply: TensorDict) -> None:
         if keys.PARAMS in reply.keys():
@@ -102,11 +109,12 @@ class ImpalaActor:
                     if bool(reply[keys.STOP]):
                         return
                     self._load(reply)
+                    self.acked = int(reply.get(FRAMES_ACK, -1))
                 # the parameters held now, maybe newer than the unroll's: a stale number here would
                 # have the learner send the same parameters again
                 msg[keys.PARAMS_VERSION] = torch.tensor(self.version)
                 with budget("send"):
-                    pending = t.call(self.learner, "put_trajectory", wire_message(msg), timeout)
+                    pending = t.call(self.learner, "put_trajectory", wire_message(msg, self.frames, self.acked), timeout)
                 budget.maybe_send(t, self.learner, self.ctx.rank)
         except TransportError as e:
             # The learner is gone or told us nothing in time: it owns the run, so we end.

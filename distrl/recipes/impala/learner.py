@@ -16,6 +16,7 @@ from distrl import faults
 from distrl.algorithms.impala import impala_loss
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
+from distrl.data.compact import FRAMES_ACK, FRAMES_SEQ, FrameReceiver
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.models import ActorCritic
@@ -43,6 +44,7 @@ class ImpalaLearner:
         self.said_stop: set[int] = set()
         self.wire = WireMeter()  # trajectories in + parameters out, per env frame (as seed counts)
         self._env_errors: dict[int, int] = {}
+        self.frames = FrameReceiver()  # each actor's last bootstrap stacks (frame-stack envs: Atari)
         self.session.restore(self.model, self.optim)
         self.session.evaluate = self._evaluate
         self.board.publish(self.session.tracker.updates)
@@ -68,7 +70,11 @@ class ImpalaLearner:
         self._env_errors[rank] = int(msg[keys.ENV_ERRORS])  # each actor's running count
         if any(self._env_errors.values()):
             self.session.tracker.counters["env_errors"] = sum(self._env_errors.values())
-        traj, problem = receive_trajectory(msg[keys.TRAJ], *self.obs_spec)
+        seq = int(msg.get(FRAMES_SEQ, -1))
+        try:  # a frame-stack trajectory first gets the frames its previous message sent
+            traj, problem = receive_trajectory(self.frames.attach(rank, seq, msg[keys.TRAJ]), *self.obs_spec)
+        except ValueError as e:  # it chains to frames this learner does not hold
+            traj, problem = None, str(e)
         if problem:
             self.session.reject(rank, problem)
         else:
@@ -79,6 +85,8 @@ class ImpalaLearner:
             except queue.Full:
                 self.session.tracker.counters["dropped_trajectories"] += 1
         reply = self._reply(int(msg[keys.PARAMS_VERSION]))
+        if FRAMES_SEQ in msg.keys():
+            reply[FRAMES_ACK] = self.frames.hold(rank, seq, traj)
         if bool(reply[keys.STOP]):  # the learner stopped while this message waited for queue space
             self.said_stop.add(rank)
         self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), traj.numel() if traj is not None else 0)
