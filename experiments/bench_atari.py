@@ -12,7 +12,7 @@ All in one invocation (compare ratios within one run: the machines are shared), 
     ``AtariVectorEnv`` of 16 envs, one thread, random actions), inference (the recipes'
     ``ActorCritic`` policy forward + Gumbel-max sampling, ``no_grad``, batch 256 uint8) and training
     (``sf``'s own APPO loss, ``distrl.algorithms.appo.appo_loss`` with the ``atari`` preset's
-    settings, backward, per-tower clip, Adam, on a ``[8, 32]`` batch: the preset's update);
+    settings, backward, per-tower clip, Adam, on the preset's ``[batch_size, unroll_length]`` batch);
     ideal agent steps/s = cores / (env + inference + train) seconds;
 (c) the env-only limit: ``cores`` processes each stepping ``AtariVectorEnv(16, 1 thread)``, and one
     ``AtariVectorEnv(16 x cores, cores threads)``, random actions, no policy; the higher is the limit;

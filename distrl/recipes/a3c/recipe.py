@@ -91,19 +91,20 @@ def minatar() -> Config:
         **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 1200.0,
            "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_worker": 64, "algo.t_max": 20,
            "algo.wire_dtype": "bfloat16", "algo.reward_scale": 1.0, "algo.entropy_coef": 0.05,
-           "algo.optimizer": "adam", "algo.lr": 6e-4, "algo.optim_eps": 1e-5, "algo.max_grad_norm": 1.0},
+           "algo.optimizer": "adam", "algo.lr": 6e-4, "algo.optim_eps": 1e-5, "algo.max_grad_norm": 1.0, "algo.normalize_advantage": True},
     )
 
 
 def atari() -> Config:
     """``ALE/*`` games (Pong by default; the Nature encoder): the paper's t_max of 5 on 16 envs a worker,
     Adam as in the MinAtar preset, gradients and parameters in bfloat16 on the wire (a Nature net is
-    1.7M parameters: 3.4 MB each way per push), clipped rewards unscaled."""
+    1.7M parameters: 3.4 MB each way per push), clipped rewards unscaled. Advantages normalised per batch, as
+    sf's preset (docs/atari.md: raw ones left sf's policy uniform on Breakout)."""
     return override(
         default(),
         **{**ATARI_RUN, "algo.envs_per_worker": 16, "algo.t_max": 5, "algo.wire_dtype": "bfloat16",
            "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01, "algo.optimizer": "adam", "algo.lr": 6e-4,
-           "algo.optim_eps": 1e-5, "algo.max_grad_norm": 1.0},
+           "algo.optim_eps": 1e-5, "algo.max_grad_norm": 1.0, "algo.normalize_advantage": True},
     )
 
 

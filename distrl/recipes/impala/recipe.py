@@ -85,11 +85,12 @@ def minatar() -> Config:
 
 def atari() -> Config:
     """``ALE/*`` games (Pong by default; the Nature encoder): Espeholt et al.'s unrolls of 20 steps
-    and entropy bonus 0.01, learning rate 6e-4 (Adam here, RMSProp in the paper), clipped rewards unscaled."""
+    and entropy bonus 0.01, learning rate 6e-4 (Adam here, RMSProp in the paper), clipped rewards unscaled. Advantages normalised per batch, as
+    sf's preset (docs/atari.md: raw ones left sf's policy uniform on Breakout)."""
     return override(
         default(),
         **{**ATARI_RUN, "algo.envs_per_actor": 16, "algo.unroll_length": 20, "algo.batch_trajectories": 1,
-           "algo.params_every": 4, "algo.reward_scale": 1.0, "algo.lr": 6e-4, "algo.entropy_coef": 0.01},
+           "algo.params_every": 4, "algo.reward_scale": 1.0, "algo.lr": 6e-4, "algo.entropy_coef": 0.01, "algo.normalize_advantage": True},
     )
 
 
