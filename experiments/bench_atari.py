@@ -13,7 +13,8 @@ All in one invocation (compare ratios within one run: the machines are shared), 
     ``ActorCritic`` policy forward + Gumbel-max sampling, ``no_grad``, batch 256 uint8) and training
     (``sf``'s own APPO loss, ``distrl.algorithms.appo.appo_loss`` with the ``atari`` preset's
     settings, backward, per-tower clip, Adam, on the preset's ``[batch_size, unroll_length]`` batch);
-    ideal agent steps/s = cores / (env + inference + train) seconds;
+    ideal agent steps/s = cores / (env + inference + train) seconds; each stage is timed before
+    and again after the recipes and its cheaper timing kept (:func:`cheapest`: a shared VM drifts);
 (c) the env-only limit: ``cores`` processes each stepping ``AtariVectorEnv(16, 1 thread)``, and one
     ``AtariVectorEnv(16 x cores, cores threads)``, random actions, no policy; the higher is the limit;
 (a) TorchRL collecting with the same policy in each layout (``experiments/torchrl_atari.py``, ``cores``
@@ -68,6 +69,13 @@ def cores() -> int:
 def ideal_fps(us: dict[str, float], n_cores: int) -> float:
     """Agent steps/s if ``n_cores`` did nothing but each stage's work: cores / (sum of us per step)."""
     return n_cores * 1e6 / sum(us.values())
+
+
+def cheapest(*timings: dict[str, dict]) -> dict[str, dict]:
+    """Each stage's cheapest timing (by CPU us) among runs of :func:`stage_costs`: on a shared VM a
+    stage timed once for a few seconds drifts 10-40% (1,047-1,465 ideal agent steps/s on one day),
+    so the stages are timed before and after the recipes and the fastest kept, the harsher ideal."""
+    return {k: min((t[k] for t in timings), key=lambda c: c["cpu_us"]) for k in timings[0]}
 
 
 def fmt_ratio(x: float) -> str:
@@ -291,10 +299,17 @@ def measure_net(net: str, args, n_cores: int) -> dict:
             continue
         fps = s["fps_running"]
         print(f"  {recipe} ({nproc} procs): {fps:,.0f} agent steps/s = {SKIP * fps:,.0f} frames/s from its first batch "
-              f"({s['fps']:,.0f} / {s['frames_per_s']:,.0f} over the whole run) = {fps / res['ideal']:.0%} of the ideal, "
+              f"({s['fps']:,.0f} / {s['frames_per_s']:,.0f} over the whole run) = {fps / res['ideal']:.0%} of the first ideal, "
               f"{fmt_ratio(fps / res.get('torchrl_ref', math.nan))} TorchRL+PPO, {fmt_ratio(fps / res.get('sf2_ref', math.nan))} SF2",
               flush=True)
         print("\n".join(budget_lines(s)), flush=True)
+    if args.recipes:  # the stages again, after the recipes: the table divides by the cheaper of the two
+        again = stage_costs(net, args.ideal_seconds)
+        res["stage_us_runs"] = [costs, again]
+        res["stage_us"] = cheapest(costs, again)
+        res["ideal"] = ideal_fps({k: v["cpu_us"] for k, v in res["stage_us"].items()}, n_cores)
+        print("  (d) again: " + ", ".join(f"{k} {v['cpu_us']:.0f} us" for k, v in again.items())
+              + f"; each stage's cheaper timing -> ideal {res['ideal']:,.0f} agent steps/s (the table's)", flush=True)
     return res
 
 

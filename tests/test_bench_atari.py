@@ -93,3 +93,10 @@ def test_markdown_has_one_table_a_network_without_torchrl_or_sf2():
     assert "### nature network" in md and md.count("| ideal (d) |") == 1
     sf_row = next(line for line in md.splitlines() if line.startswith("| sf (4 procs)"))
     assert sf_row.count("n/a") == 2  # no TorchRL, no SF2 measured
+
+
+def test_the_ideal_keeps_each_stages_cheapest_timing():
+    before = {"env": {"cpu_us": 300.0, "wall_us": 301.0}, "train": {"cpu_us": 1000.0, "wall_us": 1001.0}}
+    after = {"env": {"cpu_us": 400.0, "wall_us": 402.0}, "train": {"cpu_us": 800.0, "wall_us": 805.0}}
+    best = bench_atari.cheapest(before, after)
+    assert best == {"env": before["env"], "train": after["train"]}
