@@ -252,9 +252,9 @@ def plot(results: dict, path: Path) -> None:
 def measure_net(net: str, args, n_cores: int) -> dict:
     """Every figure of one network, printed as it comes."""
     print(f"\n== {net} network, {n_cores} cores", flush=True)
+    ideal_of = lambda c: ideal_fps({k: v["cpu_us"] for k, v in c.items()}, n_cores)  # noqa: E731
     costs = stage_costs(net, args.ideal_seconds)
-    us = {k: v["cpu_us"] for k, v in costs.items()}
-    res = {"stage_us": costs, "ideal": ideal_fps(us, n_cores), "recipes": {}}
+    res = {"stage_us": costs, "ideal": ideal_of(costs), "recipes": {}}
     print("  (d) " + ", ".join(f"{k} {v['cpu_us']:.0f} us (wall {v['wall_us']:.0f})" for k, v in costs.items())
           + f" per agent step, CPU clock, one thread -> ideal {res['ideal']:,.0f} agent steps/s", flush=True)
     res["env_only"] = env_only(n_cores, args.ideal_seconds)
@@ -307,7 +307,7 @@ def measure_net(net: str, args, n_cores: int) -> dict:
         again = stage_costs(net, args.ideal_seconds)
         res["stage_us_runs"] = [costs, again]
         res["stage_us"] = cheapest(costs, again)
-        res["ideal"] = ideal_fps({k: v["cpu_us"] for k, v in res["stage_us"].items()}, n_cores)
+        res["ideal"] = ideal_of(res["stage_us"])
         print("  (d) again: " + ", ".join(f"{k} {v['cpu_us']:.0f} us" for k, v in again.items())
               + f"; each stage's cheaper timing -> ideal {res['ideal']:,.0f} agent steps/s (the table's)", flush=True)
     return res
