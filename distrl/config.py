@@ -117,12 +117,20 @@ class NetConfig:
     hidden: tuple[int, ...] = (64, 64)  #: hidden layer widths of each MLP (encoder mlp; image encoders have their paper's)
     activation: str = "tanh"  #: tanh, relu or elu (ACTIVATION_NAMES): the MLPs' activation; image encoders use ReLU
     encoder: str = "auto"  #: auto (flat: mlp; images up to 16x16: minatar; from 36x36: nature; else impala), or one of ENCODER_NAMES
+    #: continuous actions (distrl/heads.py): ``param``, a learned log-std vector; ``state``, a head output
+    log_std: str = "param"
+    init_log_std: float = 0.0  #: the Gaussian's initial log standard deviation
+    #: observation normalisation (distrl/obs_norm.py): ``auto`` is on for flat observations with
+    #: continuous actions, off otherwise (images are scaled by their encoder); ``on`` or ``off``
+    obs_norm: str = "auto"
 
     def __post_init__(self):
         check(len(self.hidden) >= 1 and all(h > 0 for h in self.hidden), "net.hidden needs positive widths")
         check(self.activation in ACTIVATION_NAMES,
               f"net.activation must be one of {ACTIVATION_NAMES}, got {self.activation!r}")
         check(self.encoder in ENCODER_NAMES, f"net.encoder must be one of {ENCODER_NAMES}, got {self.encoder!r}")
+        check(self.log_std in ("param", "state"), f"net.log_std must be param or state, got {self.log_std!r}")
+        check(self.obs_norm in ("auto", "on", "off"), f"net.obs_norm must be auto, on or off, got {self.obs_norm!r}")
 
 
 @dataclass(frozen=True)

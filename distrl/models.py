@@ -7,9 +7,8 @@ Each network starts with an encoder (:mod:`distrl.encoders`, chosen by ``net.enc
 * an image encoder: one conv torso shared by the policy and value heads, as IMPALA and
   sample-factory share it: the torso is computed once for both in ``forward``.
 
-Sampling uses the Gumbel-max trick on raw logits instead of a
-``torch.distributions.Categorical`` object: on CPU the object alone costs about 70 of the 95 us of
-a batch-1 policy call (``python -m timeit`` of the forward and sample: 95 us, 33 us with Gumbel-max), and actors call the policy once per vector step.
+How a policy's output becomes actions (Gumbel-max over logits, or a Gaussian) is its ``head``:
+:mod:`distrl.heads` (``sample_actions`` and ``greedy_actions`` live there and are re-exported here).
 """
 from __future__ import annotations
 
@@ -22,6 +21,8 @@ from torch import nn
 from distrl.activations import ACTIVATIONS, Tanh  # noqa: F401
 from distrl.config import NetConfig
 from distrl.encoders import MLPEncoder, as_shape, make_encoder, resolve_encoder
+from distrl.heads import GaussianParams, greedy_actions, make_head, sample_actions  # noqa: F401  (re-exported)
+from distrl.obs_norm import ObsNorm
 
 
 class TorsoHead(nn.Module):
@@ -77,27 +78,76 @@ def tower_groups(policy: nn.Module, value: nn.Module) -> list[list[nn.Parameter]
     torso = shared_torso(value)
     if torso is None:
         return [list(policy.parameters()), list(value.parameters())]
-    return [list(torso.parameters()), list(policy[-1].parameters()), list(value.head.parameters())]
+    return [list(torso.parameters()), list(policy[1:].parameters()), list(value.head.parameters())]
+
+
+def wants_obs_norm(obs_shape: Sequence[int], continuous: bool, net: NetConfig) -> bool:
+    """Whether a network over ``obs_shape`` starts with an :class:`ObsNorm`: ``net.obs_norm`` on,
+    or ``auto`` with flat observations and continuous actions (MuJoCo's habit: joint angles and
+    velocities differ in scale by 100x). Images never: their encoder scales them, and per-pixel
+    statistics would divide by the near-zero variance of pixels that are almost always 0."""
+    if len(as_shape(obs_shape)) != 1:
+        if net.obs_norm == "on":
+            raise ValueError(f"net.obs_norm standardises flat observations; images {tuple(obs_shape)} are scaled "
+                             "by their encoder: set net.obs_norm=off (or auto)")
+        return False
+    return net.obs_norm == "on" or (net.obs_norm == "auto" and continuous)
 
 
 class ActorCritic(nn.Module):
-    """A policy and a value over one observation encoder (:func:`actor_critic_towers`).
+    """A policy and a value over one observation encoder (:func:`actor_critic_towers`), for
+    discrete or continuous actions: ``head`` (:mod:`distrl.heads`) says what the policy's output is.
 
-    ``forward(obs [*B, *obs_shape]) -> (logits [*B, A], value [*B, 1])``; ``policy(obs)`` and
-    ``value(obs)`` are the two towers as modules. ``obs_shape`` may be an int ``F`` (``(F,)``).
+    ``forward(obs [*B, *obs_shape]) -> (out [*B, head.width], value [*B, 1])``, ``out`` the logits
+    ``[*B, A]`` (``num_actions`` set) or a Gaussian's ``cat(mean, log_std) [*B, 2A]``
+    (``num_actions=None``, ``action_dim=A``); ``policy(obs)`` and ``value(obs)`` are the two towers
+    as modules. With observation normalisation (:func:`wants_obs_norm`) both towers start with one
+    shared :class:`distrl.obs_norm.ObsNorm` (``obs_norm``; None without). ``obs_shape`` may be an
+    int ``F`` (``(F,)``).
     """
 
-    def __init__(self, obs_shape: int | Sequence[int], num_actions: int, net: NetConfig = NetConfig()):
+    def __init__(self, obs_shape: int | Sequence[int], num_actions: int | None, net: NetConfig = NetConfig(),
+                 action_dim: int = 1):
         super().__init__()
         self.obs_shape, self.num_actions = as_shape(obs_shape), num_actions
-        self.policy, self.value = actor_critic_towers(self.obs_shape, num_actions, net)
+        self.head = make_head(num_actions, action_dim)
+        gaussian = self.head.continuous
+        state_std = gaussian and net.log_std == "state"
+        outputs = self.head.width if not gaussian or state_std else action_dim
+        policy, value = actor_critic_towers(self.obs_shape, outputs, net)
+        if gaussian:
+            policy = nn.Sequential(*policy, GaussianParams(action_dim, state_std, net.init_log_std)) \
+                if shared_torso(value) is not None else nn.Sequential(policy, GaussianParams(action_dim, state_std, net.init_log_std))
+        self.obs_norm = ObsNorm(self.obs_shape[0]) if wants_obs_norm(self.obs_shape, gaussian, net) else None
+        if self.obs_norm is not None:
+            policy, value = nn.Sequential(self.obs_norm, policy), nn.Sequential(self.obs_norm, value)
+        self.policy, self.value = policy, value
+
+    @classmethod
+    def for_env(cls, info, net: NetConfig = NetConfig()) -> "ActorCritic":
+        """The network for an env's :class:`distrl.envs.info.EnvInfo` (its shape and action space)."""
+        return cls(info.shape, info.num_actions, net, info.action_dim)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         torso = shared_torso(self.value)
         if torso is None:
             return self.policy(obs), self.value(obs)
         z = torso(obs)  # once for both heads
-        return self.policy[-1](z), self.value.head(z)
+        return self.policy[1:](z), self.value.head(z)
+
+    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(action, log_prob [*B])`` sampled from the policy (actions as :attr:`head` describes)."""
+        return self.head.sample(self.policy(obs), generator)
+
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log_prob [*B], entropy [*B], value [*B])`` of ``action`` in one pass."""
+        out, value = self(obs)
+        log_prob, entropy = self.head.log_prob_entropy(out, action)
+        return log_prob, entropy, value.squeeze(-1)
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """The evaluation action: argmax, or the Gaussian's mean."""
+        return self.head.greedy(self.policy(obs))
 
     def tower_parameters(self) -> list[list[nn.Parameter]]:
         """The groups :func:`clip_towers` clips apart (:func:`tower_groups`): the policy tower's
@@ -155,26 +205,6 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.q(obs)
-
-
-def sample_actions(logits: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample from ``softmax(logits)`` by Gumbel-max.
-
-    Args:
-        logits: ``[*B, A]`` unnormalised log-probabilities.
-    Returns:
-        ``(action [*B] int64, log_prob [*B] float)``.
-    """
-    uniform = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
-    gumbel = -torch.log(-torch.log(uniform.clamp_(1e-10, 1.0)))
-    action = torch.argmax(logits + gumbel, dim=-1)
-    log_prob = torch.log_softmax(logits, dim=-1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
-    return action, log_prob
-
-
-def greedy_actions(logits: torch.Tensor) -> torch.Tensor:
-    """``argmax`` actions ``[*B]`` from logits ``[*B, A]`` (evaluation)."""
-    return torch.argmax(logits, dim=-1)
 
 
 def resolve_device(name: str) -> torch.device:

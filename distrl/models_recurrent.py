@@ -18,38 +18,7 @@ from torch import nn
 from distrl.config import NetConfig
 from distrl.data.keys import CORE_STATE  # noqa: F401  (re-exported: the key a chunk's state travels under)
 from distrl.encoders import MLPEncoder, as_shape, make_encoder, resolve_encoder
-
-
-class RunningNorm(nn.Module):
-    """Per-feature running mean and variance; ``forward`` standardises ``[*B, F]`` and clips.
-
-    Why: with the velocities hidden, the LSTM must difference consecutive pole angles, which move
-    by ~0.01 rad a step; raw, those differences vanish in the encoder and training plateaued and
-    collapsed, while the same run with standardised inputs reached the target in a third of the
-    frames (docs/seed.md). The statistics are buffers, so checkpoints carry them; the learner
-    updates them with each trained batch, under the same lock as the optimizer step.
-    """
-
-    def __init__(self, dim: int, clip: float = 10.0):
-        super().__init__()
-        self.clip = clip
-        self.register_buffer("mean", torch.zeros(dim))
-        self.register_buffer("var", torch.ones(dim))
-        self.register_buffer("count", torch.tensor(1e-4))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-self.clip, self.clip)
-
-    @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
-        """Fold a batch ``[N, F]`` into the statistics (Chan et al.'s parallel variance)."""
-        n = x.shape[0]
-        mean, var = x.mean(0), x.var(0, unbiased=False)
-        total = self.count + n
-        delta = mean - self.mean
-        self.mean += delta * n / total
-        self.var.copy_((self.var * self.count + var * n + delta.pow(2) * self.count * n / total) / total)
-        self.count.copy_(total)
+from distrl.obs_norm import ObsNorm as RunningNorm
 
 
 class _Tower(nn.Module):

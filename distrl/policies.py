@@ -23,6 +23,7 @@ from torch import nn
 
 from distrl.config import NetConfig
 from distrl.encoders import as_shape
+from distrl.obs_norm import ObsNorm  # noqa: F401  (re-exported: its home before distrl.obs_norm)
 from distrl.models import ActorCritic, actor_critic_towers, greedy_actions, sample_actions, shared_torso
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -83,35 +84,6 @@ class GaussianActorCritic(nn.Module):
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self.policy(obs)
-
-
-class ObsNorm(nn.Module):
-    """``clamp((obs - mean) / std, -clip, clip)`` with running statistics, kept as buffers (so
-    they are checkpointed and broadcast with the parameters). The statistics only change in
-    :meth:`update`, between a rollout's update and the next rollout, so the log-probabilities a
-    rollout stored and the update's re-evaluation see the same normalisation."""
-
-    def __init__(self, obs_dim: int, clip: float = 10.0):
-        super().__init__()
-        self.clip = clip
-        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
-        self.register_buffer("mean", torch.zeros(obs_dim, dtype=torch.float64))
-        self.register_buffer("var", torch.ones(obs_dim, dtype=torch.float64))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        scale = torch.rsqrt(self.var + 1e-8).to(obs.dtype)
-        return ((obs - self.mean.to(obs.dtype)) * scale).clamp(-self.clip, self.clip)
-
-    @torch.no_grad()
-    def update(self, count: torch.Tensor, total: torch.Tensor, total_sq: torch.Tensor) -> None:
-        """Merge a batch given by its size, sum ``[F]`` and sum of squares ``[F]`` (all float64;
-        summed over every rank by the caller), as Chan et al.'s parallel variance."""
-        mean = total / count
-        var = (total_sq / count - mean.square()).clamp_min(0.0)
-        delta, n = mean - self.mean, self.count + count
-        self.var.copy_((self.var * self.count + var * count + delta.square() * self.count * count / n) / n)
-        self.mean.add_(delta * count / n)
-        self.count.copy_(n)
 
 
 def make_actor_critic(obs_shape: int | Sequence[int], num_actions: int | None, action_dim: int, net: NetConfig,

@@ -17,7 +17,7 @@ def test_help_explains_every_option(jobs):
     (["impala", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
     (["sac"], "invalid choice: 'sac'"),
     (["impala", "--set", "algo.lr=-1"], "algo.lr must be > 0"),
-    (["impala", "--env", "Pendulum-v1"], "impala supports discrete action spaces"),
+    (["apex", "--env", "Pendulum-v1"], "apex is a DQN and acts in discrete action spaces only"),
     (["impala", "--nproc", "3", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),  # before any process
 ])
 def test_bad_input_is_one_line(args, message, tmp_path, jobs):

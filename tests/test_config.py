@@ -81,8 +81,8 @@ def test_debug_experiment_and_unknown_experiment():
 def test_plan_rejects_what_cannot_run():
     with pytest.raises(ValueError, match="unknown env id 'CartPol-v1'; did you mean CartPole-v1"):
         plan(impala_cfg(**{"run.env": "CartPol-v1"}), 3)
-    with pytest.raises(ValueError, match="continuous"):
-        plan(impala_cfg(**{"run.env": "Pendulum-v1"}), 3)
+    with pytest.raises(ValueError, match="continuous"):  # Ape-X is a DQN: discrete actions only
+        plan(override(get_recipe("apex").default_config(), **{"run.env": "Pendulum-v1"}), 3)
     with pytest.raises(ValueError, match="transport.backend=rpc"):
         plan(impala_cfg(**{"transport.backend": "rpc"}), 1)
 

@@ -265,7 +265,7 @@ def test_recurrent_replay_matches_stepping_and_trains_with_the_impala_loss():
                                "terminated": done[..., None]}, [B, T])}, [B, T])
     out = impala_loss(UnrolledCore(model, state0, done), batch, SimpleNamespace(gamma=0.99, rho_bar=1.0, c_bar=1.0, value_coef=0.5, entropy_coef=0.01, normalize_advantage=False, reward_scale=1.0))
     out["loss"].backward()
-    assert all(p.grad is not None for p in model.parameters())
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
 @pytest.mark.parametrize("changes,message", [
@@ -278,12 +278,10 @@ def test_config_invariants(changes, message):
         override(get_recipe("seed").default_config(), **changes)
 
 
-def test_launch_checks_timeouts_and_action_space():
+def test_launch_checks_timeouts():
     recipe = get_recipe("seed")
     with pytest.raises(ValueError, match="below transport.call_timeout_s"):
         recipe.check_config(override(recipe.default_config(), **{"algo.request_timeout_s": 40.0}))
-    with pytest.raises(ValueError, match="discrete action spaces"):
-        recipe.check_config(override(recipe.default_config(), **{"run.env": "Pendulum-v1"}))
     assert recipe.rank_table(1, recipe.default_config()) == {0: "learner", 1: "env_worker", 2: "env_worker"}
 
 
@@ -294,7 +292,7 @@ def test_running_norm_matches_the_statistics_of_everything_seen():
     norm, seen = RunningNorm(3), []
     for n in (5, 17, 40):
         x = torch.randn(n, 3) * torch.tensor([0.01, 1.0, 30.0]) + torch.tensor([0.0, 2.0, -5.0])
-        norm.update(x)
+        norm.update_batch(x)
         seen.append(x)
     allx = torch.cat(seen)
     torch.testing.assert_close(norm.mean, allx.mean(0), rtol=1e-4, atol=1e-5)

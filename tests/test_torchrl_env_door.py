@@ -83,7 +83,7 @@ def test_new_weights_go_through_update_policy_weights_and_stamp_every_frame(monk
     ("tests.door1_factories:nope", "module 'tests.door1_factories' has no 'nope'"),
     ("no_such_module:make", "cannot import module 'no_such_module'"),
     ("tests.door1_factories:not_an_env", "not a TorchRL EnvBase"),
-    ("tests.door1_factories:pendulum", "impala supports discrete action spaces"),
+    ("tests.door1_factories:pendulum", "impala takes continuous actions from gymnasium ids only"),
     ("tests.door1_factories:image_like", "distrl trains on a flat float observation [F]; this one is [1, 4]"),
 ])
 def test_a_factory_distrl_cannot_use_is_one_line(env, message, capsys):

@@ -189,8 +189,8 @@ def test_obs_norm_merges_batches_like_one_big_batch():
     for x in batches:
         norm.update(torch.tensor(float(len(x)), dtype=torch.float64), x.sum(0), x.square().sum(0))
     every = torch.cat(batches)
-    torch.testing.assert_close(norm.mean, every.mean(0), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(norm.var, every.var(0, unbiased=False), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(norm.mean.double(), every.mean(0), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(norm.var.double(), every.var(0, unbiased=False), atol=1e-4, rtol=1e-4)
     assert norm(every.float()).abs().max() <= 10.0
 
 

@@ -123,6 +123,10 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, atari_opts=None) -> S
 
         return TorchRLVectorEnv(env_id, num_envs, seed)  # seeded by make_env; its first step resets it
     env = SyncVectorEnv([lambda: make_env(env_id) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    if isinstance(env.single_action_space, gym.spaces.Box):
+        # Gaussian actions are clipped to the box here, at the env (distrl/heads.py): the learner's
+        # log-probability is that of the unclipped sample the policy drew
+        env = gym.wrappers.vector.ClipAction(env)
     env.reset(seed=seed)
     env.action_space.seed(seed)
     return env
@@ -140,12 +144,14 @@ def final_observations(next_obs: np.ndarray, info: dict, done: np.ndarray) -> np
 
 @torch.no_grad()
 def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch.device,
-             atari_opts=None) -> list[float]:
+             atari_opts=None, head=None) -> list[float]:
     """Returns of ``episodes`` greedy episodes, one per env of a vector env (Atari: full games,
     every life, unclipped scores, epsilon-greedy at ``atari.eval_epsilon``).
 
     Args:
-        policy_logits: callable ``obs [B, *F] -> logits [B, A]`` (observations as :func:`as_obs` gives them).
+        policy_logits: callable ``obs [B, *F] -> logits [B, A]`` (observations as :func:`as_obs` gives them),
+            or the output a ``head`` (:mod:`distrl.heads`) reads: its ``greedy`` picks the action
+            (a Gaussian's mean, clipped to the action box as in training); no head: argmax.
     """
     if is_factory(env_id):  # the user's TorchRL env, made by the same factory as the actors'
         from distrl.envs.torchrl_env import evaluate_factory
@@ -155,6 +161,8 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
         return []
     env = SyncVectorEnv([lambda: make_env(env_id, atari_opts) for _ in range(episodes)],
                         autoreset_mode=AutoresetMode.SAME_STEP)
+    if isinstance(env.single_action_space, gym.spaces.Box):
+        env = gym.wrappers.vector.ClipAction(env)
     obs, _ = env.reset(seed=seed)
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
@@ -162,7 +170,7 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
     rng = np.random.default_rng(seed)
     while running.any():
         logits = policy_logits(as_obs(obs).to(device))
-        action = logits.argmax(-1).cpu().numpy()
+        action = (logits.argmax(-1) if head is None else head.greedy(logits)).cpu().numpy()
         if epsilon:  # Atari: a greedy policy that never presses FIRE would wait out the 27k-step limit
             explore = rng.random(episodes) < epsilon
             action = np.where(explore, rng.integers(logits.shape[-1], size=episodes), action)

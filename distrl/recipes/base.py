@@ -110,10 +110,21 @@ ATARI_RUN = {"run.env": "ALE/Pong-v5", "run.total_frames": 50_000_000, "run.max_
 
 
 def require_discrete_actions(cfg: Config) -> None:
-    """``ValueError`` naming the recipe when ``cfg.run.env`` has continuous actions (the recipes whose
-    networks end in a categorical head or Q-values call it from their config check)."""
+    """``ValueError`` naming the recipe when ``cfg.run.env`` has continuous actions (Ape-X: a DQN
+    whose network ends in Q-values calls it from its config check)."""
     from distrl.envs.gym import env_info
 
     if env_info(cfg.run.env).num_actions is None:
-        raise ValueError(f"{cfg.recipe} supports discrete action spaces; {cfg.run.env} is continuous "
-                         "(try the vecenv recipe)")
+        raise ValueError(f"{cfg.recipe} is a DQN and acts in discrete action spaces only; {cfg.run.env} is continuous: "
+                         "use impala, seed, sf, a3c or vecenv (Gaussian policies)")
+
+
+def check_action_space(cfg: Config) -> None:
+    """The actor-critic recipes' check: discrete or continuous actions from a gymnasium id; a TorchRL
+    env factory (``--env module:function``) with discrete actions only (its actors' collector path
+    encodes categorical and one-hot actions, not boxes)."""
+    from distrl.envs.gym import env_info, is_factory
+
+    if is_factory(cfg.run.env) and env_info(cfg.run.env).num_actions is None:
+        raise ValueError(f"{cfg.recipe} takes continuous actions from gymnasium ids only; {cfg.run.env} is a TorchRL "
+                         "factory with continuous actions (try the vecenv recipe with algo.env_factory)")

@@ -323,11 +323,13 @@ class LearnerSession:
             self.tracker.updates += 1
         return grad_norm
 
-    def greedy_returns(self, policy: Callable[[torch.Tensor], torch.Tensor]) -> list[float]:
+    def greedy_returns(self, policy: Callable[[torch.Tensor], torch.Tensor], head=None) -> list[float]:
         """Returns of ``run.eval_episodes`` greedy episodes of ``policy`` (``obs [B, *F] -> logits or
-        Q [B, A]``) on ``run.env``, seeded apart from every training env."""
+        Q [B, A]``, or what ``head`` reads: :mod:`distrl.heads`) on ``run.env``, seeded apart from
+        every training env."""
         run = self.cfg.run
-        return evaluate(policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari)
+        return evaluate(policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari,
+                        head)
 
     def await_peers(self, waiting: Callable[[], set[int]], drain: Optional[queue.Queue] = None,
                     heartbeat: bool = False) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.recipes.base import ATARI_RUN, Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, Recipe, role, check_action_space
 
 OPTIMIZERS = ("rmsprop", "adam")
 WIRE_DTYPES = ("float32", "bfloat16")  #: names of ``torch`` dtypes (this module does not import torch)
@@ -127,7 +127,7 @@ ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari"}
 
 
 def _check_config(cfg: Config) -> None:
-    require_discrete_actions(cfg)
+    check_action_space(cfg)
 
 
 RECIPE = Recipe(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.recipes.base import ATARI_RUN, Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, Recipe, role, check_action_space
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari"}
 
 
 def _check_config(cfg: Config) -> None:
-    require_discrete_actions(cfg)
+    check_action_space(cfg)
 
 
 RECIPE = Recipe(

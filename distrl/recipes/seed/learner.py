@@ -99,7 +99,7 @@ class SeedLearner:
             return
         if self.recurrent and self.model.obs_norm is not None:  # images are not normalised
             with self.lock:
-                self.model.obs_norm.update(traj[keys.OBSERVATION].flatten(0, 1))
+                self.model.obs_norm.update_batch(traj[keys.OBSERVATION])
         counts = self.server.counts()  # they only grow: add what is new since the last update
         tracker.counters.update(counts - self._counted)
         self._counted = counts

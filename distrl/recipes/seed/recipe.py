@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
 from distrl.envs import partial  # noqa: F401  (registers distrl/CartPoleNoVel-v1)
-from distrl.recipes.base import ATARI_RUN, Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, Recipe, role, check_action_space
 
 CORES = ("mlp", "lstm")
 
@@ -145,7 +145,7 @@ ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari"}
 
 
 def _check_config(cfg: Config) -> None:
-    require_discrete_actions(cfg)
+    check_action_space(cfg)
     if cfg.algo.request_timeout_s >= cfg.transport.call_timeout_s:
         raise ValueError(f"algo.request_timeout_s ({cfg.algo.request_timeout_s}) must be below "
                          f"transport.call_timeout_s ({cfg.transport.call_timeout_s}) so the server answers first")

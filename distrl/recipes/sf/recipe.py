@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.recipes.base import ATARI_RUN, Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, Recipe, role, check_action_space
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def _check_config(cfg: Config) -> None:
     if a.batch_size > spare_rows:
         raise ValueError(f"algo.batch_size ({a.batch_size}) must be at most groups_per_worker x (slots_per_group - 1)"
                          f" x envs_per_group ({spare_rows}): the rows one worker hands in while filling its next slots")
-    require_discrete_actions(cfg)
+    check_action_space(cfg)
     if max(cfg.algo.request_timeout_s, cfg.algo.slot_timeout_s) >= cfg.transport.call_timeout_s:
         raise ValueError(f"algo.request_timeout_s and algo.slot_timeout_s must be below transport.call_timeout_s "
                          f"({cfg.transport.call_timeout_s})")
