@@ -12,11 +12,11 @@ written here as a pure function of tensors.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from tensordict import TensorDict
 
 from distrl.data import keys
+from distrl.heads import CategoricalHead
 
 
 def vtrace_targets(
@@ -89,7 +89,8 @@ def impala_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     loss of a model takes ``(model, batch, hp)``.
 
     ``batch`` holds :data:`distrl.data.keys.IMPALA_IN_KEYS`: ``observation [B, T, F]``,
-    ``action [B, T]``, ``action_log_prob [B, T]`` (behaviour policy), ``("next", ...)`` entries
+    ``action [B, T]`` (int64; ``[B, T, A]`` float32 under a Gaussian head: the model's ``head``,
+    :mod:`distrl.heads`, reads the policy's output), ``action_log_prob [B, T]`` (behaviour policy), ``("next", ...)`` entries
     ``observation [B, T, F]`` and ``reward``/``done``/``terminated`` ``[B, T, 1]``.
 
     ``reward_scale`` multiplies the rewards before V-trace, so values and advantages are in scaled
@@ -103,13 +104,15 @@ def impala_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     Returns a TensorDict of scalars: ``loss`` (to minimise), ``loss_policy``, ``loss_value``,
     ``entropy``, ``rho_mean`` (mean importance ratio pi/mu, a lag diagnostic), and the stability
     diagnostics ``advantage_std`` (before any normalisation), ``value_mean``, ``logit_range``
-    (mean gap between the largest and smallest logit: a policy going deterministic shows it growing).
+    (mean gap between the largest and smallest logit: a policy going deterministic shows it growing;
+    a Gaussian's mean standard deviation: :meth:`distrl.heads.GaussianHead.spread`).
     """
-    logits, value = model(batch[keys.OBSERVATION])  # [B, T, A], [B, T, 1]
+    out, value = model(batch[keys.OBSERVATION])  # [B, T, A] logits (or [B, T, 2A] Gaussian), [B, T, 1]
     with torch.no_grad():
         next_value = next_values(model, batch, value)
-    log_probs = F.log_softmax(logits, dim=-1)
-    log_pi = log_probs.gather(-1, batch[keys.ACTION].unsqueeze(-1))  # [B, T, 1]
+    head = getattr(model, "head", None) or CategoricalHead(out.shape[-1])
+    log_pi, entropy = head.log_prob_entropy(out, batch[keys.ACTION])  # [B, T] each
+    log_pi = log_pi.unsqueeze(-1)  # [B, T, 1]
     log_mu = batch[keys.ACTION_LOG_PROB].unsqueeze(-1)
     with torch.no_grad():
         advantage, vs = vtrace_targets(
@@ -121,11 +124,11 @@ def impala_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
         advantage = (advantage - advantage.mean()) / (advantage_std + 1e-8)
     loss_policy = -(advantage * log_pi).mean()
     loss_value = 0.5 * (vs - value).pow(2).mean()
-    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+    entropy = entropy.mean()
     loss = loss_policy + hp.value_coef * loss_value - hp.entropy_coef * entropy
     return TensorDict(
         loss=loss, loss_policy=loss_policy.detach(), loss_value=loss_value.detach(),
         entropy=entropy.detach(), rho_mean=(log_pi.detach() - log_mu).exp().mean(),
         advantage_std=advantage_std, value_mean=value.detach().mean(),
-        logit_range=(logits.detach().max(-1).values - logits.detach().min(-1).values).mean(),
+        logit_range=head.spread(out.detach()),
     )
