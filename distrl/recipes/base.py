@@ -109,6 +109,16 @@ ATARI_RUN = {"run.env": "ALE/Pong-v5", "run.total_frames": 50_000_000, "run.max_
              "run.eval_episodes": 4, "run.eval_interval_s": 300.0, "run.checkpoint_interval_s": 300.0}
 
 
+#: gymnasium's MuJoCo ids (``pip install "distrl[mujoco]"``): each recipe's ``mujoco`` preset serves them
+#: (``ENV_EXPERIMENTS``), with its own settings tuned on ``InvertedPendulum-v5`` and ``HalfCheetah-v5``.
+MUJOCO_ENVS = ("Ant-v5", "HalfCheetah-v5", "Hopper-v5", "Humanoid-v5", "HumanoidStandup-v5", "InvertedDoublePendulum-v5",
+               "InvertedPendulum-v5", "Pusher-v5", "Reacher-v5", "Swimmer-v5", "Walker2d-v5")
+#: The run settings every recipe's ``mujoco`` preset shares: HalfCheetah by default, a greedy
+#: evaluation of 5 episodes (1,000 steps each) every 30 s, 20 minutes.
+MUJOCO_RUN = {"run.env": "HalfCheetah-v5", "run.total_frames": 20_000_000, "run.max_time_s": 1200.0,
+              "run.eval_episodes": 5, "run.eval_interval_s": 30.0}
+
+
 def require_discrete_actions(cfg: Config) -> None:
     """``ValueError`` naming the recipe when ``cfg.run.env`` has continuous actions (Ape-X: a DQN
     whose network ends in Q-values calls it from its config check)."""
