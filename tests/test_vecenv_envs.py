@@ -10,7 +10,7 @@ from distrl.recipes import get_recipe
 from distrl.recipes.base import RoleContext
 from distrl.config import override
 from distrl.envs.batched import (
-    NativeEnv, TorchRLEnv, evaluate_greedy, gym_serial_env, load_factory, make_batched_env,
+    GymVectorEnv, NativeEnv, TorchRLEnv, evaluate_greedy, gym_serial_env, load_factory, make_batched_env,
 )
 from distrl.recipes.vecenv.learner import VecEnvLearner
 from distrl.runner import plan
@@ -93,8 +93,8 @@ def test_evaluate_greedy_counts_only_the_first_episode():
 
 def test_bad_env_choices_fail_before_anything_starts():
     cfg = get_recipe("vecenv").default_config()
-    with pytest.raises(ValueError, match="no torch-native 'LunarLander-v3'.*env_factory"):
-        plan(override(cfg, **{"run.env": "LunarLander-v3"}), 1)
+    with pytest.raises(ValueError, match="unknown env id 'HalfCheetah-v9'"):
+        plan(override(cfg, **{"run.env": "HalfCheetah-v9"}), 1)
     with pytest.raises(ValueError, match="cannot be loaded"):
         plan(override(cfg, **{"algo.env_factory": "distrl.envs.batched:nope"}), 1)
     with pytest.raises(ValueError, match="module:function"):
@@ -103,3 +103,25 @@ def test_bad_env_choices_fail_before_anything_starts():
     p = plan(override(cfg, **{"run.env": "MyIsaacTask-v0", "algo.env_factory": "distrl.envs.batched:torchrl_native_env",
                               "run.run_dir": "unused"}), 2)
     assert p.roles == {0: "learner", 1: "learner"}
+
+
+def test_an_id_with_no_torch_version_falls_back_to_gymnasiums_vector_env():
+    """MuJoCo's ids (and any other gymnasium id) step in gymnasium's vector env on the CPU; its
+    Box actions are clipped at the env; episodes cut by the time limit arrive truncated, which the
+    rollout counts as finished episodes (tests/test_vecenv_ppo.py: EpisodeStats)."""
+    env = make_batched_env("InvertedPendulum-v5", 3, CPU, seed=0)
+    try:
+        assert isinstance(env, GymVectorEnv) and env.num_actions is None and env.action_dim == 1
+        obs = env.reset()
+        assert obs.shape == (3, 4) and obs.dtype == torch.float32
+        next_obs, reward, term, trunc, obs = env.step(torch.full((3, 1), 100.0))  # far outside [-3, 3]: clipped
+        assert reward.shape == term.shape == trunc.shape == (3,) and torch.isfinite(next_obs).all()
+    finally:
+        env.close()
+    pendulum = make_batched_env("Pendulum-v1", 2, CPU, seed=0, factory="distrl.envs.batched:gym_vector_env")
+    try:
+        pendulum.reset()
+        ends = [pendulum.step(torch.zeros(2, 1))[3] for _ in range(200)]  # Pendulum's limit: 200 steps
+        assert not any(t.any() for t in ends[:-1]) and ends[-1].all()
+    finally:
+        pendulum.close()

@@ -156,7 +156,8 @@ def load_factory(spec: str) -> EnvFactory:
 def make_batched_env(env_id: str, num_envs: int, device: torch.device, seed: int, factory: str = "",
                      obs_key: str = keys.OBSERVATION, atari_opts=None) -> BatchedEnv:
     """``num_envs`` envs on ``device``: through ``factory`` when given, else the torch-native suite;
-    an ``ALE/*`` id in ale-py's C++ vector env on the CPU (:class:`GymVectorEnv`, options ``atari_opts``)."""
+    an id with no torch version (MuJoCo's, ``ALE/*``...) in gymnasium's vector env on the CPU
+    (:class:`GymVectorEnv`; ale-py's C++ one for ``ALE/*``, options ``atari_opts``)."""
     if factory:
         env = load_factory(factory)(env_id, num_envs, device, seed)
         if isinstance(env, BatchedEnv):
@@ -166,11 +167,10 @@ def make_batched_env(env_id: str, num_envs: int, device: torch.device, seed: int
         if isinstance(env, TorchBatchedEnv):
             return NativeEnv(env)
         return TorchRLEnv(env, device, obs_key)
-    if is_atari(env_id):
+    if is_atari(env_id) or env_id not in TORCH_ENV_IDS:
+        # no torch version: gymnasium's vector env on the CPU (ale-py's C++ one for ALE/* ids), so
+        # PPO with DDP trains MuJoCo and every other gymnasium id too, at the CPU env's speed
         return GymVectorEnv(env_id, num_envs, device, seed, atari_opts)
-    if env_id not in TORCH_ENV_IDS:
-        raise ValueError(f"no torch-native env for {env_id!r} (have {', '.join(TORCH_ENV_IDS)}); bring a batched "
-                         f"TorchRL env with --set algo.env_factory=module:function, e.g. distrl.envs.batched:gym_serial_env")
     return NativeEnv(make_torch_env(env_id, num_envs, device=device, seed=seed))
 
 
