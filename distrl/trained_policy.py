@@ -139,12 +139,43 @@ def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]
         model = make_actor_critic(obs_shape, num_actions, action_dim, net,
                                   normalize_obs=bool(algo.get("normalize_obs")))
     elif recipe in ("impala", "seed", "sf", "a3c"):
-        obs_shape, num_actions = _dims(state, "policy.")
-        model, action_dim = ActorCritic(obs_shape, num_actions, net), 1
+        obs_shape, out = _dims(state, "policy.")
+        if _gaussian(state, net, cfg["run"]["env"]):  # a Gaussian head: out is A (log-std vector) or 2A
+            num_actions, action_dim = None, out if net.log_std == "param" else out // 2
+        else:
+            num_actions, action_dim = out, 1
+        model = ActorCritic(obs_shape, num_actions, net, action_dim)
     else:
         _fail(f"load_policy does not know recipe {recipe!r}")
     model.load_state_dict(state)
     return model.eval(), num_actions, action_dim  # parameters stay trainable: a TorchRL loss may fine-tune them
+
+
+def _gaussian(state: dict, net, env_id: str) -> bool:
+    """Whether an actor-critic checkpoint's policy is a Gaussian (distrl/heads.py): its learned
+    log-std vector is in the state dict, or (``net.log_std=state``: a head output, no parameter of its
+    own) the training env's actions are a box."""
+    if any(k.endswith(".log_std") for k in state):
+        return True
+    if net.log_std != "state":
+        return False
+    try:
+        import gymnasium as gym
+
+        return isinstance(gym.spec(env_id).make().action_space, gym.spaces.Box)
+    except Exception:  # an id only the user's env factory knows: distrl's recipes take its discrete actions only
+        return False
+
+
+class _LocScale(nn.Module):
+    """A Gaussian head's output ``cat(mean, log_std) [*B, 2A]`` as TorchRL's ``(loc, scale)``."""
+
+    def __init__(self, action_dim: int):
+        super().__init__()
+        self.action_dim = action_dim
+
+    def forward(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return out[..., :self.action_dim], out[..., self.action_dim:].exp()
 
 
 def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool = False,
@@ -186,7 +217,13 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
         module = TensorDictModule(model.policy, in_keys=[obs_key], out_keys=[keys.LOGITS])
         return ProbabilisticActor(module, in_keys=[keys.LOGITS], spec=spec, distribution_class=dist,
                                   default_interaction_type=interaction, return_log_prob=True)
-    # The Gaussian's scale is a parameter, not a network output: TensorDict's state-independent
+    if hasattr(model, "head"):  # impala, seed, sf, a3c: the policy writes cat(mean, log_std) (distrl/heads.py)
+        module = TensorDictModule(nn.Sequential(model.policy, _LocScale(action_dim)), in_keys=[obs_key],
+                                  out_keys=[keys.LOC, keys.SCALE])
+        return ProbabilisticActor(module, in_keys=[keys.LOC, keys.SCALE], spec=spec,
+                                  distribution_class=IndependentNormal, default_interaction_type=interaction,
+                                  return_log_prob=True, safe=isinstance(spec, Bounded))
+    # vecenv: the Gaussian's scale is a parameter, not a network output: TensorDict's state-independent
     # scale module carries it, holding the learned log-std behind an exp mapping as distrl does.
     scale = AddStateIndependentNormalScale(action_dim, scale_mapping="exp", scale_lb=1e-8, device=device)
     scale.state_independent_scale.data.copy_(model.log_std)

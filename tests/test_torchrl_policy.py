@@ -222,6 +222,28 @@ def test_vecenv_gaussian_policy_is_greedy_and_clipped_to_the_bounds(tmp_path):
     assert torch.allclose(sampled["scale"], model.log_std.exp().expand_as(sampled["scale"]))
 
 
+@pytest.mark.parametrize("recipe,log_std", [("sf", "param"), ("impala", "state")])
+def test_an_actor_critic_gaussian_loads_with_its_normalisation_and_bounds(tmp_path, recipe, log_std):
+    """impala/seed/sf/a3c's Gaussian (distrl/heads.py) with its ObsNorm statistics, as a TorchRL actor:
+    greedy actions are the mean clipped to Pendulum's [-2, 2], after the checkpoint's normalisation."""
+    torch.manual_seed(4)
+    net = override(experiment_config(recipe, "debug"), **{"net.log_std": log_std, "net.init_log_std": -0.5}).net
+    model = ActorCritic(3, None, net, action_dim=1)
+    assert model.obs_norm is not None  # auto: flat observations, continuous actions
+    with torch.no_grad():
+        model.obs_norm.update_batch(torch.randn(500, 3) * torch.tensor([1.0, 1.0, 8.0]) + 0.5)
+        for p in model.policy.parameters():
+            if p.requires_grad and p.dim() == 2:
+                p.normal_(0.0, 1.0)  # means outside [-2, 2] in some states
+    run = fake_run(tmp_path, recipe, model, **{"run.env": "Pendulum-v1", "net.log_std": log_std, "net.init_log_std": -0.5})
+    env = GymEnv("Pendulum-v1")
+    td = env.rollout(30, distrl.load_policy(run), auto_reset=False, tensordict=env.reset(seed=5))
+    torch.testing.assert_close(td["action"], model.greedy(td["observation"]).clamp(-2.0, 2.0))
+    assert (td["action"].abs() == 2.0).any() and (td["action"].abs() < 2.0).any()
+    _, log_std_out = model.head.split(model.policy(td["observation"]).detach())
+    torch.testing.assert_close(td["scale"], log_std_out.exp())
+
+
 def test_apex_gives_a_greedy_qvalue_actor(tmp_path):
     model = q_network()
     run = fake_run(tmp_path, "apex", model)
