@@ -14,7 +14,6 @@ the advantages come from on data a lagged policy collected:
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from tensordict import TensorDict
 
 from distrl.algorithms.impala import vtrace_targets
@@ -58,14 +57,16 @@ def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
 
     ``algo`` provides ``gamma, vtrace, gae_lambda, rho_bar, c_bar, clip_eps, reward_scale,
     value_coef, entropy_coef, normalize_advantage`` (:class:`distrl.recipes.sf.recipe.SFConfig`).
+    Log-probabilities and entropies come from ``model.head`` (:mod:`distrl.heads`): int64 actions
+    ``[B, T]`` under a categorical head, float32 ``[B, T, A]`` under a Gaussian one.
     Rewards are multiplied by ``reward_scale`` first (values in scaled units; see impala_loss).
 
     Returns scalars: ``loss`` and ``loss_policy``, ``loss_value``, ``entropy``, ``approx_kl``,
     ``clip_fraction``, ``advantage_std`` (before any normalisation), ``value_mean``.
     """
-    logits, value = model(batch[keys.OBSERVATION])  # [B, T, A], [B, T, 1]
-    log_probs = F.log_softmax(logits, dim=-1)
-    log_pi = log_probs.gather(-1, batch[keys.ACTION].unsqueeze(-1))  # [B, T, 1]
+    out, value = model(batch[keys.OBSERVATION])  # [B, T, head.width], [B, T, 1]
+    log_pi, entropy = model.head.log_prob_entropy(out, batch[keys.ACTION])  # [B, T] each: one softmax
+    log_pi = log_pi.unsqueeze(-1)  # [B, T, 1]
     log_mu = batch[keys.ACTION_LOG_PROB].unsqueeze(-1)
     reward = batch[keys.REWARD] * algo.reward_scale
     done, terminated = batch[keys.DONE], batch[keys.TERMINATED]
@@ -83,7 +84,6 @@ def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
     advantage_std = advantage.std()
     if algo.normalize_advantage:
         advantage = (advantage - advantage.mean()) / (advantage_std + 1e-8)
-    entropy = -(log_probs.exp() * log_probs).sum(-1)
     out = ppo_loss(log_pi.reshape(-1), log_mu.reshape(-1), advantage.reshape(-1), value.reshape(-1), vs.reshape(-1),
                    entropy.reshape(-1), algo.clip_eps, algo.value_coef, algo.entropy_coef)
     out = {k: (v if k == keys.LOSS else v.detach()) for k, v in out.items()}

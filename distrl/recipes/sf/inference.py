@@ -8,11 +8,14 @@ a batch closes at ``algo.max_batch_envs`` observations or ``algo.max_wait_ms`` a
 request arrived), pulling the records from the doorbell itself when its queue is empty: one
 thread, no hand-over per request. This role's loop gathers a batch's
 observations from shared memory, runs one forward pass (in numpy where the policy is a plain MLP:
-``distrl/numpy_policy.py``), writes ``action``, ``action_log_prob`` and ``policy_version`` back
-and rings each worker's reply bell.
+``distrl/numpy_policy.py``; a Gaussian policy, or one with observation normalisation, samples
+through its head, :mod:`distrl.heads`), writes ``action`` (int64 ``[B]`` or float32 ``[B, A]`` per
+request), ``action_log_prob`` and ``policy_version`` back and rings each worker's reply bell.
 
 Parameters come from the learner through shared memory (``sf_slots.read_params``, a seqlock):
-checked before each batch, copied only when the learner published new ones.
+checked before each batch, copied only when the learner published new ones. The vector is
+``parameters_to_vector(model.parameters())``, so it carries the observation-normalisation
+statistics too (frozen parameters: ``distrl/obs_norm.py``).
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from distrl.recipes.base import RoleContext
 from distrl.data import keys, shm
 from distrl.envs.gym import env_info
 from distrl.logging.timing import TimeBudget
-from distrl.models import ActorCritic, sample_actions
+from distrl.models import ActorCritic
 from distrl.numpy_policy import NumpyPolicy
 from distrl.recipes.sf import doorbell as bell
 from distrl.roles.batcher import DynamicBatcher, InferenceStats
@@ -64,7 +67,7 @@ class SFInference:
         self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
         self.learner = ctx.ranks_of("learner")[0]
         info = env_info(self.cfg.run.env)
-        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net)
+        self.model = ActorCritic.for_env(info, self.cfg.net)
         self.flat = torch.nn.utils.parameters_to_vector(self.model.parameters()).detach().clone()
         torch.nn.utils.vector_to_parameters(self.flat, self.model.parameters())  # views of flat from here on
         self.staging = self.flat.clone()  # read_params copies here: a torn copy never reaches the policy
@@ -159,7 +162,7 @@ class SFInference:
         if self.fast is not None:
             action, log_prob = self.fast.act(obs)
         else:
-            action, log_prob = sample_actions(self.model.policy(obs), self.generator)
+            action, log_prob = self.model.head.sample(self.model.policy(obs), self.generator)
         action, log_prob = action.numpy(), log_prob.numpy()
         offset = 0
         for r in batch:

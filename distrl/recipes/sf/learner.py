@@ -15,6 +15,11 @@ owed a spare as slots come free, drops rows older than ``algo.max_policy_lag`` u
 takes one APPO step per ``algo.batch_size`` rows. A handed-in slot waits for the
 loop; its worker needs the spare only ``T`` steps later, so it waits only when the learner is
 behind: the backpressure.
+
+Continuous actions (a Gaussian head, :mod:`distrl.heads`): the slots hold float32 ``[A]`` actions,
+and the network's :class:`~distrl.obs_norm.ObsNorm` statistics are merged here from every worker's
+rows (each trained batch folded in after its step) and reach inference inside the published
+parameter vector, with the weights of the same version.
 """
 from __future__ import annotations
 
@@ -59,7 +64,7 @@ class SFLearner:
         self.session = LearnerSession(ctx)
         self.device = self.session.device
         info = env_info(self.cfg.run.env)
-        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net).to(self.device)
+        self.model = ActorCritic.for_env(info, self.cfg.net).to(self.device)
         self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5, fused=True)
         self.session.restore(self.model, self.optim)
         self.session.evaluate = self._evaluate
@@ -72,7 +77,8 @@ class SFLearner:
         self.first_slots = {w: torch.tensor(self.pool.reserve(w, 2 * G)).view(G, 2) for w in self.workers}
         layout = rollout_layout(num_slots, self.algo.envs_per_group, self.algo.unroll_length, info.shape,
                                 sum(p.numel() for p in self.model.parameters()), len(ctx.roles),
-                                info.obs_dtype or torch.float32)
+                                info.obs_dtype or torch.float32, self.model.head.action_shape,
+                                self.model.head.action_dtype)
         self.shared, self.shm_path = shm.create(layout, "sf")
         doorbells.make(self.shm_path, ctx.rank, ctx.ranks_of("inference"), self.workers)  # unlinked with the rest
         self.bell = doorbells.ServerBell(self.shm_path, ctx.rank, self.workers, doorbells.SLOT)
@@ -233,6 +239,8 @@ class SFLearner:
         grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm, out[keys.LOSS])
         if grad_norm is None:
             return
+        if self.model.obs_norm is not None:  # after the step that trained on it: see distrl/obs_norm.py
+            self.model.obs_norm.update_batch(batch[keys.OBSERVATION])
         self._publish()
         tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
                         | {"learner/grad_norm": float(grad_norm), "learner/slots_free": self.pool.free_count()})
@@ -265,4 +273,4 @@ class SFLearner:
         return out
 
     def _evaluate(self) -> list[float]:
-        return self.session.greedy_returns(self.model.policy)
+        return self.session.greedy_returns(self.model.policy, head=self.model.head)

@@ -8,6 +8,8 @@ request is in flight, step the *other* group. When the reply comes, read the act
 wrote at ``traj.action[slot, :, t]``, step the envs, write the outcome (reward, end flags, true
 next observation) at ``t``. So a slot's step ``t`` is written by the worker before the request and
 after the reply, and by inference only in between: no step is written while another role reads it.
+The actions are stepped as inference wrote them: int64 indices ``[B]``, or float32 ``[B, A]`` for a
+Gaussian policy (unclipped: the vector env clips them to the box, ``distrl/envs/gym.py``).
 
 After ``T`` steps the worker hands the slot in (its number through the learner's doorbell, the
 ``SLOT`` channel; the returns of the episodes that ended are in the slot, at ``("next",

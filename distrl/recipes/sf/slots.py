@@ -4,7 +4,7 @@ one, and the parameter buffer inference reads.
 Layout (:func:`rollout_layout`), allocated once by the learner and mapped by every process:
 
 - ``traj``: ``[S, B, T]`` trajectory slots in the IMPALA layout (``observation [S, B, T, F]``,
-  ``action``, ``action_log_prob``, ``policy_version``, ``("next", observation/reward/done/
+  ``action`` (int64 ``[S, B, T]`` discrete, float32 ``[S, B, T, A]`` continuous), ``action_log_prob``, ``policy_version``, ``("next", observation/reward/done/
   terminated/truncated/episode_return)``; ``episode_return`` counts where ``done``). A rollout
   worker owns a slot while it fills it: it writes ``observation[s, :, t]``, inference writes
   ``action/action_log_prob/policy_version[s, :, t]`` (only while the worker waits for that step's
@@ -52,16 +52,19 @@ STOP, PARAM_SEQ, PARAM_VERSION = 0, 1, 2  # indices into control
 
 
 def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_shape: int | tuple[int, ...],
-                   num_params: int, world_size: int = 1, obs_dtype: torch.dtype = torch.float32) -> TensorDict:
+                   num_params: int, world_size: int = 1, obs_dtype: torch.dtype = torch.float32,
+                   action_shape: tuple[int, ...] = (), action_dtype: torch.dtype = torch.int64) -> TensorDict:
     """Zeros of the shared layout above: ``traj [S, B, T]``, ``params [P]``, ``control [3]``,
     ``evicted [W]`` (1 for a rank whose slots were reclaimed: it must not write any more).
     Observations are ``[*obs_shape]`` of ``obs_dtype`` (an image stays uint8/bool: a quarter or less
-    of float32's bytes in every slot); an int ``F`` means ``(F,)``."""
+    of float32's bytes in every slot); an int ``F`` means ``(F,)``. Actions are
+    ``[*action_shape]`` of ``action_dtype``: the head's (:mod:`distrl.heads`), int64 ``()`` for
+    discrete actions, float32 ``(A,)`` for a Gaussian's."""
     S, B, T = num_slots, envs_per_slot, unroll_length
     F = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
     z = lambda *shape, dtype=torch.float32: torch.zeros(S, B, T, *shape, dtype=dtype)  # noqa: E731
     traj = TensorDict({
-        keys.OBSERVATION: z(*F, dtype=obs_dtype), keys.ACTION: z(dtype=torch.int64), keys.ACTION_LOG_PROB: z(),
+        keys.OBSERVATION: z(*F, dtype=obs_dtype), keys.ACTION: z(*action_shape, dtype=action_dtype), keys.ACTION_LOG_PROB: z(),
         keys.POLICY_VERSION: z(dtype=torch.int64),
         keys.NEXT: TensorDict({
             keys.OBSERVATION: z(*F, dtype=obs_dtype), keys.STEP_REWARD: z(1), keys.STEP_DONE: z(1, dtype=torch.bool),
