@@ -23,7 +23,6 @@ learning rate does not scale with ``envs_per_worker * t_max``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from tensordict import TensorDict
 from torchrl.objectives.value.functional import td_lambda_return_estimate
 
@@ -63,9 +62,11 @@ def a3c_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     (:class:`distrl.recipes.a3c.recipe.A3CConfig`).
 
     ``batch`` holds :data:`distrl.data.keys.A3C_IN_KEYS`: ``observation [B, T, F]``,
-    ``action [B, T]``, and the ``("next", ...)`` entries ``observation [B, T, F]``,
-    ``reward``/``done``/``terminated`` ``[B, T, 1]``. ``model(obs) -> (logits [*, A], value [*, 1])``
-    and ``model.value(obs) -> [*, 1]``; it must be the policy that acted (A3C is on-policy).
+    ``action`` (``[B, T]`` int64, or ``[B, T, A]`` float32 for a Gaussian), and the ``("next", ...)``
+    entries ``observation [B, T, F]``, ``reward``/``done``/``terminated`` ``[B, T, 1]``.
+    ``model(obs) -> (out [*, width], value [*, 1])`` with ``out`` read by ``model.head``
+    (:mod:`distrl.heads`: logits or a Gaussian's mean and log-std), and ``model.value(obs) -> [*, 1]``;
+    it must be the policy that acted (A3C is on-policy).
 
     ``L = -mean(A_i log pi(a_i|s_i)) + value_coef * mean((R_i - V(s_i))^2) / 2 - entropy_coef * mean(H_i)``
     with ``A_i = R_i - V(s_i)`` held constant (:func:`n_step_advantage`). ``normalize_advantage``
@@ -75,7 +76,7 @@ def a3c_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     Returns a TensorDict of scalars: ``loss`` (to minimise, with its graph), ``loss_policy``,
     ``loss_value``, ``entropy``, ``advantage_mean`` (detached).
     """
-    logits, value = model(batch[keys.OBSERVATION])  # [B, T, A], [B, T, 1]
+    out, value = model(batch[keys.OBSERVATION])  # [B, T, width], [B, T, 1]
     with torch.no_grad():
         next_value = model.value(batch[keys.NEXT_OBSERVATION])
         advantage, returns = n_step_advantage(hp.gamma, value.detach(), next_value, batch[keys.REWARD] * hp.reward_scale,
@@ -83,11 +84,10 @@ def a3c_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
         raw_mean = advantage.mean()
         if hp.normalize_advantage:
             advantage = (advantage - raw_mean) / (advantage.std() + 1e-8)
-    log_probs = F.log_softmax(logits, dim=-1)
-    log_pi = log_probs.gather(-1, batch[keys.ACTION].unsqueeze(-1))  # [B, T, 1]
-    loss_policy = -(advantage * log_pi).mean()
+    log_pi, entropy = model.head.log_prob_entropy(out, batch[keys.ACTION])  # [B, T] each
+    loss_policy = -(advantage.squeeze(-1) * log_pi).mean()
     loss_value = 0.5 * (returns - value).pow(2).mean()
-    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+    entropy = entropy.mean()
     loss = loss_policy + hp.value_coef * loss_value - hp.entropy_coef * entropy
     return TensorDict(loss=loss, loss_policy=loss_policy.detach(), loss_value=loss_value.detach(),
                       entropy=entropy.detach(), advantage_mean=raw_mean)

@@ -17,6 +17,14 @@ acting again. A worker declared lost leaves the live set, so a dead worker canno
 Bytes on the wire (``bytes_per_env_step``): every push and pull with its reply, over the frames
 the pushes carried. Gradients come and parameters go in ``algo.wire_dtype``; the parameters, the
 optimizer and the applied (averaged, clipped) gradient stay float32 here.
+
+Observation normalisation (a model with an ObsNorm: continuous control): the server sees no
+observations, so each push carries the moments of the observations behind its gradient
+(``obs_moments``); once that gradient is applied they are merged into ``model.obs_norm`` (Chan's
+parallel merge: two workers' moments give the statistics of their observations together) and the
+statistics, frozen parameters, reach every worker inside the next published vector. Their slots
+in a gradient are ignored and the optimizer does not hold them. Keep ``algo.wire_dtype`` float32
+then: bfloat16 would round the mean to 2^-8 of its size, a lot when the mean dwarfs the spread.
 """
 from __future__ import annotations
 
@@ -69,10 +77,13 @@ class ParameterServer:
         self.session = LearnerSession(ctx)
         self.device = self.session.device
         info = env_info(self.cfg.run.env)
-        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net).to(self.device)
-        self.params = list(self.model.parameters())
+        self.model = ActorCritic.for_env(info, self.cfg.net).to(self.device)
+        self.params = list(self.model.parameters())  # the flat vector's layout, frozen statistics included
         self.num_params = sum(p.numel() for p in self.params)
-        self.optim = make_optimizer(self.params, self.algo)
+        self.optim = make_optimizer([p for p in self.params if p.requires_grad], self.algo)
+        norm = self.model.obs_norm
+        #: the shape of a push's obs_moments ([1 + 2F]), None without observation normalisation
+        self.moments_shape = None if norm is None else (1 + 2 * norm.mean.numel(),)
         self.workers = set(ctx.ranks_of("worker"))
         if self.algo.sync and self.algo.queue_size < len(self.workers):
             # a dropped gradient would leave its round waiting for a worker that is alive
@@ -111,8 +122,11 @@ class ParameterServer:
         if not (self.stopping.is_set() or rank in self.ctx.transport.lost_peers()):
             # a lost rank (stopped, then woken) is told to stop and its late gradient ignored
             grad = msg[keys.GRADIENT]
+            moments = msg.get(keys.OBS_MOMENTS, None)
             if grad.shape != (self.num_params,) or grad.dtype != self.wire_dtype:
                 self._reject(rank, f"gradient {tuple(grad.shape)} {grad.dtype}, expected [{self.num_params}] {self.wire_dtype}")
+            elif (None if moments is None else tuple(moments.shape)) != self.moments_shape:
+                self._reject(rank, f"obs_moments {None if moments is None else tuple(moments.shape)}, expected {self.moments_shape}")
             else:
                 try:
                     self.queue.put(msg, timeout=self.algo.put_timeout_s)
@@ -170,10 +184,14 @@ class ParameterServer:
         The frames counted are the applied gradients' (what the update trained on).
 
         The policy and value towers are clipped apart (:func:`distrl.models.clip_towers`), as the
-        impala learner does: under one global clip the value gradient sets the norm."""
+        impala learner does: under one global clip the value gradient sets the norm.
+
+        With observation normalisation the applied gradients' ``obs_moments`` are merged into
+        ``model.obs_norm`` after the step (the step trained on the statistics the workers acted
+        with), before the new version is published."""
         tracker = self.session.tracker
         cap = self.algo.max_staleness
-        kept, staleness, frames = [], [], 0
+        kept, staleness, frames, moments = [], [], 0, []
         for m in msgs:
             s = self.version - int(m[keys.POLICY_VERSION])
             if cap is not None and s > cap:
@@ -182,16 +200,21 @@ class ParameterServer:
             kept.append(m[keys.GRADIENT].to(self.device, torch.float32))  # widened before the mean
             staleness.append(s)
             frames += int(m[keys.FRAMES])
+            if self.moments_shape is not None:
+                moments.append(m[keys.OBS_MOMENTS])
         if not kept:
             return
         grad = torch.stack(kept).mean(0) if len(kept) > 1 else kept[0]
         offset = 0
         for p in self.params:
-            p.grad = grad[offset:offset + p.numel()].view_as(p)
+            if p.requires_grad:  # a frozen statistic's slot is ignored: it keeps no .grad
+                p.grad = grad[offset:offset + p.numel()].view_as(p)
             offset += p.numel()
         grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), self.algo.max_grad_norm)
         if grad_norm is None:
             return
+        if moments:
+            self.model.obs_norm.update_moments(torch.stack(moments).sum(0))
         tracker.add_frames(frames)
         self.board.publish(self.version)
         tracker.add_lag(torch.tensor(staleness))
@@ -216,4 +239,4 @@ class ParameterServer:
                 "bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)}
 
     def _evaluate(self) -> list[float]:
-        return self.session.greedy_returns(self.model.policy)
+        return self.session.greedy_returns(self.model.policy, head=self.model.head)

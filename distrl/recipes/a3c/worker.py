@@ -14,6 +14,13 @@ parameters arrive in bfloat16; the worker widens them to float32 and acts with e
 its gradient is taken at the same parameters (nothing loads new ones between ``act`` and
 ``gradient``), so the gradient is on-policy for the policy that acted. The server's float32
 parameters differ from them by bfloat16's rounding (a relative 2^-8 at most).
+
+Continuous actions (a Gaussian head, :mod:`distrl.heads`) are float32 ``[B, A]`` from
+``model.head.sample``, stored ``[B, T, A]`` in the segment. Observation normalisation: the
+worker never updates its own statistics (frozen parameters, so their gradient slots are zeros);
+it sends the moments of the segment's observations with the gradient (``obs_moments``), the server
+merges every worker's, and they come back inside the parameter vector like any weight: a worker's
+data counts once, at the server, and every worker normalises with the same statistics.
 """
 from __future__ import annotations
 
@@ -28,7 +35,8 @@ from distrl.algorithms.a3c import a3c_loss
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic, sample_actions
+from distrl.models import ActorCritic
+from distrl.obs_norm import batch_moments
 from distrl.roles.env_runner import EnvRunner
 from distrl.transport.base import CallTimeoutError, TransportError
 
@@ -41,8 +49,9 @@ class A3CWorker:
         self.algo = self.cfg.algo
         self.server = ctx.ranks_of("parameter_server")[0]
         info = env_info(self.cfg.run.env)
-        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net)
+        self.model = ActorCritic.for_env(info, self.cfg.net)
         self.params = list(self.model.parameters())
+        self.frozen = [not p.requires_grad for p in self.params]  # ObsNorm's statistics: zeros in the gradient
         self.version = -1  # no parameters yet: the first pull brings them
         self.wire_dtype = getattr(torch, self.algo.wire_dtype)
         seed = self.cfg.run.seed + 1000 * ctx.rank
@@ -63,24 +72,34 @@ class A3CWorker:
         return self.runner.unroll(self._act, self.algo.t_max)
 
     def _act(self, obs: torch.Tensor) -> dict:
-        """Actions ``[B]`` sampled from the current policy for observations ``[B, F]``."""
-        return {keys.ACTION: sample_actions(self.model.policy(obs), self.generator)[0]}
+        """Actions ``[B]`` int64 (or ``[B, A]`` float32) sampled from the current policy for observations ``[B, F]``."""
+        return {keys.ACTION: self.model.act(obs, self.generator)[0]}
+
+    def flat_gradient(self) -> torch.Tensor:
+        """``[P]`` float32 over every parameter in ``parameters()`` order, zeros in the slots of frozen
+        ones (ObsNorm's statistics have no gradient; the server's vector keeps their place)."""
+        return torch.cat([p.new_zeros(p.numel()) if frozen else p.grad.reshape(-1)
+                          for p, frozen in zip(self.params, self.frozen)])
 
     def gradient(self, traj: TensorDict, returns: list[float], lengths: list[int]) -> TensorDict:
         """The push message of segment ``traj``: the flat gradient ``[P]`` (in ``algo.wire_dtype``),
-        its version, the episodes."""
+        its version, the episodes, and with observation normalisation the segment's observation
+        moments ``[1 + 2F]`` float64."""
         a = self.algo
         out = a3c_loss(self.model, traj, a)
         self.model.zero_grad(set_to_none=True)
         out[keys.LOSS].backward()
-        grad = torch.cat([p.grad.reshape(-1) for p in self.params]).to(self.wire_dtype)
-        return TensorDict({
+        grad = self.flat_gradient().to(self.wire_dtype)
+        msg = TensorDict({
             keys.GRADIENT: grad, keys.POLICY_VERSION: torch.tensor(self.version),
             keys.FRAMES: torch.tensor(traj.numel()), keys.WORKER_RANK: torch.tensor(self.ctx.rank),
             keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
             keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
             keys.WORKER_STATS: TensorDict({k: v.detach() for k, v in out.items()}),
         })
+        if self.model.obs_norm is not None:  # only then: a discrete model's message is what it always was
+            msg[keys.OBS_MOMENTS] = batch_moments(traj[keys.OBSERVATION])
+        return msg
 
     def _pull(self) -> bool:
         msg = TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank), keys.POLICY_VERSION: torch.tensor(self.version)})
