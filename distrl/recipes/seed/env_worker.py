@@ -84,7 +84,8 @@ class SeedEnvWorker:
                              torch.zeros(B, dtype=torch.bool), torch.zeros(0, *self.obs_shape, dtype=self.obs_dtype))
 
     def _step(self, group: int, action: torch.Tensor) -> TensorDict:
-        """Step one group with the server's actions ``[B]``; returns its next message."""
+        """Step one group with the server's actions (``[B]`` int32, or ``[B, A]`` float32 for a Box,
+        which the vector env clips to its bounds: distrl/heads.py); returns its next message."""
         if faults.env_fails(self.ctx.rank, self.steps, self.recovery.failures):
             raise RuntimeError("injected environment failure")
         obs, reward, term, trunc, info = self.envs[group].step(action.numpy())

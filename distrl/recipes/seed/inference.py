@@ -25,7 +25,6 @@ from tensordict import TensorDict
 
 from distrl.data.frame_stream import FRAME, KEYS as STREAM_KEYS, StackReceiver
 from distrl.data.wire import WireMeter, payload_nbytes
-from distrl.models import sample_actions
 from distrl.roles.batcher import (
     ACTION, FINAL_OBS, GROUP, OBS, RANK, RUN_ID, STOP, TERMINATED, TRUNCATED, DynamicBatcher, InferenceStats, Request,
 )
@@ -55,8 +54,13 @@ class InferenceServer:
         self.batcher = DynamicBatcher(algo.max_batch_envs, algo.max_wait_ms / 1e3,
                                       capacity=max(1, len(worker_ranks)) * algo.groups_per_worker)
         shape = tuple(model.initial_state(1).shape[1:]) if self.recurrent else None
-        self.groups = {(r, g): GroupTrajectories(self.B, obs_shape, algo.unroll_length, shape, device, obs_dtype)
+        head = self.head = model.head  # how the policy's output becomes actions (distrl/heads.py)
+        self.groups = {(r, g): GroupTrajectories(self.B, obs_shape, algo.unroll_length, shape, device, obs_dtype,
+                                                 head.action_shape, head.action_dtype)
                        for r in worker_ranks for g in range(algo.groups_per_worker)}
+        # int32 on the wire for discrete actions: half the bytes of int64, and every discrete space
+        # here fits; a Gaussian's float32 [B, A] as sampled (the env clips it: distrl/heads.py)
+        self.wire_dtype = torch.float32 if head.continuous else torch.int32
         self.generator = torch.Generator(device).manual_seed(cfg.run.seed)
         self.stats, self.wire = InferenceStats(), WireMeter()
         self._counters = collections.Counter()  # dropped_chunks, rejected_requests: see counts()
@@ -175,12 +179,11 @@ class InferenceServer:
         with self.lock:
             version = self.version()
             if self.recurrent:
-                logits, _, state = self.model.step(obs, torch.cat([g.core_state for g in groups]))
+                out, _, state = self.model.step(obs, torch.cat([g.core_state for g in groups]))
             else:
-                logits, state = self.model.policy(obs), None
-        action, log_prob = sample_actions(logits, self.generator)
-        # int32 on the wire: half the bytes of int64, and every discrete space here fits
-        for req, a in zip(batch, action.to("cpu", torch.int32).split(sizes)):
+                out, state = self.model.policy(obs), None
+        action, log_prob = self.head.sample(out, self.generator)  # [N] int64 or [N, A] float32, [N]
+        for req, a in zip(batch, action.to("cpu", self.wire_dtype).split(sizes)):
             req.reply = TensorDict({ACTION: a, STOP: torch.tensor(False)})
             req.ready.set()
         done = time.monotonic()

@@ -7,6 +7,11 @@ optimizer step writes the parameters, so only it takes the shared lock: the lear
 and backward run while inference runs, and a batch is never served from half-updated weights.
 There is no parameter copy anywhere, so the policy lag is the number of updates made while a
 chunk was being collected and queued (a few at most, measured).
+
+Observation statistics (:class:`distrl.obs_norm.ObsNorm`: flat observations under the LSTM core,
+or continuous actions) are merged here from every worker's data: each trained batch's observations
+are folded in after the step that trained on them, under the same lock, so inference, which reads
+this very model, sees them from its next batch on, and never a forward half-way through a merge.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.models import ActorCritic
 from distrl.models_recurrent import RecurrentActorCritic, UnrolledCore
+from distrl.obs_norm import batch_moments, find_obs_norm
 from distrl.recipes.base import RoleContext
 from distrl.recipes.seed.inference import InferenceServer
 from distrl.roles.rows import RowQueue
@@ -42,11 +48,13 @@ class SeedLearner:
         self.device = self.session.device
         info = env_info(self.cfg.run.env)
         self.recurrent = self.algo.core == "lstm"
+        # discrete ids: a categorical head; continuous ones: a Gaussian (and ObsNorm, net.obs_norm)
         if self.recurrent:
-            self.model = RecurrentActorCritic(info.shape, info.num_actions, self.cfg.net, self.algo.core_size)
+            self.model = RecurrentActorCritic.for_env(info, self.cfg.net, self.algo.core_size)
         else:
-            self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net)
+            self.model = ActorCritic.for_env(info, self.cfg.net)
         self.model.to(self.device)
+        self.obs_norm = find_obs_norm(self.model)
         self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
         self.session.restore(self.model, self.optim)
         self.session.evaluate = self._evaluate
@@ -97,9 +105,8 @@ class SeedLearner:
                                             out[keys.LOSS], lock=self.lock)
         if grad_norm is None:
             return
-        if self.recurrent and self.model.obs_norm is not None:  # images are not normalised
-            with self.lock:
-                self.model.obs_norm.update_batch(traj[keys.OBSERVATION])
+        if self.obs_norm is not None:  # after the step that trained on the batch (module docstring)
+            fold_observations(self.obs_norm, traj[keys.OBSERVATION], self.lock)
         counts = self.server.counts()  # they only grow: add what is new since the last update
         tracker.counters.update(counts - self._counted)
         self._counted = counts
@@ -123,18 +130,27 @@ class SeedLearner:
         return session.finish(reason, eval_returns, self.model, self.optim, extra)
 
     def _evaluate(self) -> list[float]:
-        return self.session.greedy_returns(self._eval_policy())
+        return self.session.greedy_returns(self._eval_policy(), head=self.model.head)  # a Gaussian plays its mean
 
     def _eval_policy(self):
-        """``obs [B, F] -> logits [B, A]``; a recurrent core carries its state across calls, which is
-        right for :func:`evaluate`: every env plays one episode from its reset, in lockstep."""
+        """``obs [B, F] -> out [B, head.width]`` (logits, or a Gaussian's mean and log-std); a recurrent
+        core carries its state across calls, which is right for :func:`evaluate`: every env plays one
+        episode from its reset, in lockstep."""
         if not self.recurrent:
             return lambda obs: self.model.policy(obs)
         state: dict[str, torch.Tensor] = {}
 
         def policy(obs: torch.Tensor) -> torch.Tensor:
             prev = state.get("core", self.model.initial_state(obs.shape[0], obs.device))
-            logits, _, state["core"] = self.model.step(obs, prev)
-            return logits
+            out, _, state["core"] = self.model.step(obs, prev)
+            return out
 
         return policy
+
+
+def fold_observations(norm, obs: torch.Tensor, lock: threading.Lock) -> None:
+    """Merge a trained batch's observations ``[B, T, F]`` into ``norm`` under ``lock`` (the lock
+    inference takes around each forward: no batch is served from half-merged statistics)."""
+    moments = batch_moments(obs)  # the reduction outside the lock: inference waits for the copy only
+    with lock:
+        norm.update_moments(moments)

@@ -26,17 +26,20 @@ class GroupTrajectories:
         obs_dtype: the observations' dtype (float32, or an image's uint8/bool, kept as it is).
         state_shape: ``S`` of one env's recurrent core state (``(4, H)`` for
             :class:`~distrl.models_recurrent.RecurrentActorCritic`), or ``None`` for a feed-forward policy.
+        action_shape, action_dtype: one env's action as the model's head gives it
+            (:mod:`distrl.heads`): ``()`` int64 for discrete actions, ``(A,)`` float32 for a Gaussian.
     """
 
     def __init__(self, num_envs: int, obs_shape: int | tuple[int, ...], unroll_length: int,
                  state_shape: Optional[tuple] = None, device: torch.device | str = "cpu",
-                 obs_dtype: torch.dtype = torch.float32):
+                 obs_dtype: torch.dtype = torch.float32, action_shape: tuple[int, ...] = (),
+                 action_dtype: torch.dtype = torch.int64):
         B, T = num_envs, unroll_length
         F = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.num_envs, self.T, self.device = B, T, torch.device(device)
         z = lambda *shape, dtype=torch.float32: torch.zeros(*shape, dtype=dtype, device=self.device)  # noqa: E731
         self.obs, self.next_obs = z(T, B, *F, dtype=obs_dtype), z(T, B, *F, dtype=obs_dtype)
-        self.action, self.version = z(T, B, dtype=torch.int64), z(T, B, dtype=torch.int64)
+        self.action, self.version = z(T, B, *action_shape, dtype=action_dtype), z(T, B, dtype=torch.int64)
         self.log_prob, self.reward = z(T, B), z(T, B)
         self.terminated, self.truncated = z(T, B, dtype=torch.bool), z(T, B, dtype=torch.bool)
         self.core_state = None if state_shape is None else z(B, *state_shape)  #: state before the next step
@@ -93,7 +96,7 @@ class GroupTrajectories:
 
     def act(self, obs: torch.Tensor, action: torch.Tensor, log_prob: torch.Tensor, version: int,
             new_state: Optional[torch.Tensor] = None) -> None:
-        """Record the step just chosen: ``obs [B, F]``, ``action [B]``, ``log_prob [B]`` under
+        """Record the step just chosen: ``obs [B, F]``, ``action [B]`` (``[B, A]`` continuous), ``log_prob [B]`` under
         parameters ``version``, and the core state after it ``[B, *S]`` (recurrent only)."""
         t = self.t
         if t == 0 and self.core_state is not None:
