@@ -119,10 +119,13 @@ def mujoco() -> Config:
     push, so the policy step does not swing with the return's scale (1 a step on InvertedPendulum,
     up to ~10 on HalfCheetah). No entropy bonus: the learned log-std explores, and a bonus on a
     Gaussian only pushes it up. Rewards scaled by 0.1 (the default) keep the critic's targets near
-    10-100 at gamma 0.99. 16 envs x t_max 16 = 256 steps a push: ~2 ms of MuJoCo a step of the
-    vector, so a worker pushes a few tens of gradients a second, and the return is 16 steps long.
-    Gradients and parameters stay float32 on the wire (the observation statistics ride in the
-    vector; the nets are 10k parameters)."""
+    10-100 at gamma 0.99. 16 envs x t_max 16 = 256 steps a push, a 16-step return. Gradients and
+    parameters stay float32 on the wire (the observation statistics ride in the vector; the nets
+    are ~10k parameters).
+
+    Measured: ``--nproc 3 --env InvertedPendulum-v5 --target-return 950 --seed 0`` on 2 shared
+    cores: a greedy 1000 at 34 s (133k frames), the training mean at 950 at 50 s (190k frames, 745
+    updates, staleness 2.1 on average), 2,800 frames/s, 276 bytes on the wire per env step."""
     return override(
         default(),
         **{**MUJOCO_RUN, "algo.envs_per_worker": 16, "algo.t_max": 16, "algo.optimizer": "adam", "algo.lr": 3e-4,
