@@ -111,7 +111,9 @@ def mujoco() -> Config:
     3e-4 as PPO; advantages normalised per batch, so the policy's step does not grow with
     HalfCheetah's return scale; no entropy bonus (the learned log-std explores, and a bonus keeps
     it from shrinking); rewards x0.1 so the critic's targets (up to 1/(1-gamma) = 100x a step's
-    reward) stay near its output's scale; gradient clip 0.5, PPO's.
+    reward) stay near its output's scale; gradient clip 0.5, PPO's. Measured: InvertedPendulum-v5
+    (``--nproc 3 --target-return 950 --seed 0``, 2 cores shared with other runs) reached 950 at 86 s
+    (398k frames, 4,400 fps) and evaluated greedily at 1000.
     """
     return override(
         default(),
