@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+# MuJoCo renders nothing in these tests; without this, importing it (torchrl imports it when present)
+# picks a GL backend whose glfw version probe starts a process, which the quick tier's guard refuses
+os.environ.setdefault("MUJOCO_GL", "disable")
+
 from helpers import Jobs, alive, descendants, live_threads, read_summary, shm_files
 
 #: fixtures that make a test ``integration``, and what each is for
