@@ -16,7 +16,8 @@ only what the observations do not already hold:
 
 It also drops what the receiver can rebuild: ``("next", "done")`` (``terminated | truncated``), a
 ``policy_version`` that is one number for the whole message, and the width of discrete actions
-(``uint8`` on the wire when every action fits, ``int64`` again after :func:`unpack_trajectory`).
+(``uint8`` on the wire when every action fits, ``int64`` again after :func:`unpack_trajectory`);
+continuous actions (a Gaussian's float32 ``[B, T, A]``) cross as they are: no narrower form is exact.
 Neither TorchRL nor tensordict has this (a ``TensorDict`` is shipped as it is); SEED's workers
 send observations once per step by construction (``recipes/seed/trajectory.py``).
 
