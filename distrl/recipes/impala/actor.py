@@ -6,6 +6,11 @@ One message per unroll carries the trajectory (packed: each observation crosses 
 reply carries newer parameters once the actor's are ``algo.params_every`` updates old. So
 parameters are picked up without a separate call, and the actor keeps stepping while a send is in
 flight (one send outstanding at a time: the bound on its memory and on the learner's queue pressure).
+
+Actions are what the model's head samples (:mod:`distrl.heads`): int64 ``[B, T]`` indices of a
+discrete space (uint8 on the wire), or float32 ``[B, T, A]`` draws of a Gaussian over a ``Box``,
+stepped unclipped (the env clips them) and shipped as they are. A Gaussian policy (its ObsNorm and
+GaussianParams) never runs on the numpy path: :meth:`NumpyPolicy.supports` refuses it.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from distrl.recipes.base import RoleContext
 from distrl.data import keys
 from distrl.data.compact import FRAMES_ACK, FRAMES_SEQ, FrameSender, pack_trajectory
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic, sample_actions
+from distrl.models import ActorCritic
 from distrl.numpy_policy import NumpyPolicy
 from distrl.roles.env_runner import make_env_runner
 from distrl.transport.base import TransportError
@@ -25,7 +30,7 @@ from distrl.transport.base import TransportError
 
 def wire_message(msg: TensorDict, frames: FrameSender | None = None, acked: int = -1) -> TensorDict:
     """``msg`` as it crosses the wire: its ``traj [B, T]`` packed (each observation once, uint8
-    actions, one policy version; :func:`distrl.data.compact.pack_trajectory`), other keys as they are.
+    discrete actions, float32 ``[B, T, A]`` continuous ones as they are, one policy version; :func:`distrl.data.compact.pack_trajectory`), other keys as they are.
     With ``frames`` (frame-stack observations: Atari) each frame once, chained to the previous
     message's when the learner's last reply acknowledged it (``acked``), and the message numbered."""
     out = msg.exclude(keys.TRAJ)
@@ -47,7 +52,7 @@ class ImpalaActor:
         info = env_info(self.cfg.run.env)
         self.frames = FrameSender() if info.frame_stack else None  # Atari: each frame crosses once
         self.acked = -1  # the message whose frames the learner holds (its last reply)
-        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net)
+        self.model = ActorCritic.for_env(info, self.cfg.net)  # a Gaussian head (and ObsNorm) for a Box
         self.policy = self.model.policy
         self.version = -1  # no parameters yet: the first reply carries them
         self.seed = self.cfg.run.seed + 1000 * ctx.rank
@@ -67,7 +72,8 @@ class ImpalaActor:
                 self.fast.refresh()  # the load copies in place; refreshing costs microseconds and assumes nothing
 
     def _act(self, obs: torch.Tensor) -> dict:
-        a, lp = self.fast.act(obs) if self.fast is not None else sample_actions(self.policy(obs), self.generator)
+        # discrete: int64 [B] (the head's Gumbel-max); continuous: float32 [B, A]; log_prob [B] either way
+        a, lp = self.fast.act(obs) if self.fast is not None else self.model.act(obs, self.generator)
         return {keys.ACTION: a, keys.ACTION_LOG_PROB: lp}
 
     def _unroll(self) -> TensorDict:

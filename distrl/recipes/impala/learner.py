@@ -3,6 +3,11 @@
 Handlers (on transport threads) only unpack, validate and enqueue, with a bounded wait, and reply
 with the latest published parameters when the caller's are ``algo.params_every`` updates older;
 all learning happens in ``run``.
+
+Observation normalisation (continuous control: ``model.obs_norm``, :mod:`distrl.obs_norm`): the
+learner is the one place that sees every actor's data, so it merges the statistics, folding each
+batch in after the step that trained on it; they are parameters, so they reach the actors inside
+the published state dict, with the weights of the same version.
 """
 from __future__ import annotations
 
@@ -35,7 +40,8 @@ class ImpalaLearner:
         self.device = self.session.device
         info = env_info(self.cfg.run.env)
         self.obs_spec = (info.shape, info.obs_dtype or torch.float32)  # what every trajectory must hold
-        self.model = ActorCritic(info.shape, info.num_actions, self.cfg.net).to(self.device)
+        self.model = ActorCritic.for_env(info, self.cfg.net).to(self.device)  # Gaussian head for a Box
+        self.action_spec = (self.model.head.action_shape, self.model.head.action_dtype)  # int64 [B, T] or float32 [B, T, A]
         self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
         self.stopping = self.session.stopping
@@ -72,7 +78,7 @@ class ImpalaLearner:
             self.session.tracker.counters["env_errors"] = sum(self._env_errors.values())
         seq = int(msg.get(FRAMES_SEQ, -1))
         try:  # a frame-stack trajectory first gets the frames its previous message sent
-            traj, problem = receive_trajectory(self.frames.attach(rank, seq, msg[keys.TRAJ]), *self.obs_spec)
+            traj, problem = receive_trajectory(self.frames.attach(rank, seq, msg[keys.TRAJ]), *self.obs_spec, self.action_spec)
         except ValueError as e:  # it chains to frames this learner does not hold
             traj, problem = None, str(e)
         if problem:
@@ -116,6 +122,11 @@ class ImpalaLearner:
         grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm, out[keys.LOSS])
         if grad_norm is None:
             return
+        if self.model.obs_norm is not None:
+            # after the step that trained on it (the loss saw the statistics its actors acted with)
+            # and before the publish (actors get statistics and weights of one version). The
+            # learner thread alone reads the model (handlers read the board), so no lock is needed.
+            self.model.obs_norm.update_batch(batch[keys.OBSERVATION])
         self.board.publish(tracker.updates)
         tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
                         | {"learner/grad_norm": float(grad_norm), "learner/bytes_per_env_step": self.wire.bytes_per_env_step})
@@ -129,4 +140,4 @@ class ImpalaLearner:
                               extra={"bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)})
 
     def _evaluate(self) -> list[float]:
-        return self.session.greedy_returns(self.model.policy)
+        return self.session.greedy_returns(self.model.policy, head=self.model.head)  # a Gaussian: its mean

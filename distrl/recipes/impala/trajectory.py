@@ -14,10 +14,13 @@ from distrl.data import keys
 from distrl.data.compact import unpack_trajectory
 
 
-def check_trajectory(traj: TensorDict, obs_shape: tuple[int, ...], obs_dtype: torch.dtype = torch.float32) -> Optional[str]:
+def check_trajectory(traj: TensorDict, obs_shape: tuple[int, ...], obs_dtype: torch.dtype = torch.float32,
+                     action_spec: Optional[tuple[tuple[int, ...], torch.dtype]] = None) -> Optional[str]:
     """Why ``traj`` cannot be learned from, or ``None`` if it is a well-formed ``[B, T]`` batch of
     :data:`distrl.data.keys.IMPALA_IN_KEYS` with ``observation [B, T, *obs_shape]`` of ``obs_dtype``
-    (float32 for vectors; an image's own uint8 or bool)."""
+    (float32 for vectors; an image's own uint8 or bool) and, given ``action_spec`` (the learner's
+    ``(head.action_shape, head.action_dtype)``), ``action [B, T, *shape]`` of that dtype: int64
+    ``[B, T]`` indices, or finite float32 ``[B, T, A]`` draws of a Gaussian."""
     missing = [k for k in keys.IMPALA_IN_KEYS if k not in traj.keys(include_nested=True)]
     if missing:
         return f"missing keys {missing}"
@@ -29,17 +32,25 @@ def check_trajectory(traj: TensorDict, obs_shape: tuple[int, ...], obs_dtype: to
         return f"observation {tuple(obs.shape)} {obs.dtype}, expected [B, T, {want}] {str(obs_dtype).removeprefix('torch.')}"
     if obs.is_floating_point() and not torch.isfinite(obs).all():
         return "non-finite observation"
+    if action_spec is not None:
+        action, (shape, dtype) = traj[keys.ACTION], action_spec
+        if action.dtype != dtype or tuple(action.shape[2:]) != tuple(shape):
+            want = "".join(f", {n}" for n in shape)
+            return f"action {tuple(action.shape)} {action.dtype}, expected [B, T{want}] {str(dtype).removeprefix('torch.')}"
+        if action.is_floating_point() and not torch.isfinite(action).all():
+            return "non-finite action"
     return None
 
 
-def receive_trajectory(packed: TensorDict, obs_shape: tuple[int, ...],
-                       obs_dtype: torch.dtype = torch.float32) -> tuple[Optional[TensorDict], Optional[str]]:
+def receive_trajectory(packed: TensorDict, obs_shape: tuple[int, ...], obs_dtype: torch.dtype = torch.float32,
+                       action_spec: Optional[tuple[tuple[int, ...], torch.dtype]] = None
+                       ) -> tuple[Optional[TensorDict], Optional[str]]:
     """``(traj [B, T], problem)`` from an actor's packed trajectory: ``traj`` unpacked (``None`` when
     the packed parts do not fit together), and why it cannot be learned from, in one line (``None``
-    if it can: :func:`check_trajectory`)."""
+    if it can: :func:`check_trajectory`, ``action_spec`` as there)."""
     try:
         traj = unpack_trajectory(packed)
     except (KeyError, TypeError, ValueError) as e:  # a broken or foreign sender: a part missing or of the wrong kind
         lines = str(e).strip("'\"").splitlines()  # a KeyError's message comes quoted
         return None, lines[0] if lines else type(e).__name__
-    return traj, check_trajectory(traj, obs_shape, obs_dtype)
+    return traj, check_trajectory(traj, obs_shape, obs_dtype, action_spec)
