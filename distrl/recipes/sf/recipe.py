@@ -121,6 +121,10 @@ def mujoco() -> Config:
       explores; a bonus on it keeps the std from shrinking where precision pays);
     - rewards x 0.1 in the loss: HalfCheetah's ~5 a step is a value of ~500 at gamma 0.99, 50
       scaled, which the value MLP tracks (InvertedPendulum's 100 becomes 10).
+
+    Measured (torchrun 4 processes, 2 cores shared with other runs, seed 0, 2026-12-04):
+    InvertedPendulum-v5 reached 950 in 48.8 s (397k frames, greedy eval 1000); HalfCheetah-v5 in
+    600 s: greedy eval 1,602 at 400 s, 2,845 at 431 s, best 4,057 at 591 s, last 3,374 (4.6M frames).
     """
     return override(
         default(),
