@@ -4,7 +4,8 @@ one, and the parameter buffer inference reads.
 Layout (:func:`rollout_layout`), allocated once by the learner and mapped by every process:
 
 - ``traj``: ``[S, B, T]`` trajectory slots in the IMPALA layout (``observation [S, B, T, F]``,
-  ``action`` (int64 ``[S, B, T]`` discrete, float32 ``[S, B, T, A]`` continuous), ``action_log_prob``, ``policy_version``, ``("next", observation/reward/done/
+  ``action`` (int64 ``[S, B, T]`` discrete, float32 ``[S, B, T, A]`` continuous),
+  ``action_log_prob``, ``policy_version``, ``("next", observation/reward/done/
   terminated/truncated/episode_return)``; ``episode_return`` counts where ``done``). A rollout
   worker owns a slot while it fills it: it writes ``observation[s, :, t]``, inference writes
   ``action/action_log_prob/policy_version[s, :, t]`` (only while the worker waits for that step's
@@ -64,7 +65,8 @@ def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_s
     F = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
     z = lambda *shape, dtype=torch.float32: torch.zeros(S, B, T, *shape, dtype=dtype)  # noqa: E731
     traj = TensorDict({
-        keys.OBSERVATION: z(*F, dtype=obs_dtype), keys.ACTION: z(*action_shape, dtype=action_dtype), keys.ACTION_LOG_PROB: z(),
+        keys.OBSERVATION: z(*F, dtype=obs_dtype), keys.ACTION: z(*action_shape, dtype=action_dtype),
+        keys.ACTION_LOG_PROB: z(),
         keys.POLICY_VERSION: z(dtype=torch.int64),
         keys.NEXT: TensorDict({
             keys.OBSERVATION: z(*F, dtype=obs_dtype), keys.STEP_REWARD: z(1), keys.STEP_DONE: z(1, dtype=torch.bool),
