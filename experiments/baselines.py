@@ -128,11 +128,13 @@ def _env_only_worker(n: int, seconds: float, result: mp.Queue) -> None:
     result.put(steps * n / (time.perf_counter() - start))
 
 
-def env_only_fps(procs: int = 2, envs: int = 256, seconds: float = 5.0) -> float:
-    """The limit: ``procs`` processes stepping ``SyncVectorEnv(envs)`` with random actions, summed."""
+def env_only_fps(procs: int = 2, envs: int = 256, seconds: float = 5.0, worker: Callable = _env_only_worker) -> float:
+    """The limit: ``procs`` processes stepping ``SyncVectorEnv(envs)`` with random actions, summed.
+    ``worker(envs, seconds, queue)`` steps one process's envs and puts its steps/s (CartPole's by
+    default; ``experiments/bench_mujoco.py`` passes its env's)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    workers = [ctx.Process(target=_env_only_worker, args=(envs, seconds, q)) for _ in range(procs)]
+    workers = [ctx.Process(target=worker, args=(envs, seconds, q)) for _ in range(procs)]
     for w in workers:
         w.start()
     total = sum(q.get(timeout=seconds + 60) for _ in workers)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import sys
 import time
 from functools import partial
@@ -34,11 +33,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.baselines import _measure  # noqa: E402
+from experiments.baselines import _measure, env_only_fps  # noqa: E402
 from experiments.measure import one_thread, train  # noqa: E402
 
 RECIPES = ("sf", "impala", "seed", "a3c", "vecenv")
-NPROC = {"sf": 4, "impala": 3, "seed": 3, "a3c": 3, "vecenv": 1}
+NPROC = {"sf": 4, "impala": 3, "seed": 3, "a3c": 3, "vecenv": 2}  # vecenv: one rank a core (CPU envs)
 
 
 def _vector_env(env_id: str, n: int):
@@ -58,19 +57,6 @@ def _env_only_worker(env_id: str, n: int, seconds: float, result) -> None:
         env.step(actions[steps % 256])
         steps += 1
     result.put(steps * n / (time.perf_counter() - start))
-
-
-def env_only(env_id: str, procs: int, seconds: float = 10.0) -> float:
-    """``procs`` processes stepping ``SyncVectorEnv(16)`` with random actions: env steps/s, summed."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    workers = [ctx.Process(target=_env_only_worker, args=(env_id, 16, seconds, q)) for _ in range(procs)]
-    for w in workers:
-        w.start()
-    total = sum(q.get(timeout=seconds + 120) for _ in workers)
-    for w in workers:
-        w.join()
-    return total
 
 
 def _policy(env_id: str):
@@ -154,7 +140,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     res: dict = {"env": args.env, "cores": cores, "seconds": args.seconds}
-    res["env_only_limit"] = limit = env_only(args.env, cores)
+    # cores processes x SyncVectorEnv(16), random actions (experiments/baselines.py)
+    res["env_only_limit"] = limit = env_only_fps(cores, 16, 10.0, worker=partial(_env_only_worker, args.env))
     print(f"env-only limit: {cores} x SyncVectorEnv(16), random actions: {limit:,.0f} steps/s", flush=True)
     res["torchrl"] = torchrl_layouts(args.env, cores, args.torchrl_frames) if args.torchrl_frames else {}
     for name, fps in res["torchrl"].items():
