@@ -57,6 +57,17 @@ def test_mujoco_preset_serves_every_mujoco_id():
     assert cfg.algo.entropy_coef == 0.0 and cfg.algo.optimizer == "adam"
 
 
+def test_bfloat16_parameters_with_normalised_observations_are_refused():
+    """The statistics travel inside the parameter vector; bfloat16 would round them to 3 digits."""
+    from distrl.recipes import get_recipe
+
+    recipe = get_recipe("a3c")
+    with pytest.raises(ValueError, match="algo.wire_dtype=bfloat16 would round the observation statistics"):
+        recipe.check_config(override(a3c.mujoco(), **{"run.env": "Pendulum-v1", "algo.wire_dtype": "bfloat16"}))
+    recipe.check_config(override(a3c.mujoco(), **{"run.env": "Pendulum-v1", "algo.wire_dtype": "bfloat16",
+                                                  "net.obs_norm": "off"}))
+
+
 def test_a_segment_holds_float32_actions_and_the_message_its_moments(make_server, tmp_path):
     server = make_server(pendulum())
     worker = worker_of(server, 1, tmp_path)

@@ -154,6 +154,15 @@ ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari", **{e: "mu
 
 def _check_config(cfg: Config) -> None:
     check_action_space(cfg)
+    if cfg.algo.wire_dtype != "float32" and cfg.net.obs_norm != "off":
+        from distrl.envs.gym import env_info
+        from distrl.models import wants_obs_norm
+
+        info = env_info(cfg.run.env)
+        if wants_obs_norm(info.shape, info.num_actions is None, cfg.net):
+            # the statistics travel inside the parameter vector: bfloat16 keeps 3 significant digits
+            raise ValueError(f"algo.wire_dtype={cfg.algo.wire_dtype} would round the observation statistics that travel "
+                             "with the parameters: use algo.wire_dtype=float32 or net.obs_norm=off")
 
 
 RECIPE = Recipe(
