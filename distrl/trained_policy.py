@@ -136,8 +136,9 @@ def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]
         obs_shape, out = _dims(state, "policy.")
         continuous = "log_std" in state
         num_actions, action_dim = (None, out) if continuous else (out, 1)
+        # normalised if the checkpoint holds statistics (algo.normalize_obs, or net.obs_norm's default for a box)
         model = make_actor_critic(obs_shape, num_actions, action_dim, net,
-                                  normalize_obs=bool(algo.get("normalize_obs")))
+                                  normalize_obs=any(k.startswith("obs_norm.") for k in state))
     elif recipe in ("impala", "seed", "sf", "a3c"):
         obs_shape, out = _dims(state, "policy.")
         if _gaussian(state, net, cfg["run"]["env"]):  # a Gaussian head: out is A (log-std vector) or 2A

@@ -20,9 +20,25 @@ from pathlib import Path
 
 import pytest
 
-# MuJoCo renders nothing in these tests; without this, importing it (torchrl imports it when present)
-# picks a GL backend whose glfw version probe starts a process, which the quick tier's guard refuses
+# MuJoCo renders nothing in these tests. Importing it (torchrl does when it is present) picks a GL
+# backend, and gymnasium's MuJoCo envs import glfw, whose library search starts a process to probe
+# each candidate's version, which the quick tier's guard refuses: no GL backend for mujoco, and
+# glfw pointed straight at the library its wheel bundles (loaded in-process, no probe).
 os.environ.setdefault("MUJOCO_GL", "disable")
+
+
+def _bundled_glfw() -> None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("glfw")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return
+    lib = Path(spec.submodule_search_locations[0]) / "x11" / "libglfw.so"
+    if lib.is_file():
+        os.environ.setdefault("PYGLFW_LIBRARY", str(lib))
+
+
+_bundled_glfw()
 
 from helpers import Jobs, alive, descendants, live_threads, read_summary, shm_files
 

@@ -33,7 +33,7 @@ from distrl.recipes.base import RoleContext
 from distrl.envs.batched import NativeEnv, TorchRLEnv, evaluate_greedy, make_batched_env
 from distrl.envs.torchrl_env import action_encoding
 from distrl.logging.timing import TimeBudget
-from distrl.models import resolve_device
+from distrl.models import resolve_device, wants_obs_norm
 from distrl.policies import make_actor_critic
 from distrl.roles.session import LearnerSession
 from distrl.recipes.vecenv.rollout import EpisodeStats, Rollout
@@ -80,8 +80,10 @@ class VecEnvLearner:
         self.env = make_batched_env(self.cfg.run.env, a.num_envs, self.device, env_seed, a.env_factory, a.obs_key,
                                     self.cfg.atari)
         env = self.env
+        # normalised when asked, and by default for flat observations with continuous actions (net.obs_norm=auto)
+        normalize = a.normalize_obs or wants_obs_norm(env.obs_shape, env.num_actions is None, self.cfg.net)
         self.model = make_actor_critic(env.obs_shape, env.num_actions, env.action_dim, self.cfg.net,
-                                       a.init_log_std, a.normalize_obs).to(self.device)
+                                       a.init_log_std, normalize).to(self.device)
         # fused: one kernel for all parameters; the per-tensor loop cost 5x more per step (318 vs
         # 64 us on these CPUs), a tenth of a minibatch's whole cost for CartPole's small MLPs.
         self.optim = torch.optim.Adam(self.model.parameters(), lr=a.lr, eps=1e-5, fused=True)
@@ -233,7 +235,7 @@ class VecEnvLearner:
         is_finite = self._is_finite if self.session is not None else None
         with self.budget("learn"):
             stats = ppo_update(self.model, self.optim, self._targets(), self.algo, is_finite)
-        if self.algo.normalize_obs:
+        if getattr(self.model, "obs_norm", None) is not None:
             self._update_obs_norm()
         return self._agree_to_stop(stats)
 

@@ -41,7 +41,9 @@ class VecEnvConfig:
     allreduce_dtype: str = "float32"  #: dtype gradients are all-reduced in: float32, or bfloat16 (half the bytes)
     reward_scale: float = 1.0  #: rewards are multiplied by this before GAE (Pendulum's costs want ~0.1)
     init_log_std: float = 0.0  #: initial log standard deviation of the Gaussian policy (continuous actions)
-    normalize_obs: bool = False  #: normalise observations by running mean and std over every rank's rollouts
+    #: normalise observations by running mean and std over every rank's rollouts; also on whenever
+    #: ``net.obs_norm`` asks (its default ``auto``: flat observations with continuous actions)
+    normalize_obs: bool = False
     env_factory: str = ""  #: "module:function" building a batched TorchRL env; empty: the torch-native suite
     obs_key: str = keys.OBSERVATION  #: observation key of a factory-built TorchRL env
     compile: bool = False  #: torch.compile the policy's sampling and the torch-native env's dynamics
