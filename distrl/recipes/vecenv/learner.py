@@ -86,7 +86,9 @@ class VecEnvLearner:
                                        a.init_log_std, normalize).to(self.device)
         # fused: one kernel for all parameters; the per-tensor loop cost 5x more per step (318 vs
         # 64 us on these CPUs), a tenth of a minibatch's whole cost for CartPole's small MLPs.
-        self.optim = torch.optim.Adam(self.model.parameters(), lr=a.lr, eps=1e-5, fused=True)
+        # trainable parameters only: ObsNorm's statistics are frozen parameters (distrl/obs_norm.py)
+        self.optim = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=a.lr, eps=1e-5,
+                                      fused=True)
         #: bytes of the flat gradient ``allreduce_gradients`` all-reduces (every trained parameter's, in algo.allreduce_dtype)
         wire_size = torch.empty((), dtype=getattr(torch, a.allreduce_dtype)).element_size()
         self.grad_bytes = sum(p.numel() * wire_size for p in self.model.parameters() if p.requires_grad)

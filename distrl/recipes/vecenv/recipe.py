@@ -165,14 +165,20 @@ ENV_EXPERIMENTS = {"Pendulum-v1": "pendulum", "MinAtar/Breakout-v1": "minatar", 
 def _check_config(cfg: Config) -> None:
     from distrl.envs.atari import is_atari
     from distrl.envs.batched import load_factory
-    from distrl.envs.gym import check_env_id
+    from distrl.envs.gym import check_env_id, env_info
     from distrl.envs.torch_envs import TORCH_ENV_IDS
 
     if cfg.algo.env_factory:
         load_factory(cfg.algo.env_factory)
     elif is_atari(cfg.run.env) or cfg.run.env not in TORCH_ENV_IDS:
-        # gymnasium's vector env on the CPU (distrl.envs.batched.GymVectorEnv): any gymnasium id
+        # gymnasium's vector env on the CPU (distrl.envs.batched.GymVectorEnv): any gymnasium id it can make
         check_env_id(cfg.run.env)
+        try:
+            env_info(cfg.run.env)  # builds one env: a missing dependency (Box2D, mujoco) is one line here
+        except Exception as e:
+            why = (str(e).strip().splitlines() or [""])[0]
+            raise ValueError(f"vecenv cannot make {cfg.run.env!r} ({type(e).__name__}: {why}); install what it needs, "
+                             "or bring a batched TorchRL env with --set algo.env_factory=module:function") from None
 
 
 RECIPE = Recipe(
