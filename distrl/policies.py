@@ -15,7 +15,6 @@ the env adapter clips them to the action bounds, the log-probability is of the u
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch
@@ -23,10 +22,10 @@ from torch import nn
 
 from distrl.config import NetConfig
 from distrl.encoders import as_shape
+from distrl.heads import gaussian_entropy, gaussian_log_prob
 from distrl.obs_norm import ObsNorm  # noqa: F401  (re-exported: its home before distrl.obs_norm)
 from distrl.models import ActorCritic, actor_critic_towers, greedy_actions, sample_actions, shared_torso
 
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class CategoricalActorCritic(ActorCritic):
@@ -63,8 +62,7 @@ class GaussianActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
     def _log_prob(self, mean: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        z = (action - mean) * torch.exp(-self.log_std)
-        return (-0.5 * z.square() - self.log_std - _LOG_SQRT_2PI).sum(-1)
+        return gaussian_log_prob(mean, self.log_std, action)
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self.policy(obs)
@@ -79,7 +77,7 @@ class GaussianActorCritic(nn.Module):
             z = torso(obs)  # once for both heads
             mean, value = self.policy[-1](z), self.value.head(z)
         log_prob = self._log_prob(mean, action)
-        entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand_as(log_prob)
+        entropy = gaussian_entropy(self.log_std).expand_as(log_prob)
         return log_prob, entropy, value.squeeze(-1)
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
