@@ -25,7 +25,7 @@ from distrl.recipes import get_recipe
 from distrl.recipes.base import MUJOCO_ENVS, RoleContext
 from distrl.recipes.sf import recipe as sf_recipe
 from distrl.recipes.sf.recipe import debug
-from distrl.recipes.sf.slots import rollout_layout
+from distrl.recipes.sf.slots import PARAM_VERSION, rollout_layout
 from distrl.transport.local import LocalHub
 from helpers import read_summary
 
@@ -106,14 +106,14 @@ def test_appo_loss_reads_gaussian_log_probs_and_entropy_as_torch_normal_does(vtr
 
 # ---------------------------------------------------------------- learner and inference
 
-def _cfg():
-    return override(debug(), **{"run.env": ENV, "run.logger": "none"})  # 2 groups of 8 envs, 20 steps
+def _cfg(**more):
+    return override(debug(), **{"run.env": ENV, "run.logger": "none", **more})  # 2 groups of 8 envs, 20 steps
 
 
-def _learner(tmp_path):
+def _learner(tmp_path, **more):
     from distrl.recipes.sf.learner import SFLearner
 
-    cfg = _cfg()
+    cfg = _cfg(**more)
     roles = dict(enumerate(get_recipe("sf").roles_for_config(3, cfg)))  # learner, inference, worker
     hub = LocalHub(3)
     return SFLearner(RoleContext(cfg, hub.endpoint(0), 0, roles, tmp_path)), hub, cfg, roles
@@ -168,6 +168,37 @@ def test_learner_folds_observations_in_after_its_step_and_inference_receives_the
         x = torch.randn(5, 3)
         torch.testing.assert_close(inference.model.policy(x), learner.model.policy(x).detach())
     finally:
+        learner.bell.close()
+        learner._maybe_unlink(force=True)
+
+
+def test_epochs_and_minibatches_step_on_every_row_once_a_pass_then_fold_and_publish_once(tmp_path):
+    """``algo.num_epochs`` x ``algo.num_minibatches`` optimizer steps per batch, each pass a
+    shuffled partition of the batch's whole rows; the statistics are folded in once, after the
+    last step, and the published version counts every step."""
+    learner, hub, cfg, roles = _learner(tmp_path, **{"algo.num_epochs": 3, "algo.num_minibatches": 2})
+    try:
+        from distrl.recipes.sf import learner as learner_module
+
+        seen, loss = [], learner_module.appo_loss
+        learner_module.appo_loss = lambda model, rows, algo: (seen.append(rows[keys.OBSERVATION][:, 0].clone()),
+                                                              loss(model, rows, algo))[1]
+        counts = []
+        step = learner.optim.step
+        learner.optim.step = lambda *a, **k: (counts.append(float(learner.model.obs_norm.count)), step(*a, **k))[1]
+        batch = _rows(learner)
+        learner._update(batch)
+        assert len(seen) == 6 and counts == [pytest.approx(1e-4)] * 6  # statistics untouched until the last step
+        rows = batch[keys.OBSERVATION][:, 0]  # [N, F]: one row's first observation names it
+        for epoch in range(3):
+            got = torch.cat(seen[2 * epoch:2 * epoch + 2])
+            assert got.shape == rows.shape
+            assert sorted(map(tuple, got.tolist())) == sorted(map(tuple, rows.tolist()))  # each row once a pass
+        assert float(learner.model.obs_norm.count) == pytest.approx(batch.numel() + 1e-4)
+        assert learner.session.tracker.updates == 6
+        assert int(learner.control[PARAM_VERSION]) == 6
+    finally:
+        learner_module.appo_loss = loss
         learner.bell.close()
         learner._maybe_unlink(force=True)
 

@@ -232,18 +232,32 @@ class SFLearner:
         return kept
 
     def _update(self, batch: TensorDict) -> None:
+        """``algo.num_epochs`` passes over the batch, each ``algo.num_minibatches`` steps on a shuffled
+        share of its rows (whole rows: GAE and V-trace need the steps in order); the defaults, one
+        step per batch, are APPO's. Several passes spend a learner that would otherwise wait for
+        rows (MuJoCo: a step of a (64, 64) MLP costs ~3 ms, a batch takes ~100 ms to arrive) on
+        more improvement per sample; every step counts as an update, so the lag counts them too."""
         tracker, a = self.session.tracker, self.algo
         tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
-        faults.maybe_signal(self.ctx.rank, tracker.updates)
-        out = appo_loss(self.model, batch, a)
-        grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm, out[keys.LOSS])
-        if grad_norm is None:
+        last = None  # (loss terms, gradient norm) of the last step taken
+        for _ in range(a.num_epochs):
+            order = torch.randperm(batch.shape[0], device=batch.device) if a.num_minibatches > 1 else None
+            for rows in (batch[order].chunk(a.num_minibatches) if order is not None else (batch,)):
+                faults.maybe_signal(self.ctx.rank, tracker.updates)
+                out = appo_loss(self.model, rows, a)
+                grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm,
+                                                    out[keys.LOSS])
+                if grad_norm is not None:
+                    last = out, grad_norm
+        if last is None:
             return
-        if self.model.obs_norm is not None:  # after the step that trained on it: see distrl/obs_norm.py
+        out, grad_norm = last
+        if self.model.obs_norm is not None:  # after the steps that trained on it: see distrl/obs_norm.py
             self.model.obs_norm.update_batch(batch[keys.OBSERVATION])
         self._publish()
         tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
-                        | {"learner/grad_norm": float(grad_norm), "learner/slots_free": self.pool.free_count()})
+                        | {"learner/grad_norm": float(grad_norm),
+                           "learner/slots_free": self.pool.free_count()})
 
     def run(self) -> dict:
         session = self.session
