@@ -50,9 +50,10 @@ class Plan:
 
 
 def default_run_dir(cfg: Config, job: str) -> str:
-    """``runs/<recipe>-<env>-<job id>``: new for every job, the same on every rank of one."""
-    env = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.run.env)
-    return str(Path("runs") / f"{cfg.recipe}-{env}-{job}")
+    """``runs/<recipe>-<env>-<job id>``: new for every job, the same on every rank of one. A recipe
+    given by path (``path/to/file.py:NAME``) is named by its ``Recipe.name``, not its path."""
+    name, env = (re.sub(r"[^A-Za-z0-9_.-]+", "_", s) for s in (get_recipe(cfg.recipe).name, cfg.run.env))
+    return str(Path("runs") / f"{name}-{env}-{job}")
 
 
 def plan(cfg: Config, world_size: int) -> Plan:

@@ -30,13 +30,16 @@ class MetricsWriter:
             os.environ.setdefault("WANDB_SILENT", "true")
             from torchrl.record.loggers import WandbLogger
 
+            from distrl.recipes import recipe_name
+
             run = config.get("run", {})
+            recipe = recipe_name(config["recipe"]) if config.get("recipe") else None
             self._logger = WandbLogger(
                 exp_name=run.get("wandb_name") or exp_name, offline=os.environ["WANDB_MODE"] == "offline",
                 save_dir=str(run_dir), project=run.get("wandb_project") or "distrl", id=wandb_id, config=config,
                 log_env_packages=False, entity=run.get("wandb_entity"),
-                group=run.get("wandb_group") or config.get("recipe"),
-                tags=[t for t in (config.get("recipe"), run.get("env")) if t],
+                group=run.get("wandb_group") or recipe,
+                tags=[t for t in (recipe, run.get("env")) if t],
             )
         elif backend == "csv":
             from torchrl.record.loggers import CSVLogger

@@ -19,6 +19,7 @@ from distrl.config import Config
 from distrl.envs.atari import frame_skip
 from distrl.logging.metrics import MetricsWriter
 from distrl.logging.timing import BudgetBook
+from distrl.recipes import recipe_name
 
 
 def _duration(seconds: float) -> str:
@@ -198,7 +199,7 @@ class RunTracker:
         ret = f"{self.return_mean_100:7.1f}" if self.returns else "    n/a"
         done, left = self.progress()
         print(
-            f"[{self.cfg.recipe}] frames {self.env_frames:>10,} | fps {fps:>8,.0f} | return {ret} "
+            f"[{recipe_name(self.cfg.recipe)}] frames {self.env_frames:>10,} | fps {fps:>8,.0f} | return {ret} "
             f"({len(self.returns)} ep) | lag {self.lag_mean:.2f}/{self.lag_max} | updates {self.updates:,} "
             f"| {self.wall_s:6.1f}s | {done:4.0%} eta {_duration(left)}",
             flush=True,

@@ -6,7 +6,6 @@ line naming the layout it needs), and names the role classes the runner builds.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Protocol
@@ -41,11 +40,15 @@ RoleFactory = Callable[[RoleContext], Role]
 
 def role(path: str) -> RoleFactory:
     """The builder of role class ``"module:Class"``, imported only when a rank builds it: the CLI
-    imports every recipe module to validate a command line, and roles pull in heavy modules."""
-    module, _, name = path.partition(":")
+    imports every recipe module to validate a command line, and roles pull in heavy modules. The
+    module may be a ``.py`` path (``f"{Path(__file__).parent / 'learner.py'}:Learner"``): a recipe
+    outside ``distrl/`` names its own role files so (:mod:`distrl.recipes.files`)."""
+    module, _, name = path.rpartition(":")
 
     def build(ctx: RoleContext) -> Role:
-        return getattr(importlib.import_module(module), name)(ctx)
+        from distrl.recipes.files import import_target
+
+        return getattr(import_target(module), name)(ctx)
 
     build.__qualname__ = f"role({path!r})"
     build.target = path  # for tests and error messages: what this builder will import

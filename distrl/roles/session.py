@@ -26,6 +26,7 @@ from distrl import faults, supervisor
 from distrl.checkpoint import list_checkpoints, resume_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
 from distrl.data import keys
 from distrl.envs.gym import env_info, evaluate, is_factory
+from distrl.recipes import recipe_name
 from distrl.logging.metrics import MetricsWriter, wandb_run_id
 from distrl.logging.timing import TimeBudget
 from distrl.logging.tracker import RunTracker
@@ -369,7 +370,7 @@ class LearnerSession:
         summary = self.tracker.summary(reason, eval_returns, extra)
         best = self.tracker.best_eval
         if best is not None and eval_returns and summary["eval_return_mean"] < best["return_mean"]:
-            print(f"[{self.cfg.recipe}] the last policy evaluates at {summary['eval_return_mean']:.1f}, below the best "
+            print(f"[{recipe_name(self.cfg.recipe)}] the last policy evaluates at {summary['eval_return_mean']:.1f}, below the best "
                   f"{best['return_mean']:.1f} (at {best['env_frames']:,} frames): that one is checkpoints/best.pt",
                   flush=True)
         if self.tracker.writer is not None:
@@ -380,6 +381,6 @@ class LearnerSession:
         if self.cfg.run.logger != "none":
             plot_run_curves(self.run_dir, self.cfg.recipe)
         ev = summary["eval_return_mean"]
-        print(f"[{self.cfg.recipe}] done ({reason}): {summary['env_frames']:,} frames in {summary['wall_s']:.1f}s "
+        print(f"[{recipe_name(self.cfg.recipe)}] done ({reason}): {summary['env_frames']:,} frames in {summary['wall_s']:.1f}s "
               f"= {summary['fps']:,.0f} fps, eval return {ev}, summary in {self.run_dir / 'summary.json'}", flush=True)
         return summary

@@ -41,20 +41,7 @@ class ApexLearner:
     """Rank 0 of ``apex``."""
 
     def __init__(self, ctx: RoleContext):
-        self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
-        self.session = LearnerSession(ctx)
-        self.device = self.session.device
-        info = env_info(self.cfg.run.env)
-        self.model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.cfg.algo.dueling).to(self.device)
-        self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps)
-        state = self.session.restore(self.model, self.optim)
-        self.target.load_state_dict(self.model.state_dict())
-        self._restored_replay = (state or {}).get("extra", {}).get("replay")
-        self.session.evaluate = self._evaluate
-        self.replay = ShardedReplayClient(ctx.transport, ctx.ranks_of("replay"), self.cfg.transport.call_timeout_s,
-                                          self.cfg.run.seed, self.session.lose, self.cfg.run.log_interval_s / 2)
-        self.session.extra_state = lambda: {"replay": self.replay.states()}
+        self._setup_learning(ctx)
         self.actors = set(ctx.ranks_of("actor"))
         ladder = epsilon_ladder(len(self.actors), self.algo.eps_base, self.algo.eps_alpha)
         #: rungs whose episodes make the training mean (the stop rule's trigger; every rung is logged)
@@ -75,6 +62,25 @@ class ApexLearner:
         ctx.transport.serve("hello", self._hello)
         ctx.transport.serve("params", self._params)
         ctx.transport.serve("actor_stats", self._actor_stats)
+
+    def _setup_learning(self, ctx: RoleContext) -> None:
+        """The session, the online and target Q-networks, the optimizer (restored on --resume) and
+        the client of the replay shards: what any learner of Ape-X's update needs, whoever acts
+        (Ape-X's actors here; central inference in experiments/custom/seed_apex.py)."""
+        self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
+        self.session = LearnerSession(ctx)
+        self.device = self.session.device
+        info = env_info(self.cfg.run.env)
+        self.model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.cfg.algo.dueling).to(self.device)
+        self.target = copy.deepcopy(self.model).requires_grad_(False)
+        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps)
+        state = self.session.restore(self.model, self.optim)
+        self.target.load_state_dict(self.model.state_dict())
+        self._restored_replay = (state or {}).get("extra", {}).get("replay")
+        self.session.evaluate = self._evaluate
+        self.replay = ShardedReplayClient(ctx.transport, ctx.ranks_of("replay"), self.cfg.transport.call_timeout_s,
+                                          self.cfg.run.seed, self.session.lose, self.cfg.run.log_interval_s / 2)
+        self.session.extra_state = lambda: {"replay": self.replay.states()}
 
     # ---- handlers (transport threads) -------------------------------------------------------------
     def _reply(self, rank: int, their_version: Optional[int]) -> TensorDict:
