@@ -1,8 +1,11 @@
 """The command line of ``distrl train`` (and ``launch/train.py``): options -> a validated
 :class:`~distrl.config.Config`.
 
-The config comes from an experiment function (a preset in ``distrl/recipes/<recipe>/recipe.py``, ``--experiment``),
-then the common options, then ``--set section.field=value`` overrides, in that order.
+The recipe is a registered name or ``path/to/file.py:NAME`` (whatever :func:`distrl.recipes.recipe_module`
+loads; anything else is the usual one-line error). The config comes from an experiment function (a preset
+in the recipe's module, ``--experiment``), then the common options, then ``--set section.field=value``
+overrides, in that order. :class:`OneLineParser` (one-line errors, defaults in ``--help``) is the parser
+of every ``distrl`` subcommand.
 """
 from __future__ import annotations
 
@@ -14,13 +17,30 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from distrl.recipes import RECIPE_NAMES, get_recipe, recipe_module
+from distrl.recipes import RECIPE_NAMES, get_recipe, recipe_module, recipe_spec
 from distrl.config import Config, from_dict, override
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions as written (examples keep their lines), and ``(default: ...)`` after every option's
+    help, except where the help names its default itself or there is no value to show (``None``, an
+    off flag, an empty list: the help says what happens then)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default == [] or "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit status 2 (the usage text is behind
-    --help): the parser of every ``distrl`` subcommand."""
+    --help), and ``--help`` shows defaults (:class:`HelpFormatter`): the parser of every ``distrl``
+    subcommand."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         print(f"error: {message} (see --help)", file=sys.stderr)
@@ -38,29 +58,41 @@ def positive_int(text: str) -> int:
     return n
 
 
+def factory_recipes() -> list[str]:
+    """The registered recipes whose actors step ``--env module:function`` (``Recipe.takes_env_factory``)."""
+    return [n for n in RECIPE_NAMES if get_recipe(n).takes_env_factory]
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="distrl train",
-        description="Train a distributed-RL recipe: one process, --nproc N processes on this machine, or "
-        "one process per rank under torchrun (-m distrl.train). RECIPE --help lists the recipe's config "
-        "fields and experiments.",
+        description="Train a distributed-RL recipe: one process, --nproc N processes on this machine, or one\n"
+        "process per rank under torchrun (-m distrl.train). RECIPE --help lists the recipe's config fields\n"
+        "and experiments.",
     )
-    p.add_argument("recipe", choices=RECIPE_NAMES, help="architecture to run")
+    p.add_argument("recipe", metavar="RECIPE",
+                   help=f"architecture to run: {', '.join(RECIPE_NAMES)}, or path/to/file.py:NAME (a Recipe "
+                        "defined outside distrl, docs/custom_recipe.md)")
     p.add_argument("--experiment",
-                   help="preset function in distrl/recipes/<recipe>/recipe.py giving the base config (e.g. debug); "
+                   help="preset function in the recipe's module giving the base config (e.g. debug); "
                         "default: the one that module's ENV_EXPERIMENTS names for --env, else 'default'")
     p.add_argument("--nproc", type=positive_int, default=1,
                    help="processes on this machine, one per rank, listening on 127.0.0.1 only (torchrun --standalone)")
     p.add_argument("--env", help="gymnasium environment id (default: the experiment's, CartPole-v1), or module:function "
-                                 "returning a TorchRL env, stepped through TorchRL's Collector (impala, apex; docs/torchrl.md)")
-    p.add_argument("--seed", type=int, help="base random seed")
-    p.add_argument("--total-frames", type=int, help="stop after this many environment frames")
-    p.add_argument("--max-time-s", type=float, help="stop after this many seconds of training")
+                                 f"returning a TorchRL env, which {', '.join(factory_recipes())} step (vecenv takes a "
+                                 "batched one through --set algo.env_factory=module:function; docs/torchrl.md)")
+    p.add_argument("--seed", type=int, help="base random seed (default: the experiment's)")
+    p.add_argument("--total-frames", type=int, help="stop after this many environment frames (default: the experiment's)")
+    p.add_argument("--max-time-s", type=float, help="stop after this many seconds of training (default: the experiment's)")
     p.add_argument("--target-return", type=float,
                    help="stop once the mean return of the last 100 training episodes reaches this "
-                        "(and a greedy evaluation of the policy confirms it; otherwise training goes on)")
-    p.add_argument("--run-dir", help="run directory (config, metrics, checkpoints, summary.json, W&B run)")
-    p.add_argument("--logger", choices=("wandb", "csv", "none"), help="metrics backend; wandb runs offline unless WANDB_MODE says otherwise")
+                        "(and a greedy evaluation of the policy confirms it; otherwise training goes on); "
+                        "default: the experiment's, mostly none")
+    p.add_argument("--run-dir", help="run directory (config, metrics, checkpoints, summary.json, W&B run); "
+                                     "default: runs/<recipe>-<env>-<time>-<random>, new per job")
+    p.add_argument("--logger", choices=("wandb", "csv", "none"),
+                   help="metrics backend beside metrics.jsonl; wandb runs offline unless WANDB_MODE says otherwise "
+                        "(default: the experiment's, csv)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir from its newest checkpoint, with its saved config "
                         "(options and --set given now apply on top, e.g. a larger --total-frames)")
@@ -93,7 +125,7 @@ def experiment_names(recipe: str) -> dict[str, str]:
 def recipe_help(argv: list[str]) -> str:
     """What ``RECIPE --help`` adds to the generic help: the recipe's experiments and every config
     field (name, type, default, doc); empty when no recipe is named (the generic help stays short)."""
-    recipe = next((a for a in argv if a in RECIPE_NAMES), None)
+    recipe = next((a for a in argv if a in RECIPE_NAMES or ".py:" in a), None)
     if recipe is None:
         return ""
     from distrl.config_docs import format_fields
@@ -128,7 +160,7 @@ def saved_config(recipe: str, run_dir: str) -> Config:
     if not path.is_file():
         raise ValueError(f"--resume: {run_dir} is not a run directory (no config.json)")
     data = json.loads(path.read_text())
-    if data.get("recipe") != recipe:
+    if recipe_spec(data.get("recipe") or "") != recipe_spec(recipe):  # a file spec's spellings are one recipe
         raise ValueError(f"--resume: {run_dir} is a {data.get('recipe')!r} run, not {recipe!r}")
     algo = from_dict(type(get_recipe(recipe).default_config().algo), data["algo"])
     return from_dict(Config, {**data, "algo": algo})

@@ -1,39 +1,44 @@
-"""Seed sweeps: one recipe, N seeds, a fixed budget each and no early stop, judged as a
+"""``distrl sweep``: one recipe, N seeds, a fixed budget each and no early stop, judged as a
 distribution (design rule 8).
 
-:func:`run_sweep` launches every seed (``torchrun`` when a seed takes several processes, ``k`` at a
-time), :func:`seed_result` reads what a finished run measured from its ``summary.json``, and
+    distrl sweep impala --seeds 0-9 --nproc 3 --max-time-s 90 --env CartPole-v1
+    distrl sweep vecenv --seeds 0-9 --parallel 2 --max-time-s 30
+
+:func:`run_sweep` launches every seed (``--nproc`` processes each, ``parallel`` at a time),
+:func:`seed_result` reads what a finished run measured from its ``summary.json``, and
 :func:`aggregate` turns the seeds into the figures a paper would quote: the success rate, the median
 and interquartile range of the time to target, and the interquartile mean of the final greedy
 evaluation with a bootstrap confidence interval. ``sweep.md``, ``sweep.json`` and ``curves.png``
-are written beside the runs.
+are written beside the runs; ``distrl compare`` launches its runs with the same :func:`seed_command`.
 """
 from __future__ import annotations
 
 import json
 import math
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from distrl.child_runs import child_env, stop_tree
 from distrl.stats import bootstrap_ci, iqm, median_iqr
 
-TRAIN = Path(__file__).resolve().parent.parent / "launch" / "train.py"
+
+def seed_command(recipe: str, seed: int, run_dir: Path, nproc: int, target: Optional[float],
+                 train_args: Sequence[str]) -> list[str]:
+    """The command line of one seed: ``distrl train`` with the user's options, the seed, its own run
+    dir, the target as a measurement only (no early stop); ``--nproc`` processes on this machine."""
+    own = ["--seed", str(seed), "--run-dir", str(run_dir), "--set", "run.early_stop=false"]
+    if target is not None:
+        own += ["--target-return", str(target)]
+    if nproc > 1:
+        own += ["--nproc", str(nproc)]
+    return [sys.executable, "-m", "distrl.train", recipe, *train_args, *own]
 
 
-def seed_command(recipe: str, seed: int, run_dir: Path, nproc: int, target: float, train_args: Sequence[str]) -> list[str]:
-    """The command line of one seed: the user's options, the seed, its own run dir, no early stop."""
-    own = ["--seed", str(seed), "--run-dir", str(run_dir), "--target-return", str(target),
-           "--set", "run.early_stop=false"]
-    if nproc == 1:
-        return [sys.executable, str(TRAIN), recipe, *train_args, *own]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            str(TRAIN), recipe, *train_args, *own]
-
-
-def run_sweep(recipe: str, seeds: Sequence[int], out: Path, nproc: int, parallel: int, target: float,
+def run_sweep(recipe: str, seeds: Sequence[int], out: Path, nproc: int, parallel: int, target: Optional[float],
               budget_s: float, train_args: Sequence[str]) -> list[dict[str, Any]]:
     """Run every seed (``parallel`` at a time), each into ``out/seed_<n>``; returns their results."""
     out.mkdir(parents=True, exist_ok=True)
@@ -42,17 +47,17 @@ def run_sweep(recipe: str, seeds: Sequence[int], out: Path, nproc: int, parallel
     while pending or running:
         while pending and len(running) < parallel:
             seed = pending.pop(0)
-            run_dir = out / f"seed_{seed}"
             log = open(out / f"seed_{seed}.log", "w")
-            cmd = seed_command(recipe, seed, run_dir, nproc, target, train_args)
-            running.append((seed, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.monotonic(), log))
-            print(f"[sweep] seed {seed}: started ({' '.join(cmd[1:])})", flush=True)
+            cmd = seed_command(recipe, seed, out / f"seed_{seed}", nproc, target, train_args)
+            running.append((seed, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env(),
+                                                   start_new_session=True), time.monotonic(), log))
+            print(f"[sweep] seed {seed}: started ({shlex.join(cmd[3:])})", flush=True)
         for item in list(running):
             seed, proc, started, log = item
             # A seed gets its budget plus start-up, final evaluation and shutdown; past that it hangs.
             if proc.poll() is None and time.monotonic() - started > budget_s * 1.5 + 120:
-                proc.kill()
-                print(f"[sweep] seed {seed}: killed after {time.monotonic() - started:.0f}s", flush=True)
+                print(f"[sweep] seed {seed}: stopped after {time.monotonic() - started:.0f}s", flush=True)
+                stop_tree(proc)
             if proc.poll() is None:
                 continue
             running.remove(item)
@@ -63,7 +68,7 @@ def run_sweep(recipe: str, seeds: Sequence[int], out: Path, nproc: int, parallel
     return [seed_result(out / f"seed_{s}", s, target) for s in seeds]
 
 
-def seed_result(run_dir: Path, seed: int, target: float, hold_floor: float = 250.0) -> dict[str, Any]:
+def seed_result(run_dir: Path, seed: int, target: Optional[float], hold_floor: float = 250.0) -> dict[str, Any]:
     """What one seed measured. ``held``: it reached ``target``, its training mean never fell below
     ``hold_floor`` afterwards, and its final greedy evaluation is at least ``target``."""
     try:
@@ -84,11 +89,12 @@ def seed_result(run_dir: Path, seed: int, target: float, hold_floor: float = 250
 
 
 def describe(r: dict[str, Any]) -> str:
+    """One seed's result in one line (the progress display's)."""
     if not r["finished"]:
         return "no summary.json (crashed or killed)"
     ttt = f"target at {r['time_to_target_s']:.1f}s" if r["reached"] else "target not reached"
     return (f"{ttt}, lowest after {r['min_return_after_target']}, final eval {r['final_eval']}, "
-            f"{'held' if r['held'] else 'NOT held'}, {r['fps']:,.0f} fps")
+            f"{'held' if r['held'] else 'NOT held'}, {r['fps'] or 0:,.0f} fps")
 
 
 def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -149,3 +155,73 @@ def write_outputs(out: Path, results: Sequence[dict[str, Any]], title: str, comm
 
         plot_runs(runs, out / "curves.png", x="time", labels=[f"seed {p.name[5:]}" for p in runs])
     return agg
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-9"``, ``"0,3,5"`` or ``"0-2,7"`` as a list of ints; ``ValueError`` in one line otherwise."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.strip().isdigit() or (hi and not hi.strip().isdigit()) or (hi and int(hi) < int(lo)):
+            raise ValueError(f"--seeds expects ranges like 0-9 or 0,3,5, got {text!r}")
+        seeds += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds names a seed twice: {text!r}")
+    return seeds
+
+
+def make_parser():
+    from distrl.cli import OneLineParser, positive_int
+
+    p = OneLineParser(prog="distrl sweep", allow_abbrev=False, description=(
+        "Run one recipe over several seeds, each with a fixed budget and no early stop, and report the\n"
+        "distribution: a markdown table, JSON and every seed's training curves.\n\n"
+        "    distrl sweep impala --seeds 0-9 --nproc 3 --max-time-s 90 --env CartPole-v1\n"
+        "    distrl sweep vecenv --seeds 0-9 --parallel 2 --max-time-s 30\n\n"
+        "Options it does not know go to distrl train unchanged (--env, --set, --experiment...). Each seed\n"
+        "trains with --target-return as a measurement only (run.early_stop=false): the time it first\n"
+        "reached it, the lowest training mean after, the final greedy evaluation. Results go to --out\n"
+        "(sweep.md, sweep.json, curves.png, one run directory and log per seed)."))
+    p.add_argument("recipe", metavar="RECIPE", help="recipe to sweep: a registered name or path/to/file.py:NAME")
+    p.add_argument("--seeds", default="0-9", help="seeds: 0-9, 0,3,5 or 0-2,7")
+    p.add_argument("--nproc", type=positive_int, default=1, help="processes per seed")
+    p.add_argument("--parallel", type=positive_int, default=1, help="seeds run at the same time")
+    p.add_argument("--max-time-s", type=float, default=90.0, help="training budget of every seed")
+    p.add_argument("--target-return", type=float, default=475.0, help="the score whose first crossing is timed")
+    p.add_argument("--hold-floor", type=float, default=250.0,
+                   help="a seed holds when its training mean never falls below this after the target")
+    p.add_argument("--out", help="output folder (default: runs/sweep-<recipe>-<time>)")
+    p.add_argument("--report-only", action="store_true", help="re-read the seeds already in --out; run nothing")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``distrl sweep`` (and ``launch/sweep.py``); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, train_args = make_parser().parse_known_args(argv)
+    try:
+        seeds = parse_seeds(args.seeds)
+        if args.max_time_s <= 0:
+            raise ValueError(f"--max-time-s must be > 0, got {args.max_time_s:g}")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    name = "".join(c if c.isalnum() or c in "_.-" else "_" for c in Path(args.recipe).name)
+    out = Path(args.out or f"runs/sweep-{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    train_args = [*train_args, "--max-time-s", str(args.max_time_s)]
+    command = "distrl sweep " + shlex.join(argv)
+    if not args.report_only:
+        run_sweep(args.recipe, seeds, out, args.nproc, args.parallel, args.target_return, args.max_time_s, train_args)
+    elif not out.is_dir():
+        print(f"error: --report-only: no sweep in {out}", file=sys.stderr)
+        return 2
+    results = [seed_result(out / f"seed_{s}", s, args.target_return, args.hold_floor) for s in seeds]
+    title = f"{args.recipe}, {len(seeds)} seeds, {args.nproc} process(es) each, {args.max_time_s:g} s budget"
+    write_outputs(out, results, title, command)
+    print((out / "sweep.md").read_text())
+    print(f"[sweep] wrote {out / 'sweep.md'}, sweep.json, curves.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

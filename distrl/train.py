@@ -5,6 +5,9 @@
     torchrun --standalone --nproc-per-node=3 -m distrl.train impala ...   # the same under torchrun
     python launch/train.py impala ...                                     # from a checkout
 
+The installed ``distrl`` command is :func:`console`: ``train`` (this module's :func:`main`),
+``compare``, ``sweep``, ``plot`` and ``export-policy`` (:data:`COMMANDS`).
+
 Every bad option, unknown env id or world size the recipe cannot fill ends here with one
 line on stderr and exit status 2, before any process group starts; so does a run directory that
 another live launch holds (:func:`distrl.job.claim_run_dir`: rank 0 holds it for the run).
@@ -30,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = make_parser()
     if {"-h", "--help"} & set(argv):
-        text = recipe_help(argv)  # RECIPE --help: that recipe's fields and experiments as well
+        try:
+            text = recipe_help(argv)  # RECIPE --help: that recipe's fields and experiments as well
+        except ValueError as e:  # a path/to/file.py:NAME that does not load
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         parser.print_help()
         if text:
             print(text)
@@ -81,25 +88,46 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
 
+#: ``distrl`` subcommands: name -> (module:function taking argv and returning the exit status, what it does)
+COMMANDS = {
+    "train": ("distrl.train:main", "train one recipe (distrl train RECIPE --help: its fields and experiments)"),
+    "compare": ("distrl.compare:main", "run several recipes on the same env, budget and seeds: table and plots"),
+    "sweep": ("distrl.sweep:main", "one recipe over seeds without early stop: the distribution"),
+    "plot": ("distrl.plots:main", "learning curves of run directories side by side, one PNG"),
+    "export-policy": ("distrl.trained_policy:export_main", "a trained policy as a TorchRL actor (RUN_DIR OUT.pt)"),
+}
+
+
+def console_help() -> str:
+    """What ``distrl --help`` prints: every subcommand with one line."""
+    width = max(map(len, COMMANDS))
+    lines = ["usage: distrl COMMAND [options]   (distrl COMMAND --help; distrl --version)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
 def console(argv: list[str] | None = None) -> int:
-    """The ``distrl`` command: ``distrl train RECIPE ...``, ``distrl export-policy RUN_DIR OUT.pt``
-    (``distrl --version``)."""
+    """The ``distrl`` command: ``distrl COMMAND ...`` for each of :data:`COMMANDS`, ``distrl --version``."""
+    import importlib
+
     import distrl
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--version"]:
         print(f"distrl {distrl.__version__}")
         return 0
-    if argv[:1] == ["export-policy"]:
-        from distrl.trained_policy import export_main
-
-        return export_main(argv[1:])
-    if argv[:1] != ["train"]:
-        print("usage: distrl train RECIPE [options]   (distrl train --help; distrl train RECIPE --help)\n"
-              "       distrl export-policy RUN_DIR OUT.pt   (a trained policy as a TorchRL actor; --help)",
+    if argv[:1] in (["-h"], ["--help"]):
+        print(console_help())
+        return 0
+    if not argv:
+        print(console_help(), file=sys.stderr)
+        return 2
+    if argv[0] not in COMMANDS:
+        print(f"error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)} (see distrl --help)",
               file=sys.stderr)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    return main(argv[1:])
+        return 2
+    module, _, function = COMMANDS[argv[0]][0].partition(":")
+    return getattr(importlib.import_module(module), function)(argv[1:])
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from distrl.sweep import aggregate, run_sweep, write_outputs  # noqa: E402
 from experiments.measure import Yardstick  # noqa: E402
-from launch.sweep import parse_seeds  # noqa: E402
+from distrl.sweep import parse_seeds  # noqa: E402
 
 EXPERIMENT = {"a3c": "default", "a2c": "a2c"}
 

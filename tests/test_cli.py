@@ -15,7 +15,7 @@ def test_help_explains_every_option(jobs):
 @pytest.mark.parametrize("args,message", [
     (["impala", "--bogus"], "unrecognized arguments: --bogus"),
     (["impala", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
-    (["sac"], "invalid choice: 'sac'"),
+    (["sac"], "unknown recipe 'sac'; known recipes: a3c, apex"),
     (["impala", "--set", "algo.lr=-1"], "algo.lr must be > 0"),
     (["apex", "--env", "Pendulum-v1"], "apex is a DQN and acts in discrete action spaces only"),
     (["impala", "--nproc", "3", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),  # before any process
@@ -148,3 +148,40 @@ def test_no_value_of_any_field_ends_in_a_traceback(recipe):
                 build_config(args)
             except ValueError as e:
                 assert name in str(e) or "--set" in str(e)
+
+
+def test_every_subcommand_is_listed_and_its_help_shows_defaults(capsys):
+    """``distrl --help`` names every subcommand; each one's ``--help`` works through the console and
+    shows its defaults; an unknown command is one line."""
+    from distrl.train import COMMANDS, console
+
+    assert console(["--help"]) == 0
+    listing = capsys.readouterr().out
+    for name in ("train", "compare", "sweep", "plot", "export-policy"):
+        assert f"\n  {name} " in listing and name in COMMANDS
+    defaults = {"train": "(default: 1)", "compare": "(default: CartPole-v1)", "sweep": "(default: 0-9)",
+                "plot": "(default: curves.png)", "export-policy": "(default: checkpoints/best.pt)"}
+    for name, default in defaults.items():
+        try:
+            status = console([name, "--help"])
+        except SystemExit as e:  # argparse's --help
+            status = e.code
+        assert status == 0, name
+        text = capsys.readouterr().out
+        assert text.startswith(f"usage: distrl {name}") and default in " ".join(text.split()), (name, text)
+    assert console(["trian"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: unknown command 'trian'") and "compare" in err
+    assert console([]) == 2 and "commands:" in capsys.readouterr().err
+
+
+def test_env_help_names_the_recipes_that_step_a_torchrl_env(capsys):
+    """The help says which recipes take ``--env module:function``: those whose Recipe says so."""
+    from distrl.cli import make_parser
+    from distrl.recipes import RECIPE_NAMES, get_recipe
+
+    text = " ".join(make_parser().format_help().split())
+    able = [n for n in RECIPE_NAMES if get_recipe(n).takes_env_factory]
+    assert f"returning a TorchRL env, which {', '.join(able)} step" in text
+    assert "vecenv takes a batched one through --set algo.env_factory=module:function" in text
+    assert "impala, apex" not in text

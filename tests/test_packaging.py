@@ -52,6 +52,10 @@ def test_the_wheel_runs_without_a_checkout(installed, tmp_path, jobs):
     assert where.startswith(str(installed)) and version == distrl.__version__
     proc = run_installed(jobs, installed, [str(installed / "bin" / "distrl"), "--version"], tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == f"distrl {distrl.__version__}", proc.stderr
+    # every subcommand is the package's own, none reaches for a checkout's launch/
+    for command in ("compare", "sweep", "plot"):
+        proc = run_installed(jobs, installed, [str(installed / "bin" / "distrl"), command, "--help"], tmp_path)
+        assert proc.returncode == 0 and proc.stdout.startswith(f"usage: distrl {command}"), proc.stderr
     # the console command, with an experiment from inside the package, trains and writes its run
     proc = run_installed(jobs, installed, [str(installed / "bin" / "distrl"), "train", "impala", "--experiment", "debug",
                                      "--total-frames", "3000", "--run-dir", "run"], tmp_path, timeout=150)
@@ -69,6 +73,10 @@ def test_license_version_and_pins():
     assert meta["license"] == "BSD-3-Clause" and "BSD 3-Clause License" in (ROOT / "LICENSE").read_text()
     assert "version" in meta["dynamic"] and distrl.__version__.count(".") == 2
     assert meta["scripts"]["distrl"] == "distrl.train:console"
+    # what the code needs (tomllib here, the typing everywhere) and where it runs (/proc, /dev/shm, fifos)
+    assert meta["requires-python"] == ">=3.11" and sys.version_info >= (3, 11)
+    assert "Operating System :: POSIX :: Linux" in meta["classifiers"]
+    assert not any(c.startswith("License ::") for c in meta["classifiers"])  # the SPDX license says it (PEP 639)
     # AutoresetMode, which distrl.envs.batched imports, is new in gymnasium 1.1
     assert any(d.replace(" ", "").startswith("gymnasium>=1.1") for d in meta["dependencies"])
     from gymnasium.vector import AutoresetMode  # noqa: F401
