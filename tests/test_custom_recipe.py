@@ -65,6 +65,16 @@ def test_a_bad_spec_is_one_line(at_root, spec, says):
             recipe_module(spec)
 
 
+def test_a_file_recipe_picks_its_preset_for_an_env_as_a_registered_one_does(at_root):
+    from distrl.cli import default_experiment
+
+    assert default_experiment(SPEC, "MinAtar/Breakout-v1") == "minatar"
+    assert default_experiment(SPEC, "CartPole-v1") == "default"
+    cfg = recipe_module(SPEC).minatar()
+    assert cfg.run.env == "MinAtar/Breakout-v1" and cfg.recipe == ABS_SPEC
+    get_recipe(SPEC).check_config(cfg)  # a discrete-action image env: the recipe takes it
+
+
 def test_registered_names_resolve_as_before():
     assert "seed" in RECIPE_NAMES and "apex" in RECIPE_NAMES
     for name in RECIPE_NAMES:

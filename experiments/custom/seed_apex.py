@@ -124,6 +124,21 @@ def default() -> Config:
                   net=NetConfig(hidden=(128, 128), activation="relu"))
 
 
+def minatar() -> Config:
+    """MinAtar/Breakout-v1 (the minatar encoder picked for its images): Ape-X's MinAtar DQN settings
+    (lr 2.5e-4, replay warm-up 5k, target copy every 1,000 updates, batches of 64)."""
+    return override(
+        default(),
+        **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 1200.0,
+           "run.target_return": 10.0, "run.eval_episodes": 10, "algo.lr": 2.5e-4, "algo.min_replay_size": 5_000,
+           "algo.target_update_interval": 1_000, "algo.batch_size": 64},
+    )
+
+
+#: the preset ``distrl train`` picks for an env id when ``--experiment`` is not given
+ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar"}
+
+
 def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
