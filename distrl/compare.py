@@ -185,6 +185,7 @@ def run_entries(entries: list[Entry], out: Path, seeds: list[int], target: Optio
                 train_args: list[str]) -> None:
     """Run every (recipe, seed), one at a time, appending each record to ``runs.jsonl``."""
     from distrl.child_runs import run_logged
+    from distrl.compare_report import hold_floor
     from distrl.sweep import describe, seed_command, seed_result
 
     with open(out / "runs.jsonl", "a") as book:
@@ -207,7 +208,7 @@ def run_entries(entries: list[Entry], out: Path, seeds: list[int], target: Optio
                 print(f"[compare] {i}/{len(entries)} {e.label}, seed {seed}, {e.nproc} process(es): started; "
                       f"log {log}", flush=True)
                 res = run_logged(cmd, log, e.max_time_s * 1.5 + GRACE_S, echo=_echo)
-                r = seed_result(run_dir, seed, target)
+                r = seed_result(run_dir, seed, target, hold_floor(target))
                 verdict = describe(r) if res["exit_code"] == 0 else f"FAILED (exit {res['exit_code']}; log {log})"
                 print(f"[compare] {i}/{len(entries)} {e.label}, seed {seed}: {verdict}, {res['wall_s']:.0f} s", flush=True)
                 record(base | {"seed": seed, "run_dir": str(run_dir), "log": str(log), "cmd": shlex.join(cmd), **res})

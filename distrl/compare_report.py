@@ -34,6 +34,14 @@ SEED_TABLE = {
                                                "off-policy with central inference"),
 }
 RETURN_KEY = "actor/return_mean_100"
+#: a run holds the target when its training mean never falls below this share of it afterwards
+#: (``distrl sweep``'s fixed 250 is CartPole's; a comparison runs on any env's scale)
+HOLD_FRACTION = 0.5
+
+
+def hold_floor(target: Optional[float]) -> float:
+    """The floor a run's training mean must stay above after reaching ``target``."""
+    return HOLD_FRACTION * target if target is not None else float("-inf")
 PLOTS = ("return_vs_time.png", "return_vs_frames.png", "fps.png", "policy_lag.png")
 
 
@@ -51,7 +59,7 @@ def read_records(out: Path) -> list[dict[str, Any]]:
 def run_measures(rec: dict[str, Any], target: Optional[float]) -> dict[str, Any]:
     """One run: the sweep's seed result plus what ``summary.json`` records for the comparison."""
     run_dir = Path(rec["run_dir"])
-    out = seed_result(run_dir, rec["seed"], target)
+    out = seed_result(run_dir, rec["seed"], target, hold_floor(target))
     out.update(exit_code=rec.get("exit_code"), log=rec.get("log"), run_dir=str(run_dir), killed=rec.get("killed"),
                cpu_cores_used=rec["cpu_s"] / rec["wall_s"] if rec.get("cpu_s") and rec.get("wall_s") else None)
     out["ok"] = out["finished"] and rec.get("exit_code") == 0
