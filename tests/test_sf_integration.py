@@ -3,6 +3,8 @@ rollout worker killed while it owns slots, a learner killed, and CartPole learni
 Every run must leave no shared-memory file behind (checked after every test by conftest.py)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from helpers import assert_held, child_env, hold_args, read_metrics, read_summary as read_common_summary
@@ -40,10 +42,13 @@ def test_world_size_one_two_inference_ranks_learn_the_toy_env_within_the_lag_cap
 @pytest.mark.timeout(240)
 def test_torchrun_four_processes_goes_on_when_a_worker_is_killed_holding_slots(tmp_path, jobs):
     run = tmp_path / "run"
-    # rank 3 SIGKILLs itself at its 40th round, while it owns a slot and a spare per group
-    proc = jobs.train(["sf", "--experiment", "debug", "--run-dir", str(run)], nproc=4, timeout=180,
-                      env=child_env(DISTRL_FAULT="kill@3:40"))
+    # rank 3 SIGKILLs itself at its 40th round, while it owns a slot and a spare per group; the
+    # learner on a core of its own, the others on the rest (the Atari preset's layout)
+    proc = jobs.train(["sf", "--experiment", "debug", "--run-dir", str(run), "--set", "algo.learner_cores=1"],
+                      nproc=4, timeout=180, env=child_env(DISTRL_FAULT="kill@3:40"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert f"[learner] on core(s) [{min(os.sched_getaffinity(0))}]" in proc.stdout
     s = read_summary(run)
     assert s["world_size"] == 4 and s["stop_reason"] == "total_frames"
     assert "3" in s["lost_ranks"] and s["slots_reclaimed"] >= 1, s["lost_ranks"]

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from distrl.affinity import pin_rank
 from distrl.recipes.base import RoleContext
 from distrl.data import keys, shm
 from distrl.envs.gym import env_info
@@ -65,6 +66,7 @@ class SFInference:
 
     def __init__(self, ctx: RoleContext):
         self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
+        pin_rank(False, self.algo.learner_cores)  # off the learner's core(s), before any thread of its own
         self.learner = ctx.ranks_of("learner")[0]
         info = env_info(self.cfg.run.env)
         self.model = ActorCritic.for_env(info, self.cfg.net)

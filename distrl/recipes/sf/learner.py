@@ -32,6 +32,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl import faults
+from distrl.affinity import pin_rank
 from distrl.algorithms.appo import appo_loss
 from distrl.data import keys, shm
 from distrl.data.wire import WireMeter, payload_nbytes
@@ -61,6 +62,9 @@ class SFLearner:
         self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # its own process: a conv backward may use idle cores
             torch.set_num_threads(max(self.cfg.run.torch_threads, self.algo.learner_threads))
+        cores = pin_rank(True, self.algo.learner_cores)
+        if cores:
+            print(f"[learner] on core(s) {cores}, every other rank on the rest (algo.learner_cores)", flush=True)
         self.session = LearnerSession(ctx)
         self.device = self.session.device
         info = env_info(self.cfg.run.env)

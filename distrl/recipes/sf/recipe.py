@@ -54,6 +54,7 @@ class SFConfig:
     num_epochs: int = 1  #: passes over each batch (Sample Factory's num_epochs; 1: one step per batch, APPO)
     num_minibatches: int = 1  #: steps per pass, each on a shuffled share of the batch's rows
     learner_threads: int = 1  #: torch threads of the learner's process (at world size > 1)
+    learner_cores: int = 0  #: cores for the learner alone at world size > 1, every other rank on the rest (0: no pinning)
 
     def __post_init__(self):
         for name in ("envs_per_worker", "groups_per_worker", "inference_ranks", "local_workers", "unroll_length",
@@ -67,6 +68,7 @@ class SFConfig:
                "a minibatch holds whole rows")
         check(self.slots_per_group >= 2, "algo.slots_per_group must be >= 2 (one filling, one spare)")
         check(self.max_policy_lag >= 0, "algo.max_policy_lag must be >= 0")
+        check(self.learner_cores >= 0, f"algo.learner_cores must be >= 0, got {self.learner_cores}")
         check(self.max_wait_ms >= 0, "algo.max_wait_ms must be >= 0")
         check(self.request_timeout_s > 0 and self.slot_timeout_s > 0, "algo timeouts must be > 0")
         check(self.lr > 0 and 0 < self.gamma <= 1, "algo.lr must be > 0 and algo.gamma in (0, 1]")
@@ -99,14 +101,17 @@ def minatar() -> Config:
 def atari() -> Config:
     """``ALE/*`` games (Pong by default; the Nature encoder): 2 groups of 16 envs per rollout worker
     (a forward of the conv net costs about as much as an emulator step, docs/atari.md), 4 trajectories
-    of 32 steps per update, clipped rewards unscaled, entropy bonus 0.01 and advantages normalised per
-    batch (as Sample Factory's Atari defaults: raw advantages of sparse rewards, std ~0.27 on
-    Breakout, left the entropy bonus in charge and the policy uniform after 300k steps)."""
+    of 32 steps per update, the learner on a core of its own (its one thread bounds the run: with the
+    other ranks moved onto its core it took ~15% longer a step, docs/atari.md), clipped rewards
+    unscaled, entropy bonus 0.01 and advantages normalised per batch (as Sample Factory's Atari
+    defaults: raw advantages of sparse rewards, std ~0.27 on Breakout, left the entropy bonus in
+    charge and the policy uniform after 300k steps)."""
     return override(
         default(),
         **{**ATARI_RUN, "algo.envs_per_worker": 32, "algo.batch_size": 4, "algo.lr": 4e-4,
            "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01, "algo.normalize_advantage": True,
-           "algo.max_policy_lag": 100},  # V-trace corrects the lag; a dropped Atari row wasted ~50 ms of CPU
+           "algo.max_policy_lag": 100,  # V-trace corrects the lag; a dropped Atari row wasted ~50 ms of CPU
+           "algo.learner_cores": 1},  # the learner bounds the run: a core to itself (docs/atari.md)
     )
 
 
