@@ -13,8 +13,11 @@ All in one invocation (compare ratios within one run: the machines are shared), 
     ``ActorCritic`` policy forward + Gumbel-max sampling, ``no_grad``, batch 256 uint8) and training
     (``sf``'s own APPO loss, ``distrl.algorithms.appo.appo_loss`` with the ``atari`` preset's
     settings, backward, per-tower clip, Adam, on the preset's ``[batch_size, unroll_length]`` batch);
-    ideal agent steps/s = cores / (env + inference + train) seconds; each stage is timed before
-    and again after the recipes and its cheaper timing kept (:func:`cheapest`: a shared VM drifts);
+    ideal agent steps/s = cores / (env + inference + train) seconds. A shared VM's speed drifts
+    10-40% over minutes, so the stages are timed at the start, just before every recipe and after
+    the last: the table's "of ideal" divides by each stage's cheapest timing in the run
+    (:func:`cheapest`, the harshest ideal), "of the ideal timed around it" by the mean of the
+    timings just before and just after that recipe (:func:`around`, the machine while it ran);
 (c) the env-only limit: ``cores`` processes each stepping ``AtariVectorEnv(16, 1 thread)``, and one
     ``AtariVectorEnv(16 x cores, cores threads)``, random actions, no policy; the higher is the limit;
 (a) TorchRL collecting with the same policy in each layout (``experiments/torchrl_atari.py``, ``cores``
@@ -25,7 +28,7 @@ All in one invocation (compare ratios within one run: the machines are shared), 
     layout of its ``LAYOUTS``, ``--seconds`` each; its ``resnet_impala`` encoder for the IMPALA net);
 then every recipe under ``torchrun`` for ``--seconds`` (``summary.json``: ``fps_running``, agent
 steps/s from the learner's first batch to its last; ``frames_per_s``; ``time_budget``), each with
-its fraction of the ideal, its ratio to TorchRL and to SF2, and where its time went. Results:
+its fractions of the ideal, its ratio to TorchRL and to SF2, and where its time went. Results:
 ``results.json``, ``results.md`` (a table) and ``agent_steps.png`` under ``--out``.
 """
 from __future__ import annotations
@@ -76,6 +79,12 @@ def cheapest(*timings: dict[str, dict]) -> dict[str, dict]:
     stage timed once for a few seconds drifts 10-40% (1,047-1,465 ideal agent steps/s on one day),
     so the stages are timed before and after the recipes and the fastest kept, the harsher ideal."""
     return {k: min((t[k] for t in timings), key=lambda c: c["cpu_us"]) for k in timings[0]}
+
+
+def around(before: dict[str, dict], after: dict[str, dict]) -> dict[str, float]:
+    """Each stage's mean CPU us of the timings just before and just after one recipe's run: the
+    machine's speed while it ran, on a VM whose speed drifts 10-40% over a benchmark's minutes."""
+    return {k: (before[k]["cpu_us"] + after[k]["cpu_us"]) / 2 for k in before}
 
 
 def fmt_ratio(x: float) -> str:
@@ -183,25 +192,29 @@ def run_recipe(recipe: str, net: str, seconds: float, nproc: int) -> dict:
 def rows(res: dict) -> list[list[str]]:
     """Table rows of one network's results: references first, then every recipe."""
     ideal, trl, sf2 = res["ideal"], res.get("torchrl_ref", float("nan")), res.get("sf2_ref", float("nan"))
-    row = lambda name, fps, run="": [name, f"{fps:,.0f}", f"{SKIP * fps:,.0f}", f"{fps / ideal:.0%}",
-                                     fmt_ratio(fps / trl), fmt_ratio(fps / sf2), run]
+    row = lambda name, fps, run="", local=None: [name, f"{fps:,.0f}", f"{SKIP * fps:,.0f}", f"{fps / ideal:.0%}",  # noqa: E731
+                                                 f"{fps / local:.0%} of {local:,.0f}" if local else "",
+                                                 fmt_ratio(fps / trl), fmt_ratio(fps / sf2), run]
     out = [row("ideal (d)", ideal), row("env-only limit (c)", res["env_only_limit"])]
     for name, fps in {**res.get("torchrl", {}), **{f"SF2 {k}": v for k, v in res.get("sf2", {}).items()}}.items():
         out.append(row(name, fps))
     for recipe, s in res["recipes"].items():
         if "error" in s:
-            out.append([recipe, "failed", "", "", "", "", ""])
+            out.append([recipe, "failed", "", "", "", "", "", ""])
         else:
-            out.append(row(f"{recipe} ({s['nproc']} procs)", s["fps_running"], f"{s['fps']:,.0f}"))
+            out.append(row(f"{recipe} ({s['nproc']} procs)", s["fps_running"], f"{s['fps']:,.0f}", s.get("ideal")))
     return out
 
 
 def markdown(results: dict) -> str:
     """One table a network: agent steps/s and frames/s from the first batch, fraction of the ideal, ratios."""
-    head = ["", "agent steps/s", "frames/s", "of ideal", "x TorchRL+PPO", "x SF2", "agent steps/s, whole run"]
+    head = ["", "agent steps/s", "frames/s", "of ideal", "of the ideal timed around it", "x TorchRL+PPO", "x SF2",
+            "agent steps/s, whole run"]
     out = [(f"Pong (ALE/Pong-v5, frame skip {SKIP}), {results['cores']} cores, {results['seconds']:.0f} s a run. "
-           "Rates are wall-clock, from the first trained batch (TorchRL: its first batch); x TorchRL+PPO: "
-           "against TorchRL's best layout training with PPO; x SF2: against SF2's best layout.")]
+           "Rates are wall-clock, from the first trained batch (TorchRL: its first batch); of ideal: against "
+           "each stage's cheapest timing in the run; of the ideal timed around it: against the stages' mean "
+           "timings just before and just after that recipe ran; x TorchRL+PPO: against TorchRL's best layout "
+           "training with PPO; x SF2: against SF2's best layout.")]
     for net, res in results["nets"].items():
         out += [f"\n### {net} network\n", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         out += ["| " + " | ".join(r) + " |" for r in rows(res)]
@@ -285,7 +298,10 @@ def measure_net(net: str, args, n_cores: int) -> dict:
                       flush=True)
             finite = [v for v in res["sf2"].values() if math.isfinite(v)]
             res["sf2_ref"] = max(finite) if finite else float("nan")
-    for recipe in args.recipes:
+    timings = [costs]  # the stages timed at the start, before every recipe and after the last
+    for n, recipe in enumerate(args.recipes):
+        if n or not args.skip_torchrl or not args.skip_sf2:  # else the start's timing is just before it
+            timings.append(stage_costs(net, args.ideal_seconds))
         nproc = args.nproc.get(recipe, NPROC[recipe])
         s = run_recipe(recipe, net, args.seconds, nproc)
         keep = ("fps_running", "fps", "frames_per_s", "env_frames", "policy_lag_mean", "time_budget", "frames_dropped")
@@ -299,17 +315,29 @@ def measure_net(net: str, args, n_cores: int) -> dict:
             continue
         fps = s["fps_running"]
         print(f"  {recipe} ({nproc} procs): {fps:,.0f} agent steps/s = {SKIP * fps:,.0f} frames/s from its first batch "
-              f"({s['fps']:,.0f} / {s['frames_per_s']:,.0f} over the whole run) = {fps / res['ideal']:.0%} of the first ideal, "
+              f"({s['fps']:,.0f} / {s['frames_per_s']:,.0f} over the whole run), "
               f"{fmt_ratio(fps / res.get('torchrl_ref', math.nan))} TorchRL+PPO, {fmt_ratio(fps / res.get('sf2_ref', math.nan))} SF2",
               flush=True)
         print("\n".join(budget_lines(s)), flush=True)
-    if args.recipes:  # the stages again, after the recipes: the table divides by the cheaper of the two
-        again = stage_costs(net, args.ideal_seconds)
-        res["stage_us_runs"] = [costs, again]
-        res["stage_us"] = cheapest(costs, again)
+        res["recipes"][recipe]["timed_before"] = len(timings) - 1  # its "after" is the next timing
+    if args.recipes:
+        timings.append(stage_costs(net, args.ideal_seconds))
+        for s in res["recipes"].values():
+            if "timed_before" in s:
+                i = s["timed_before"]
+                s["ideal"] = ideal_fps(around(timings[i], timings[i + 1]), n_cores)
+        res["stage_us_runs"] = timings
+        res["stage_us"] = cheapest(*timings)
         res["ideal"] = ideal_of(res["stage_us"])
-        print("  (d) again: " + ", ".join(f"{k} {v['cpu_us']:.0f} us" for k, v in again.items())
-              + f"; each stage's cheaper timing -> ideal {res['ideal']:,.0f} agent steps/s (the table's)", flush=True)
+        for t in timings[1:]:
+            print("  (d) again: " + ", ".join(f"{k} {v['cpu_us']:.0f} us" for k, v in t.items())
+                  + f" -> {ideal_of(t):,.0f}", flush=True)
+        print(f"  (d) each stage's cheapest timing -> ideal {res['ideal']:,.0f} agent steps/s (the table's 'of ideal')",
+              flush=True)
+        for recipe, s in res["recipes"].items():
+            if "ideal" in s:
+                print(f"  {recipe}: {s['fps_running']:,.0f} = {s['fps_running'] / res['ideal']:.0%} of the cheapest ideal, "
+                      f"{s['fps_running'] / s['ideal']:.0%} of the ideal timed around it ({s['ideal']:,.0f})", flush=True)
     return res
 
 

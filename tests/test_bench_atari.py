@@ -72,7 +72,8 @@ def test_ratio_format():
 def _results() -> dict:
     net = {"ideal": 1000.0, "env_only_limit": 5000.0, "torchrl": {"best + PPO": 200.0}, "torchrl_ref": 200.0,
            "sf2": {"2 workers, defaults": 250.0}, "sf2_ref": 250.0,
-           "recipes": {"sf": {"nproc": 4, "fps_running": 800.0, "fps": 700.0}, "apex": {"error": "boom"}}}
+           "recipes": {"sf": {"nproc": 4, "fps_running": 800.0, "fps": 700.0, "ideal": 900.0},
+                       "apex": {"error": "boom"}}}
     return {"cores": 2, "seconds": 120.0, "nets": {"nature": net}}
 
 
@@ -80,9 +81,10 @@ def test_table_rows_give_fractions_and_ratios():
     rows = bench_atari.rows(_results()["nets"]["nature"])
     by_name = {r[0]: r for r in rows}
     assert by_name["ideal (d)"][1:4] == ["1,000", "4,000", "100%"]
-    assert by_name["sf (4 procs)"] == ["sf (4 procs)", "800", "3,200", "80%", "4.00x", "3.20x", "700"]
+    assert by_name["sf (4 procs)"] == ["sf (4 procs)", "800", "3,200", "80%", "89% of 900", "4.00x", "3.20x", "700"]
+    assert by_name["ideal (d)"][4] == ""  # only a recipe has an ideal timed around it
     assert by_name["apex"][1] == "failed"
-    assert by_name["SF2 2 workers, defaults"][5] == "1.00x"
+    assert by_name["SF2 2 workers, defaults"][6] == "1.00x"
 
 
 def test_markdown_has_one_table_a_network_without_torchrl_or_sf2():
@@ -100,3 +102,10 @@ def test_the_ideal_keeps_each_stages_cheapest_timing():
     after = {"env": {"cpu_us": 400.0, "wall_us": 402.0}, "train": {"cpu_us": 800.0, "wall_us": 805.0}}
     best = bench_atari.cheapest(before, after)
     assert best == {"env": before["env"], "train": after["train"]}
+
+
+def test_a_recipes_own_ideal_is_each_stages_mean_of_the_timings_around_it():
+    before = {"env": {"cpu_us": 300.0}, "train": {"cpu_us": 1000.0}}
+    after = {"env": {"cpu_us": 400.0}, "train": {"cpu_us": 800.0}}
+    assert bench_atari.around(before, after) == {"env": 350.0, "train": 900.0}
+    assert bench_atari.ideal_fps(bench_atari.around(before, after), 2) == pytest.approx(2e6 / 1250)
