@@ -35,8 +35,12 @@ def test_sigterm_to_the_whole_job_keeps_the_replay_for_resume(tmp_path, jobs):
     # transitions in the checkpoint: every insert so far (the debug preset's capacity is far away)
     in_checkpoint = torch.load(io.BytesIO(saved[1].numpy().tobytes()), weights_only=False)["store"]["inserted"]
     out = job.output
+    # The learner prints its line before it checkpoints, so the line is promised to reach the output.
+    # The shard's own SIGTERM line is not asserted: the shard prints it from its loop, which may still
+    # sit in a 0.2 s inbox wait when the learner has read the replay and torchrun ends the job. What
+    # the user relies on is above (the shard's contents in the checkpoint) and below (the exit, the
+    # summary and the resume).
     assert rc != 0 and "SIGTERM: stopping after a checkpoint" in out, job.tail()
-    assert "[replay 1] SIGTERM: serving until the learner's last checkpoint" in out, job.tail()
     s = read_summary(run)
     assert s["stop_reason"] == "sigterm" and s["replay_size"] > 0, s
     print(f"\nSIGTERM to the apex job: exited {took:.1f}s after the signal, replay of {in_checkpoint:,} "

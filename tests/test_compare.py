@@ -143,11 +143,11 @@ def test_report_only_rewrites_the_report_and_says_a_run_failed(tmp_path, capsys)
 
 @pytest.mark.timeout(600)
 def test_compare_two_recipes_end_to_end(tmp_path, jobs):
-    """vecenv (one process) and impala (two) on CartPole for 10 s each: progress lines, every
+    """vecenv (one process) and impala (two) on CartPole for 5 s each: progress lines, every
     output, the figures from the runs' own summaries, and the W&B run."""
     out = tmp_path / "cmp"
     job = jobs.start([sys.executable, ROOT / "launch" / "compare.py", "--recipes", "vecenv,impala",
-                      "--nproc", "impala=2", "--budget-s", "10", "--out", out, "--logger", "wandb"])
+                      "--nproc", "impala=2", "--budget-s", "5", "--out", out, "--logger", "wandb"])
     assert job.wait(540) == 0, job.tail()
     for line in ("[compare] 1/2 vecenv, seed 0, 1 process(es): started", "[compare] 2/2 impala, seed 0: ",
                  "  [impala] frames ", "  [vecenv] frames "):
