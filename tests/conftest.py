@@ -176,7 +176,8 @@ def no_leaked_processes():
 @pytest.fixture(scope="session")
 def impala_debug_run(tmp_path_factory) -> Path:
     """One finished run shared by the tests that read a run directory: impala ``debug`` (the toy
-    env, 20k frames) in one process, about 15 s."""
+    env, 20k frames) in one process, about 5-15 s. Its stdout is kept beside it, in ``stdout``.
+    Tests only read it."""
     run = tmp_path_factory.mktemp("trained") / "impala-debug"
     j = Jobs(tmp_path_factory.mktemp("jobs"))
     try:
@@ -185,5 +186,6 @@ def impala_debug_run(tmp_path_factory) -> Path:
         j.close()
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     read_summary(run)
+    (run.parent / "stdout").write_text(proc.stdout)
     return run
 

@@ -202,7 +202,7 @@ def test_workers_get_the_merged_statistics_and_count_their_data_once(make_server
 @pytest.mark.timeout(120)
 def test_pendulum_runs_to_its_end(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = jobs.train(["a3c", "--experiment", "mujoco", "--env", ENV, "--run-dir", str(run), "--max-time-s", "12",
+    proc = jobs.train(["a3c", "--experiment", "mujoco", "--env", ENV, "--run-dir", str(run), "--max-time-s", "5",
                        "--logger", "none", "--set", "run.eval_episodes=2", "--set", "run.eval_interval_s=10",
                        "--set", "algo.envs_per_worker=8"], timeout=100)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

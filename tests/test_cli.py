@@ -58,10 +58,14 @@ def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(t
     repeating ``--set``); a missing run directory or another recipe's run is a one-line error."""
     import json
 
+    from distrl.cli import build_config, make_parser
+    from distrl.runner import plan
+
     run = tmp_path / "run"
     run.mkdir()
-    saved = jobs.train(["impala", "--experiment", "debug", "--set", "net.hidden=32", "--print-config"], timeout=60)
-    (run / "config.json").write_text(saved.stdout)
+    # the config.json a run of these options holds: what --print-config prints, built here (no process)
+    args = make_parser().parse_args(["impala", "--experiment", "debug", "--set", "net.hidden=32"])
+    (run / "config.json").write_text(plan(build_config(args), 1).cfg.to_json())
     proc = jobs.train(["impala", "--resume", "--run-dir", str(run), "--total-frames", "99999", "--print-config"],
                      timeout=60)
     cfg = json.loads(proc.stdout)

@@ -59,11 +59,9 @@ def test_torchrun_three_processes(tmp_path, jobs):
 
 
 @pytest.mark.timeout(180)
-def test_impala_reports_bytes_on_the_wire(tmp_path, jobs):
-    run = tmp_path / "run"
-    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    s = read_common_summary(run, {"bytes_per_env_step"})
+def test_impala_reports_bytes_on_the_wire(impala_debug_run):
+    # the shared ``impala --experiment debug`` run of conftest.py (exit status 0 checked there)
+    s = read_common_summary(impala_debug_run, {"bytes_per_env_step"})
     # a trajectory step carries obs and next obs, action, log-prob, version, reward and flags
     # (~40 B), and every reply carries the parameters of both networks
     assert s["bytes_per_env_step"] > 40
