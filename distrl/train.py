@@ -85,7 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         summary = p.run_dir / "summary.json"
         if rank == 0 and args.print_summary and summary.exists():
             print(summary.read_text())
-        return code
+    if under_torchrun and world_size > 1:
+        # A torchrun rank's role ran in a child that has exited (distrl/supervisor.py): nothing is left
+        # to do but leave. Python's teardown of torch, tensordict and rpc modules cost 0.6-1.8 s of CPU
+        # a process, which every job's end waited for; the lock above is released by then.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 #: ``distrl`` subcommands: name -> (module:function taking argv and returning the exit status, what it does)

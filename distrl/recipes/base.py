@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol
 
 from distrl.config import Config
-from distrl.transport.base import Transport
+
+if TYPE_CHECKING:  # an annotation only: the command line (--help, --print-config, one-line errors) needs
+    from distrl.transport.base import Transport  # no transport, and importing one costs torch and tensordict
 
 
 @dataclass(frozen=True)
