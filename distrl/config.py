@@ -23,6 +23,10 @@ BACKENDS = ("auto", "local", "rpc")
 ACTIVATION_NAMES = ("tanh", "relu", "elu")
 #: the names ``net.encoder`` takes; :data:`distrl.encoders.ENCODERS` maps each but auto to its module
 ENCODER_NAMES = ("auto", "mlp", "minatar", "nature", "impala")
+#: the values ``net.precision`` takes (:func:`distrl.encoders.autocast_dtype` resolves auto)
+PRECISIONS = ("float32", "bfloat16", "auto")
+#: the values ``run.lr_schedule`` takes (:func:`distrl.roles.session.lr_factor`)
+LR_SCHEDULES = ("constant", "linear")
 
 
 def check(ok: bool, msg: str) -> None:
@@ -76,6 +80,10 @@ class RunConfig:
     allow_fresh: bool = False  #: with resume: start over when checkpoint files exist but none loads (else stop with an error)
     device: str = "auto"  #: learner device: auto (cuda if present), cpu or cuda
     torch_threads: int = 1  #: torch intra-op threads per process (more oversubscribes small CPUs)
+    #: the learner's learning rate over the budget: ``constant``, or ``linear`` from the recipe's
+    #: ``algo.lr`` to 0 at the end of the budget (frames or time, whichever is further along: the
+    #: clock that ``--resume`` restores), as PPO's Atari settings anneal it
+    lr_schedule: str = "constant"
 
     def __post_init__(self):
         check(self.total_frames > 0, f"run.total_frames must be > 0, got {self.total_frames}")
@@ -92,6 +100,7 @@ class RunConfig:
         check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
               f"run.device must be auto, cpu or cuda[:N], got {self.device!r}")
         check(self.torch_threads >= 1, "run.torch_threads must be >= 1")
+        check(self.lr_schedule in LR_SCHEDULES, f"run.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
 
 
 @dataclass(frozen=True)
@@ -123,6 +132,13 @@ class NetConfig:
     #: observation normalisation (distrl/obs_norm.py): ``auto`` is on for flat observations with
     #: continuous actions, off otherwise (images are scaled by their encoder); ``on`` or ``off``
     obs_norm: str = "auto"
+    #: an image encoder's arithmetic (distrl/encoders.py): ``float32``; ``bfloat16``, its convolutions and
+    #: matmuls under autocast (heads, losses and the optimizer stay float32); ``auto``, bfloat16 where the
+    #: device computes it natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU with bf16), else float32
+    precision: str = "float32"
+    #: the actor-critic's initial weights: ``torch`` (PyTorch's defaults, the policy's last layer
+    #: x 0.01) or ``orthogonal`` (PPO's: gain sqrt(2), 0.01 for the policy's last layer, 1 for the value's)
+    init: str = "torch"
 
     def __post_init__(self):
         check(len(self.hidden) >= 1 and all(h > 0 for h in self.hidden), "net.hidden needs positive widths")
@@ -131,6 +147,8 @@ class NetConfig:
         check(self.encoder in ENCODER_NAMES, f"net.encoder must be one of {ENCODER_NAMES}, got {self.encoder!r}")
         check(self.log_std in ("param", "state"), f"net.log_std must be param or state, got {self.log_std!r}")
         check(self.obs_norm in ("auto", "on", "off"), f"net.obs_norm must be auto, on or off, got {self.obs_norm!r}")
+        check(self.precision in PRECISIONS, f"net.precision must be one of {PRECISIONS}, got {self.precision!r}")
+        check(self.init in ("torch", "orthogonal"), f"net.init must be torch or orthogonal, got {self.init!r}")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ All in one invocation (compare ratios within one run: the machines are shared), 
     ``AtariVectorEnv`` of 16 envs, one thread, random actions), inference (the recipes'
     ``ActorCritic`` policy forward + Gumbel-max sampling, ``no_grad``, batch 256 uint8) and training
     (``sf``'s own APPO loss, ``distrl.algorithms.appo.appo_loss`` with the ``atari`` preset's
-    settings, backward, per-tower clip, Adam, on the preset's ``[batch_size, unroll_length]`` batch);
+    settings, backward, per-tower clip, Adam, on one minibatch of the preset, ``[batch_size /
+    num_minibatches, unroll_length]``, times the preset's ``num_epochs``: passes over each sample),
+    inference and training in the preset's ``net.precision``;
     ideal agent steps/s = cores / (env + inference + train) seconds. A shared VM's speed drifts
     10-40% over minutes, so the stages are timed at the start, just before every recipe and after
     the last: the table's "of ideal" divides by each stage's cheapest timing in the run
@@ -116,15 +118,16 @@ def stage_costs(net: str, seconds: float) -> dict[str, dict]:
 
     env_rate = timed(env_steps, seconds)
     env.close()
-    net_, obs = model(net), torch.randint(0, 256, (256, *OBS), dtype=torch.uint8)
+    preset = atari()
+    algo = preset.algo  # sf's Atari update: num_epochs passes of num_minibatches steps over batch_size rows
+    net_, obs = model(net, preset.net.precision), torch.randint(0, 256, (256, *OBS), dtype=torch.uint8)
 
     def infer() -> int:
         with torch.no_grad():
             sample_actions(net_.policy(obs))
         return len(obs)
 
-    algo = atari().algo  # sf's Atari update: batch_size rows of unroll_length steps
-    B, T = algo.batch_size, algo.unroll_length
+    B, T = algo.batch_size // algo.num_minibatches, algo.unroll_length  # one minibatch
     batch = rollout_layout(1, B, T, OBS, 0, obs_dtype=torch.uint8)[keys.TRAJ][0]
     batch[keys.OBSERVATION] = torch.randint(0, 256, (B, T, *OBS), dtype=torch.uint8)
     batch[keys.NEXT_OBSERVATION] = torch.randint(0, 256, (B, T, *OBS), dtype=torch.uint8)
@@ -141,7 +144,9 @@ def stage_costs(net: str, seconds: float) -> dict[str, dict]:
         return B * T
 
     rates = {"env": env_rate, "inference": timed(infer, seconds), "train": timed(learn, seconds)}
-    return {k: {"cpu_us": r.us_per_frame("cpu"), "wall_us": r.us_per_frame("wall")} for k, r in rates.items()}
+    passes = {"train": algo.num_epochs}  # each agent step is trained on num_epochs times
+    return {k: {"cpu_us": r.us_per_frame("cpu") * passes.get(k, 1), "wall_us": r.us_per_frame("wall") * passes.get(k, 1)}
+            for k, r in rates.items()}
 
 
 # ---- (c) the env-only limit --------------------------------------------------------------------

@@ -45,12 +45,13 @@ def vector_env(n: int, threads: int):
     return make_atari_vector_env(ENV_ID, n, 0, AtariConfig(threads=threads))
 
 
-def model(net: str):
-    """The recipes' actor-critic for Pong with encoder ``net``."""
+def model(net: str, precision: str = "float32"):
+    """The recipes' actor-critic for Pong with encoder ``net`` (``net.precision``: float32 or the
+    Atari presets' ``auto``)."""
     from distrl.config import NetConfig
     from distrl.models import ActorCritic
 
-    return ActorCritic(OBS, ACTIONS, NetConfig(encoder=net))
+    return ActorCritic(OBS, ACTIONS, NetConfig(encoder=net, precision=precision))
 
 
 def _wrapped_vector(n: int, threads: int):

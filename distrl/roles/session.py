@@ -41,6 +41,25 @@ MAX_NONFINITE_STREAK = 10  #: consecutive non-finite losses after which the run 
 EVAL_SEED_OFFSET = 10_000  #: greedy evaluation seeds are run.seed + this: episodes no training env plays
 
 
+def lr_factor(schedule: str, progress: float) -> float:
+    """The learning rate's multiplier at ``progress`` (the fraction of the run's budget done, 0..1):
+    1 for ``constant``, ``1 - progress`` for ``linear`` (PPO's Atari anneal, Schulman et al. 2017)."""
+    if schedule == "constant":
+        return 1.0
+    if schedule == "linear":
+        return max(1.0 - progress, 0.0)
+    raise ValueError(f"run.lr_schedule must be one of constant, linear, got {schedule!r}")
+
+
+def set_lr(optim: torch.optim.Optimizer, factor: float) -> None:
+    """Every parameter group's learning rate to ``factor`` times the one it started with. The start
+    is kept in the group (``initial_lr``, as ``torch.optim.lr_scheduler`` keeps it), so it travels
+    in the optimizer's state dict: a resumed run goes on from the same rate on the same clock."""
+    for group in optim.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+        group["lr"] = group["initial_lr"] * factor
+
+
 def _take_one(q: queue.Queue) -> bool:
     """Take one item off ``q`` without waiting; whether there was one."""
     try:
@@ -319,6 +338,8 @@ class LearnerSession:
         grad_norm = clip_towers(towers, max_grad_norm)
         if loss is None and not self.loss_is_finite(grad_norm):
             return None
+        if self.cfg.run.lr_schedule != "constant":
+            set_lr(optim, lr_factor(self.cfg.run.lr_schedule, self.tracker.progress()[0]))
         with lock or nullcontext():
             optim.step()
             self.tracker.updates += 1
