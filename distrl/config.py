@@ -27,6 +27,8 @@ ENCODER_NAMES = ("auto", "mlp", "minatar", "nature", "impala")
 PRECISIONS = ("float32", "bfloat16", "auto")
 #: the values ``run.lr_schedule`` takes (:func:`distrl.roles.session.lr_factor`)
 LR_SCHEDULES = ("constant", "linear")
+#: the values ``net.init`` takes (:func:`distrl.models.actor_critic_towers`)
+INITS = ("torch", "orthogonal")
 
 
 def check(ok: bool, msg: str) -> None:
@@ -148,7 +150,7 @@ class NetConfig:
         check(self.log_std in ("param", "state"), f"net.log_std must be param or state, got {self.log_std!r}")
         check(self.obs_norm in ("auto", "on", "off"), f"net.obs_norm must be auto, on or off, got {self.obs_norm!r}")
         check(self.precision in PRECISIONS, f"net.precision must be one of {PRECISIONS}, got {self.precision!r}")
-        check(self.init in ("torch", "orthogonal"), f"net.init must be torch or orthogonal, got {self.init!r}")
+        check(self.init in INITS, f"net.init must be torch or orthogonal, got {self.init!r}")
 
 
 @dataclass(frozen=True)

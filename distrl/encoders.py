@@ -143,11 +143,8 @@ class ImageEncoder(nn.Module):
                              f"got {list(x.shape)}")
         lead = x.shape[:-3]
         dtype = autocast_dtype(self.precision, x.device.type)
-        if dtype is None:
-            y = self.fc(self.conv(x.reshape(-1, *self.in_shape)))
-        else:
-            with torch.autocast(x.device.type, dtype=dtype):
-                y = self.fc(self.conv(x.reshape(-1, *self.in_shape))).float()
+        with torch.autocast(x.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            y = self.fc(self.conv(x.reshape(-1, *self.in_shape))).float()  # float32 out: a no-op without autocast
         return y.reshape(*lead, self.out_features)
 
 
