@@ -19,15 +19,15 @@ from typing import Any, Optional
 
 LOGGERS = ("wandb", "csv", "none")
 BACKENDS = ("auto", "local", "rpc")
-#: the names ``net.activation`` takes; :data:`distrl.models.ACTIVATIONS` maps each to its module
+#: the names ``net.activation`` takes; :data:`distrl.nn.models.ACTIVATIONS` maps each to its module
 ACTIVATION_NAMES = ("tanh", "relu", "elu")
-#: the names ``net.encoder`` takes; :data:`distrl.encoders.ENCODERS` maps each but auto to its module
+#: the names ``net.encoder`` takes; :data:`distrl.nn.encoders.ENCODERS` maps each but auto to its module
 ENCODER_NAMES = ("auto", "mlp", "minatar", "nature", "impala")
-#: the values ``net.precision`` takes (:func:`distrl.encoders.autocast_dtype` resolves auto)
+#: the values ``net.precision`` takes (:func:`distrl.nn.encoders.autocast_dtype` resolves auto)
 PRECISIONS = ("float32", "bfloat16", "auto")
 #: the values ``run.lr_schedule`` takes (:func:`distrl.roles.session.lr_factor`)
 LR_SCHEDULES = ("constant", "linear")
-#: the values ``net.init`` takes (:func:`distrl.models.actor_critic_towers`)
+#: the values ``net.init`` takes (:func:`distrl.nn.models.actor_critic_towers`)
 INITS = ("torch", "orthogonal")
 
 
@@ -122,19 +122,19 @@ class TransportConfig:
 
 @dataclass(frozen=True)
 class NetConfig:
-    """The network: an observation encoder (distrl/encoders.py), then policy and value heads; with
+    """The network: an observation encoder (distrl/nn/encoders.py), then policy and value heads; with
     the mlp encoder, separate policy and value MLPs; with an image encoder, one conv torso for both."""
 
     hidden: tuple[int, ...] = (64, 64)  #: hidden layer widths of each MLP (encoder mlp; image encoders have their paper's)
     activation: str = "tanh"  #: tanh, relu or elu (ACTIVATION_NAMES): the MLPs' activation; image encoders use ReLU
     encoder: str = "auto"  #: auto (flat: mlp; images up to 16x16: minatar; from 36x36: nature; else impala), or one of ENCODER_NAMES
-    #: continuous actions (distrl/heads.py): ``param``, a learned log-std vector; ``state``, a head output
+    #: continuous actions (distrl/nn/heads.py): ``param``, a learned log-std vector; ``state``, a head output
     log_std: str = "param"
     init_log_std: float = 0.0  #: the Gaussian's initial log standard deviation
-    #: observation normalisation (distrl/obs_norm.py): ``auto`` is on for flat observations with
+    #: observation normalisation (distrl/nn/obs_norm.py): ``auto`` is on for flat observations with
     #: continuous actions, off otherwise (images are scaled by their encoder); ``on`` or ``off``
     obs_norm: str = "auto"
-    #: an image encoder's arithmetic (distrl/encoders.py): ``float32``; ``bfloat16``, its convolutions and
+    #: an image encoder's arithmetic (distrl/nn/encoders.py): ``float32``; ``bfloat16``, its convolutions and
     #: matmuls under autocast (heads, losses and the optimizer stay float32); ``auto``, bfloat16 where the
     #: device computes it natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU with bf16), else float32
     precision: str = "float32"

@@ -10,7 +10,7 @@ The installed ``distrl`` command is :func:`console`: ``train`` (this module's :f
 
 Every bad option, unknown env id or world size the recipe cannot fill ends here with one
 line on stderr and exit status 2, before any process group starts; so does a run directory that
-another live launch holds (:func:`distrl.job.claim_run_dir`: rank 0 holds it for the run).
+another live launch holds (:func:`distrl.runtime.job.claim_run_dir`: rank 0 holds it for the run).
 
 What a run writes is its user's alone: the process's umask gets ``0o077`` added for the run (run
 directory, checkpoints, metrics, W&B files, shared memory), restored when :func:`main` returns.
@@ -25,7 +25,7 @@ import sys
 # itself, in one line each. Set TORCH_CPP_LOG_LEVEL=WARNING to see them again.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from distrl.cli import build_config, make_parser, recipe_help  # noqa: E402
+from distrl.cli.options import build_config, make_parser, recipe_help  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rank = int(os.environ.get("RANK", 0))
     world_size = args.nproc if args.nproc > 1 else int(os.environ.get("WORLD_SIZE", 1))
-    from distrl.job import claim_run_dir, ensure_run_dir_free
-    from distrl.runner import check_run_dir, plan, run
+    from distrl.runtime.job import claim_run_dir, ensure_run_dir_free
+    from distrl.cli.runner import check_run_dir, plan, run
 
     umask = os.umask(0o077)
     os.umask(umask | 0o077)  # owner-only, whatever the user's umask allowed (inherited by --nproc's ranks)
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {e}", file=sys.stderr)
             return 2
         if args.nproc > 1 and not args.print_config:
-            from distrl.launcher import standalone
+            from distrl.cli.launcher import standalone
 
             return standalone(args.nproc, argv)
         if args.print_config:
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0 and args.print_summary and summary.exists():
             print(summary.read_text())
     if under_torchrun and world_size > 1:
-        # A torchrun rank's role ran in a child that has exited (distrl/supervisor.py): nothing is left
+        # A torchrun rank's role ran in a child that has exited (distrl/runtime/supervisor.py): nothing is left
         # to do but leave. Python's teardown of torch, tensordict and rpc modules cost 0.6-1.8 s of CPU
         # a process, which every job's end waited for; the lock above is released by then.
         sys.stdout.flush()
@@ -98,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
 #: ``distrl`` subcommands: name -> (module:function taking argv and returning the exit status, what it does)
 COMMANDS = {
     "train": ("distrl.train:main", "train one recipe (distrl train RECIPE --help: its fields and experiments)"),
-    "compare": ("distrl.compare:main", "run several recipes on the same env, budget and seeds: table and plots"),
-    "sweep": ("distrl.sweep:main", "one recipe over seeds without early stop: the distribution"),
-    "plot": ("distrl.plots:main", "learning curves of run directories side by side, one PNG"),
-    "export-policy": ("distrl.trained_policy:export_main", "a trained policy as a TorchRL actor (RUN_DIR OUT.pt)"),
+    "compare": ("distrl.studies.compare:main", "run several recipes on the same env, budget and seeds: table and plots"),
+    "sweep": ("distrl.studies.sweep:main", "one recipe over seeds without early stop: the distribution"),
+    "plot": ("distrl.logging.plots:main", "learning curves of run directories side by side, one PNG"),
+    "export-policy": ("distrl.nn.trained_policy:export_main", "a trained policy as a TorchRL actor (RUN_DIR OUT.pt)"),
 }
 
 

@@ -49,7 +49,7 @@ def _policy():
     from torch.distributions import Categorical
     from torchrl.modules import ProbabilisticActor
 
-    from distrl.models import ActorCritic
+    from distrl.nn.models import ActorCritic
 
     net = ActorCritic(4, 2).policy
     return ProbabilisticActor(TensorDictModule(net, in_keys=["observation"], out_keys=["logits"]),

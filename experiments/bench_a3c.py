@@ -3,7 +3,7 @@
     python experiments/bench_a3c.py [--seeds 0-4] [--max-time-s 120] [--nproc 3] [--out runs/bench_a3c]
                                     [--modes a3c a2c] [--collector-frames 150000] [--set algo.lr=3e-4 ...]
 
-Each mode is a seed sweep (:mod:`distrl.sweep`, what ``launch/sweep.py`` runs): one ``torchrun
+Each mode is a seed sweep (:mod:`distrl.studies.sweep`, what ``launch/sweep.py`` runs): one ``torchrun
 --nproc-per-node=3`` run per seed, ``--max-time-s`` of training, no early stop, the target 475 as a
 measurement only. Per mode it prints the sweep's figures (reached, held, time to target, final
 greedy evaluation) and what A3C adds from each seed's ``summary.json``: staleness (mean, max),
@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from distrl.sweep import aggregate, run_sweep, write_outputs  # noqa: E402
+from distrl.studies.sweep import aggregate, run_sweep, write_outputs  # noqa: E402
 from experiments.measure import Yardstick  # noqa: E402
-from distrl.sweep import parse_seeds  # noqa: E402
+from distrl.studies.sweep import parse_seeds  # noqa: E402
 
 EXPERIMENT = {"a3c": "default", "a2c": "a2c"}
 
@@ -92,7 +92,7 @@ def main() -> None:
     print("\n| mode | reached | held | time to target s | final greedy eval | lowest mean after | staleness mean "
           "| staleness max | dropped | updates/s | trained frames/s | frames dropped |\n" + "|---" * 12 + "|")
     print("\n".join(lines))
-    print(f"(medians with min-max over seeds; held as distrl.sweep counts it; per-seed tables in {args.out}/*/sweep.md;"
+    print(f"(medians with min-max over seeds; held as distrl.studies.sweep counts it; per-seed tables in {args.out}/*/sweep.md;"
           f" trained frames/s: wall clock from the first applied gradient, dropped ones left out)")
     for mode, fps in speeds.items():
         if fps:

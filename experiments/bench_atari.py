@@ -103,7 +103,7 @@ def stage_costs(net: str, seconds: float) -> dict[str, dict]:
 
     from distrl.algorithms.appo import appo_loss
     from distrl.data import keys
-    from distrl.models import clip_towers, sample_actions
+    from distrl.nn.models import clip_towers, sample_actions
     from distrl.recipes.sf.recipe import atari
     from distrl.recipes.sf.slots import rollout_layout
 

@@ -39,8 +39,8 @@ def stage_costs(B: int, T: int, seconds: float) -> dict[str, Rate]:
     from distrl.algorithms.impala import impala_loss
     from distrl.data import keys
     from distrl.envs.gym import make_vector_env
-    from distrl.models import ActorCritic, clip_towers
-    from distrl.numpy_policy import NumpyPolicy
+    from distrl.nn.models import ActorCritic, clip_towers
+    from distrl.nn.numpy_policy import NumpyPolicy
     from distrl.roles.env_runner import EnvRunner
 
     one_thread()
@@ -53,7 +53,7 @@ def stage_costs(B: int, T: int, seconds: float) -> dict[str, Rate]:
         return len(actions) * B
 
     model = ActorCritic(4, 2)
-    fast = NumpyPolicy(model.policy, 0)  # what the impala actor acts with (distrl/numpy_policy.py)
+    fast = NumpyPolicy(model.policy, 0)  # what the impala actor acts with (distrl/nn/numpy_policy.py)
 
     def act(obs):
         a, lp = fast.act(obs)

@@ -7,7 +7,7 @@ One process, one thread, in this order (compare within one run: the machines are
 figure is the median wall time of one call after ten left out (``experiments/measure.py``'s
 ``median_wall_ms``: a median, so a burst of load from other jobs moves it less than a mean):
 1. the update as sf's learner makes it (loss, backward, per-tower clip, Adam), and its parts;
-2. the stock calls beside distrl's: ``nn.Tanh`` against :class:`distrl.models.Tanh` (the MLP
+2. the stock calls beside distrl's: ``nn.Tanh`` against :class:`distrl.nn.models.Tanh` (the MLP
    forward), TorchRL's ``vtrace_advantage_estimate`` against :func:`distrl.algorithms.impala.vtrace_targets`,
    ``Adam`` with its CPU default (a Python loop over the tensors) against ``fused=True``.
 """
@@ -27,7 +27,7 @@ from distrl.algorithms.appo import appo_loss  # noqa: E402
 from distrl.algorithms.impala import vtrace_targets  # noqa: E402
 from distrl.recipes.sf.recipe import SFConfig  # noqa: E402
 from distrl.data import keys  # noqa: E402
-from distrl.models import ActorCritic, Tanh, clip_towers  # noqa: E402
+from distrl.nn.models import ActorCritic, Tanh, clip_towers  # noqa: E402
 from experiments.measure import median_wall_ms as median_ms, one_thread  # noqa: E402
 
 

@@ -8,7 +8,7 @@ In one invocation (ratios hold within one run: the machines are shared):
 
 (c) the env-only limit: ``cores`` processes each stepping gymnasium's ``SyncVectorEnv(16)`` of the
     env with random actions, no policy (wall clock, summed): no system here collects faster;
-(a) TorchRL collecting with the recipes' Gaussian policy (``distrl.models.ActorCritic`` over 17
+(a) TorchRL collecting with the recipes' Gaussian policy (``distrl.nn.models.ActorCritic`` over 17
     observations, 6 actions, as a TorchRL ``ProbabilisticActor``) in the layouts a TorchRL user
     would try (``MultiSyncCollector`` over ``cores`` workers of ``GymWrapper(SyncVectorEnv(n))`` or
     ``SerialEnv(8 x GymEnv)``, and one in-process ``Collector``), timed from the first batch, one
@@ -65,8 +65,8 @@ def _policy(env_id: str):
     from torchrl.modules import IndependentNormal, ProbabilisticActor
 
     from distrl.envs.gym import env_info
-    from distrl.models import ActorCritic
-    from distrl.trained_policy import _LocScale as LocScale
+    from distrl.nn.models import ActorCritic
+    from distrl.nn.trained_policy import _LocScale as LocScale
 
     info = env_info(env_id)
     net = ActorCritic.for_env(info).policy

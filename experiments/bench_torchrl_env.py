@@ -41,7 +41,7 @@ def collect_rate(env: str, frames: int, B: int = 32, T: int = 32) -> Rate:
 
     from distrl.data import keys
     from distrl.envs.gym import env_info
-    from distrl.models import ActorCritic, sample_actions
+    from distrl.nn.models import ActorCritic, sample_actions
     from distrl.roles.env_runner import make_env_runner
 
     one_thread()

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from distrl.envs.gym import make_env  # noqa: E402
-from distrl.trained_policy import load_policy, load_run  # noqa: E402
+from distrl.nn.trained_policy import load_policy, load_run  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
 

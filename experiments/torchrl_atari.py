@@ -49,7 +49,7 @@ def model(net: str, precision: str = "float32"):
     """The recipes' actor-critic for Pong with encoder ``net`` (``net.precision``: float32 or the
     Atari presets' ``auto``)."""
     from distrl.config import NetConfig
-    from distrl.models import ActorCritic
+    from distrl.nn.models import ActorCritic
 
     return ActorCritic(OBS, ACTIONS, NetConfig(encoder=net, precision=precision))
 

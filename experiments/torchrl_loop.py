@@ -36,7 +36,7 @@ from torchrl.objectives.value import GAE  # noqa: E402
 
 import distrl  # noqa: E402
 from distrl.envs.gym import env_info, evaluate  # noqa: E402
-from distrl.models import clip_towers  # noqa: E402
+from distrl.nn.models import clip_towers  # noqa: E402
 
 
 def train(env: str = "CartPole-v1", total_frames: int = 1_000_000, world_size: int = 1, seed: int = 0,
@@ -57,7 +57,7 @@ def train(env: str = "CartPole-v1", total_frames: int = 1_000_000, world_size: i
     loss_fn = ClipPPOLoss(policy, value, clip_epsilon=0.2, entropy_coeff=entropy_coeff, critic_coeff=0.5,
                           loss_critic_type="l2", normalize_advantage=True)
     optim = torch.optim.Adam(loss_fn.parameters(), lr=lr, eps=1e-5)
-    towers = [list(policy.parameters()), list(value.parameters())]  # clipped apart (distrl/models.py says why)
+    towers = [list(policy.parameters()), list(value.parameters())]  # clipped apart (distrl/nn/models.py says why)
 
     frames_per_batch = messages_per_batch * envs_per_actor * unroll_length
     start = last_log = time.monotonic()

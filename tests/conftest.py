@@ -89,14 +89,14 @@ def _tier_guard(request, monkeypatch):
     import torch.distributed as dist
     import torch.distributed.rpc as rpc
 
-    import distrl.runner
+    import distrl.cli.runner
 
     monkeypatch.setattr(subprocess.Popen, "_execute_child", _refuse("started a process", "jobs"))
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start",
                         _refuse("started a process", "no_leaked_processes"))
     monkeypatch.setattr(dist, "init_process_group", _refuse("opened a process group", "process_group"))
     monkeypatch.setattr(rpc, "init_rpc", _refuse("started rpc", "process_group"))
-    monkeypatch.setattr(distrl.runner, "run", _refuse("ran a recipe", "in_process"))
+    monkeypatch.setattr(distrl.cli.runner, "run", _refuse("ran a recipe", "in_process"))
     yield
 
 

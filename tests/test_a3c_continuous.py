@@ -17,9 +17,9 @@ from torch.nn.utils import parameters_to_vector
 from distrl.algorithms.a3c import a3c_loss
 from distrl.config import override
 from distrl.data import keys
-from distrl.heads import GaussianHead
-from distrl.numpy_policy import NumpyPolicy
-from distrl.obs_norm import ObsNorm, batch_moments
+from distrl.nn.heads import GaussianHead
+from distrl.nn.numpy_policy import NumpyPolicy
+from distrl.nn.obs_norm import ObsNorm, batch_moments
 from distrl.recipes.a3c import recipe as a3c
 from distrl.recipes.a3c.parameter_server import ParameterServer
 from distrl.recipes.a3c.worker import A3CWorker
@@ -96,7 +96,7 @@ def test_a_segment_holds_float32_actions_and_the_message_its_moments(make_server
 
 def test_gaussian_loss_log_probs_match_torch_normal():
     torch.manual_seed(0)
-    from distrl.models import ActorCritic
+    from distrl.nn.models import ActorCritic
     from distrl.config import NetConfig
 
     model = ActorCritic(5, None, NetConfig(init_log_std=-0.5), action_dim=2)

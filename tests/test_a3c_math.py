@@ -21,7 +21,7 @@ from tensordict import TensorDict
 
 from distrl.algorithms.a3c import a3c_loss, n_step_advantage
 from distrl.data import keys
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 
 
 def slow_returns(gamma, V_next, r, done, term):

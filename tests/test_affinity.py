@@ -1,4 +1,4 @@
-"""Cores of their own (distrl/affinity.py): the split, every thread of a process pinned (this one,
+"""Cores of their own (distrl/runtime/affinity.py): the split, every thread of a process pinned (this one,
 put back on every core after), nothing pinned in one process, and the option checked."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from distrl.affinity import pin_process, pin_rank, split_cores
+from distrl.runtime.affinity import pin_process, pin_rank, split_cores
 from distrl.recipes.sf.recipe import SFConfig, atari
 
 

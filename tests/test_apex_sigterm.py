@@ -28,7 +28,7 @@ def test_sigterm_to_the_whole_job_keeps_the_replay_for_resume(tmp_path, jobs):
     sent = time.monotonic()
     rc = job.wait(60)
     took = time.monotonic() - sent
-    from distrl.checkpoint import load_latest_checkpoint
+    from distrl.runtime.checkpoint import load_latest_checkpoint
 
     saved = load_latest_checkpoint(run)["extra"]["replay"]  # {shard rank: its contents, serialised}
     assert set(saved) == {1} and all(state.numel() > 0 for state in saved.values()), f"{saved}\n{job.tail()}"

@@ -12,9 +12,9 @@ from distrl.algorithms.apex import nstep_returns
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes
 from distrl.envs.gym import env_info
-from distrl.models import QNetwork
+from distrl.nn.models import QNetwork
 from distrl.recipes.apex.recipe import default as default_config, minatar
-from distrl.recipes.apex.transitions import FINAL, OFFSET, pack_transitions, unpack_transitions
+from distrl.data.transitions import FINAL, OFFSET, pack_transitions, unpack_transitions
 from distrl.recipes.base import RoleContext
 from distrl.config import override
 from distrl.replay.client import ShardedReplayClient

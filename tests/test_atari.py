@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")
 
-from distrl.cli import default_experiment  # noqa: E402
+from distrl.cli.options import default_experiment  # noqa: E402
 from distrl.config import AtariConfig  # noqa: E402
 from distrl.envs import atari  # noqa: E402
 from distrl.envs.gym import env_info, make_env, make_vector_env  # noqa: E402

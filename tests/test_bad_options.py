@@ -11,9 +11,9 @@ import types
 import pytest
 import torch
 
-from distrl.cli import experiment_config
+from distrl.cli.options import experiment_config
 from distrl.config import Config, RunConfig, override
-from distrl.config_docs import config_fields
+from distrl.cli.help import config_fields
 from distrl.recipes import RECIPE_NAMES, get_recipe
 
 
@@ -95,7 +95,7 @@ def test_a_config_built_in_python_is_held_to_the_same_rule():
 
 # ---- metrics.jsonl after --resume ----------------------------------------------------------------
 def steps(path) -> list[int]:
-    """The steps of the whole rows of a ``metrics.jsonl`` (as distrl.plots reads it: torn lines skipped)."""
+    """The steps of the whole rows of a ``metrics.jsonl`` (as distrl.logging.plots reads it: torn lines skipped)."""
     out = []
     for line in path.read_text().splitlines():
         try:

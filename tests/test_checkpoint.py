@@ -6,7 +6,7 @@ import sys
 import torch
 
 from helpers import child_env
-from distrl.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
+from distrl.runtime.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
 
 
 def test_keeps_newest_two_and_loads_latest(tmp_path):
@@ -25,7 +25,7 @@ def test_damaged_newest_falls_back(tmp_path):
 
 def test_crash_between_temp_file_and_rename(tmp_path, jobs):
     save_checkpoint(tmp_path, 1, {"step": 1})
-    code = f"from distrl.checkpoint import save_checkpoint; save_checkpoint({str(tmp_path)!r}, 2, {{'step': 2}})"
+    code = f"from distrl.runtime.checkpoint import save_checkpoint; save_checkpoint({str(tmp_path)!r}, 2, {{'step': 2}})"
     job = jobs.start([sys.executable, "-c", code], env=child_env(DISTRL_FAULT="crash_before_rename"))
     assert job.wait(60) == 17, job.tail()  # died mid-save, after the temp file was written
     assert any(p.name.endswith(".tmp") for p in (tmp_path / "checkpoints").iterdir())

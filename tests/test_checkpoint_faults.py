@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from distrl.checkpoint import (DamagedCheckpoints, checkpoint_dir, list_checkpoints, load_latest_checkpoint,
+from distrl.runtime.checkpoint import (DamagedCheckpoints, checkpoint_dir, list_checkpoints, load_latest_checkpoint,
                                resume_checkpoint, save_best, save_checkpoint)
-from distrl.cli import experiment_config
+from distrl.cli.options import experiment_config
 from distrl.config import override
 from distrl.recipes.base import RoleContext
 from distrl.recipes.impala.recipe import default as default_config

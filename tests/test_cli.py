@@ -58,8 +58,8 @@ def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(t
     repeating ``--set``); a missing run directory or another recipe's run is a one-line error."""
     import json
 
-    from distrl.cli import build_config, make_parser
-    from distrl.runner import plan
+    from distrl.cli.options import build_config, make_parser
+    from distrl.cli.runner import plan
 
     run = tmp_path / "run"
     run.mkdir()
@@ -97,7 +97,7 @@ def test_a_new_run_never_overwrites_an_old_one(tmp_path, jobs):
 def test_recipe_help_lists_its_config_fields_and_experiments(capsys):
     """``RECIPE --help``: every config field with its type, default and ``#:`` doc, and the
     experiment functions; the generic ``--help`` stays short (no field table)."""
-    from distrl.config_docs import config_fields
+    from distrl.cli.help import config_fields
     from distrl.recipes.seed.recipe import default
     from distrl.train import main
 
@@ -139,9 +139,9 @@ def test_no_value_of_any_field_ends_in_a_traceback(recipe):
     """Every field, set to values of every wrong kind, builds a config or raises ValueError."""
     import argparse
 
-    from distrl.cli import build_config
-    from distrl.cli import experiment_config
-    from distrl.config_docs import config_fields
+    from distrl.cli.options import build_config
+    from distrl.cli.options import experiment_config
+    from distrl.cli.help import config_fields
 
     for name, *_ in config_fields(experiment_config(recipe, "default")):
         for value in ("x", "", "none", "-1", "0", "1e30", "nan", "1,2"):
@@ -181,7 +181,7 @@ def test_every_subcommand_is_listed_and_its_help_shows_defaults(capsys):
 
 def test_env_help_names_the_recipes_that_step_a_torchrl_env(capsys):
     """The help says which recipes take ``--env module:function``: those whose Recipe says so."""
-    from distrl.cli import make_parser
+    from distrl.cli.options import make_parser
     from distrl.recipes import RECIPE_NAMES, get_recipe
 
     text = " ".join(make_parser().format_help().split())

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from distrl.compare import DEFAULT_NPROC, EXAMPLE_RECIPE, main, nproc_option
-from distrl.compare_report import PLOTS, SEED_TABLE, write_report
+from distrl.studies.compare import DEFAULT_NPROC, EXAMPLE_RECIPE, main, nproc_option
+from distrl.studies.compare_report import PLOTS, SEED_TABLE, write_report
 from distrl.recipes import RECIPE_NAMES
 from helpers import ROOT
 

@@ -7,9 +7,9 @@ import pytest
 
 from distrl.recipes import get_recipe
 from distrl.recipes.impala.recipe import ImpalaConfig
-from distrl.cli import build_config, make_parser
+from distrl.cli.options import build_config, make_parser
 from distrl.config import Config, NetConfig, RunConfig, TransportConfig, from_dict, override
-from distrl.runner import plan
+from distrl.cli.runner import plan
 
 
 def impala_cfg(**changes) -> Config:

@@ -1,5 +1,5 @@
-"""The pieces every continuous-action recipe shares: the Gaussian head (distrl/heads.py) against
-``torch.distributions``, its bound treatment, observation normalisation (distrl/obs_norm.py) merged
+"""The pieces every continuous-action recipe shares: the Gaussian head (distrl/nn/heads.py) against
+``torch.distributions``, its bound treatment, observation normalisation (distrl/nn/obs_norm.py) merged
 across actors, and its statistics surviving a checkpoint. Each recipe's own path has its own file
 (tests/test_{impala,seed,sf,a3c}_continuous.py)."""
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
-from distrl.checkpoint import load_latest_checkpoint, save_checkpoint
+from distrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
 from distrl.config import NetConfig
 from distrl.envs.gym import make_vector_env
-from distrl.heads import LOG_STD_MAX, LOG_STD_MIN, CategoricalHead, GaussianHead
-from distrl.models import ActorCritic
-from distrl.obs_norm import ObsNorm, batch_moments, merge_moments
+from distrl.nn.heads import LOG_STD_MAX, LOG_STD_MIN, CategoricalHead, GaussianHead
+from distrl.nn.models import ActorCritic
+from distrl.nn.obs_norm import ObsNorm, batch_moments, merge_moments
 
 
 @pytest.mark.parametrize("log_std", ["param", "state"])
@@ -52,7 +52,7 @@ def test_the_categorical_head_equals_torch_distributions():
 
 
 def test_actions_are_clipped_at_the_env_and_the_log_prob_is_of_the_unclipped_sample():
-    """The bound treatment (distrl/heads.py): the env clips; the learner scores what was drawn."""
+    """The bound treatment (distrl/nn/heads.py): the env clips; the learner scores what was drawn."""
     env = make_vector_env("Pendulum-v1", 2, seed=0)  # torque in [-2, 2]
     try:
         env.reset(seed=0)

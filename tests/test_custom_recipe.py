@@ -14,7 +14,7 @@ from distrl.algorithms.apex import epsilon_ladder
 from distrl.config import Config, from_dict
 from distrl.data import keys
 from distrl.recipes import RECIPE_NAMES, Recipe, get_recipe, recipe_module, recipe_spec
-from distrl.recipes.apex.transitions import unpack_transitions
+from distrl.data.transitions import unpack_transitions
 from distrl.recipes.base import RoleContext, role
 from distrl.recipes.files import load_file, module_name
 from distrl.roles.epsilon_greedy import EpsilonGreedyHead, env_ladder
@@ -66,7 +66,7 @@ def test_a_bad_spec_is_one_line(at_root, spec, says):
 
 
 def test_a_file_recipe_picks_its_preset_for_an_env_as_a_registered_one_does(at_root):
-    from distrl.cli import default_experiment
+    from distrl.cli.options import default_experiment
 
     assert default_experiment(SPEC, "MinAtar/Breakout-v1") == "minatar"
     assert default_experiment(SPEC, "CartPole-v1") == "default"

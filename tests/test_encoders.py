@@ -1,4 +1,4 @@
-"""Observation encoders (distrl/encoders.py) and every network head built over them.
+"""Observation encoders (distrl/nn/encoders.py) and every network head built over them.
 
 Parameter counts are worked out by hand from each paper's layer list (``in * out * k * k + out``
 for a conv, ``in * out + out`` for a linear layer), so a layer added, dropped or resized fails here.
@@ -12,15 +12,15 @@ import torch
 from tensordict import TensorDict
 
 import distrl
-from distrl.checkpoint import save_checkpoint
-from distrl.cli import build_config, experiment_config, make_parser
+from distrl.runtime.checkpoint import save_checkpoint
+from distrl.cli.options import build_config, experiment_config, make_parser
 from distrl.config import ENCODER_NAMES, NetConfig, override
 from distrl.data import keys
-from distrl.encoders import ENCODERS, ImageEncoder, as_shape, make_encoder, resolve_encoder, to_float
-from distrl.models import ActorCritic, QNetwork, clip_towers
-from distrl.models_recurrent import RecurrentActorCritic, UnrolledCore
-from distrl.numpy_policy import NumpyPolicy
-from distrl.policies import CategoricalActorCritic, GaussianActorCritic, make_actor_critic
+from distrl.nn.encoders import ENCODERS, ImageEncoder, as_shape, make_encoder, resolve_encoder, to_float
+from distrl.nn.models import ActorCritic, QNetwork, clip_towers
+from distrl.nn.recurrent import RecurrentActorCritic, UnrolledCore
+from distrl.nn.numpy_policy import NumpyPolicy
+from distrl.nn.policies import CategoricalActorCritic, GaussianActorCritic, make_actor_critic
 
 MINATAR = (4, 10, 10)  # MinAtar's Breakout, channels first
 ATARI = (4, 84, 84)  # four stacked 84x84 frames

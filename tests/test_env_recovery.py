@@ -1,7 +1,7 @@
 """An env that raises (distrl/roles/env_recovery.py): the worker counts it, backs off, recreates the
 env and goes on; after ``run.env_max_failures`` failures in a row it gives up with one line naming
 the env id, the count and the last exception. Unit tests of the policy (no sleeping), then two
-short jobs at world size 1 with an injected env fault (distrl/faults.py)."""
+short jobs at world size 1 with an injected env fault (distrl/runtime/faults.py)."""
 from __future__ import annotations
 
 import json

@@ -34,7 +34,7 @@ def kill_times(tmp_path: Path) -> dict[int, float]:
 
 
 def test_should_stop_alone_notices_every_peer_lost_after_the_grace(tmp_path, capsys):
-    from distrl.cli import build_config, make_parser
+    from distrl.cli.options import build_config, make_parser
     from distrl.recipes.base import RoleContext
     from distrl.roles.session import LearnerSession
     from distrl.transport.local import LocalHub
@@ -84,7 +84,7 @@ def test_should_stop_alone_notices_every_peer_lost_after_the_grace(tmp_path, cap
 def test_every_apex_actor_lost_stops_though_a_replay_shard_lives(tmp_path, capsys):
     """The recipe's source roles (``Recipe.source_roles``): Ape-X's actors make the experience, so
     losing all of them stops the run while its replay shard still answers."""
-    from distrl.cli import build_config, make_parser
+    from distrl.cli.options import build_config, make_parser
     from distrl.recipes.base import RoleContext
     from distrl.roles.session import LearnerSession
     from distrl.transport.local import LocalHub
@@ -132,7 +132,7 @@ def test_every_actor_killed_the_job_checkpoints_and_exits_4(tmp_path, jobs):
     lines = [line for line in proc.stdout.splitlines() if "every peer is lost" in line]
     assert len(lines) == 1 and "ranks 1 (actor), 2 (actor)" in lines[0], lines
 
-    from distrl.checkpoint import list_checkpoints, load_latest_checkpoint
+    from distrl.runtime.checkpoint import list_checkpoints, load_latest_checkpoint
 
     newest = list_checkpoints(run)[-1]
     assert s["checkpoint"] == newest.relative_to(run).as_posix()

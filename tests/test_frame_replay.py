@@ -13,7 +13,7 @@ from distrl.config import override
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes
 from distrl.recipes.apex.recipe import default as default_config
-from distrl.recipes.apex.transitions import (STACKS, pack_transitions, unpack_frame_transitions,
+from distrl.data.transitions import (STACKS, pack_transitions, unpack_frame_transitions,
                                              unpack_transitions)
 from distrl.recipes.base import RoleContext
 from distrl.replay.frame_store import FrameReplayStore

@@ -24,7 +24,7 @@ from distrl.config import NetConfig, override
 from distrl.data import keys
 from distrl.data.compact import pack_trajectory, unpack_trajectory
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 from distrl.recipes.base import MUJOCO_ENVS, RoleContext
 from distrl.recipes.impala import recipe as impala
 from distrl.recipes.impala.actor import ImpalaActor, wire_message

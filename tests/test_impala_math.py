@@ -19,7 +19,7 @@ from tensordict import TensorDict
 
 from distrl.algorithms.impala import impala_loss, vtrace_targets
 from distrl.data import keys
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 from references import slow_vtrace_targets
 
 

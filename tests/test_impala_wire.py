@@ -12,12 +12,12 @@ from distrl.data import keys
 from distrl.data.compact import BOOTSTRAP, FINAL, FINAL_INDEX
 from distrl.data.wire import payload_nbytes
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 from distrl.recipes.base import RoleContext
 from distrl.recipes.impala import recipe as impala
 from distrl.recipes.impala.actor import ImpalaActor, wire_message
 from distrl.recipes.impala.learner import ImpalaLearner
-from distrl.recipes.impala.trajectory import receive_trajectory
+from distrl.data.trajectory import receive_trajectory
 from distrl.roles.board import ParameterBoard
 from distrl.transport.local import LocalHub
 from test_compact import assert_same

@@ -50,8 +50,8 @@ _PLAIN_DICTS = {
     ("recipes/apex/learner.py", "p"): "a plain dict of the actors' counts not yet folded into the tracker",
     ("recipes/apex/learner.py", "tracker.counters"): "RunTracker's counters (summary.json), a plain dict",
     ("recipes/impala/learner.py", "self.session.tracker.counters"): "RunTracker's counters (summary.json), a plain dict",
-    ("sweep.py", "r"): "one seed's row of a sweep (plain dict read from summary.json)",
-    ("sweep.py", "agg"): "a sweep's aggregate (plain dict written to JSON)",
+    ("studies/sweep.py", "r"): "one seed's row of a sweep (plain dict read from summary.json)",
+    ("studies/sweep.py", "agg"): "a sweep's aggregate (plain dict written to JSON)",
 }
 #: (file, literal) -> why that literal, anywhere in that file, is not a TensorDict data key
 _ALLOWED_LITERALS = {

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from distrl.models import ActorCritic, Tanh, clip_towers
+from distrl.nn.models import ActorCritic, Tanh, clip_towers
 
 
 def test_tanh_is_torch_tanh_in_value_and_gradient():
@@ -58,9 +58,9 @@ def test_flat_networks_are_the_torchrl_mlps_of_earlier_releases():
     from torchrl.modules import MLP
 
     from distrl.config import NetConfig
-    from distrl.models import ACTIVATIONS, QNetwork
-    from distrl.models_recurrent import RecurrentActorCritic
-    from distrl.policies import GaussianActorCritic
+    from distrl.nn.models import ACTIVATIONS, QNetwork
+    from distrl.nn.recurrent import RecurrentActorCritic
+    from distrl.nn.policies import GaussianActorCritic
 
     net = NetConfig(hidden=(32, 16), activation="elu")
 
@@ -99,7 +99,7 @@ def test_a_dueling_q_network_is_value_plus_centred_advantages():
     import torch
 
     from distrl.config import NetConfig
-    from distrl.models import DuelingHead, QNetwork
+    from distrl.nn.models import DuelingHead, QNetwork
 
     torch.manual_seed(0)
     q = QNetwork((5,), 3, NetConfig(hidden=(16, 16), activation="relu"), dueling=True)

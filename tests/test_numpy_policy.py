@@ -1,4 +1,4 @@
-"""The impala actor's numpy policy (distrl/numpy_policy.py) is the torch policy, faster.
+"""The impala actor's numpy policy (distrl/nn/numpy_policy.py) is the torch policy, faster.
 
 Same logits as the torch MLP (to float32 rounding), the same distribution as
 ``sample_actions``, the log-probability of the sampled action as torch computes it, and weights
@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from distrl.config import NetConfig
-from distrl.models import ActorCritic
-from distrl.numpy_policy import NumpyPolicy
+from distrl.nn.models import ActorCritic
+from distrl.nn.numpy_policy import NumpyPolicy
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> None:

@@ -11,8 +11,8 @@ from tensordict import TensorDict
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes
 from distrl.envs.gym import MINATAR_MAX_EPISODE_STEPS, check_env_id, env_info, evaluate, make_env
-from distrl.models import ActorCritic, QNetwork, sample_actions
-from distrl.recipes.impala.trajectory import check_trajectory
+from distrl.nn.models import ActorCritic, QNetwork, sample_actions
+from distrl.data.trajectory import check_trajectory
 from distrl.recipes.sf.slots import rollout_layout
 from distrl.roles.batcher import Request
 from distrl.roles.env_runner import EnvRunner

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from helpers import ROOT
-from distrl.plots import load_series, plot_runs
+from distrl.logging.plots import load_series, plot_runs
 
 
 def write_run(run_dir, recipe: str, rows: list[dict], torn_tail: bool = False) -> None:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from distrl.config import NetConfig, RunConfig
-from distrl.encoders import autocast_dtype, make_encoder, native_bfloat16
-from distrl.models import ActorCritic
+from distrl.nn.encoders import autocast_dtype, make_encoder, native_bfloat16
+from distrl.nn.models import ActorCritic
 from distrl.roles.session import lr_factor, set_lr
 
 ATARI = (4, 84, 84)

@@ -1,4 +1,4 @@
-"""Fault injection (distrl/faults.py): each test breaks one thing on purpose and checks that the
+"""Fault injection (distrl/runtime/faults.py): each test breaks one thing on purpose and checks that the
 job notices, goes on or stops cleanly, and leaves no process behind. Figures it measures (time to
 detect, throughput kept, time to checkpoint) are printed for the closing notes: run with -s.
 
@@ -114,7 +114,7 @@ def test_nan_loss_is_skipped_then_stops_with_the_last_good_checkpoint(tmp_path, 
     s = read_summary(run)
     assert s["stop_reason"] == "nonfinite_loss" and s["counters"]["skipped_nonfinite_updates"] == 10
     assert "non-finite losses in a row" in proc.stdout
-    from distrl.checkpoint import load_latest_checkpoint
+    from distrl.runtime.checkpoint import load_latest_checkpoint
 
     ckpt = load_latest_checkpoint(run)
     assert ckpt["tracker"]["updates"] <= 15
@@ -172,7 +172,7 @@ def _in_process_learner(args: list[str]):
     """An impala learner built in this process from ``args`` (its ``--run-dir`` and ``--resume``
     decide what it restores), on an in-process transport; returns it and a closer."""
     from distrl.recipes.base import RoleContext
-    from distrl.cli import build_config, make_parser
+    from distrl.cli.options import build_config, make_parser
     from distrl.recipes.impala.learner import ImpalaLearner
     from distrl.transport.local import LocalHub
 
@@ -225,7 +225,7 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, jobs, traini
     proc = jobs.train(args, nproc=3, env=faulty_env(tmp_path, "sigterm@0:40"), timeout=90)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "SIGTERM: stopping after a checkpoint" in out, out[-3000:]
-    from distrl.checkpoint import list_checkpoints, load_latest_checkpoint
+    from distrl.runtime.checkpoint import list_checkpoints, load_latest_checkpoint
 
     newest = list_checkpoints(run)[-1]
     took = newest.stat().st_mtime - fault_times(tmp_path)[0]["time"]

@@ -19,12 +19,12 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.checkpoint import (DamagedCheckpoints, checkpoint_dir, load_latest_checkpoint, resume_checkpoint,
+from distrl.runtime.checkpoint import (DamagedCheckpoints, checkpoint_dir, load_latest_checkpoint, resume_checkpoint,
                                rng_state, save_best, save_checkpoint)
 from distrl.data import shm
-from distrl.job import LOCK_NAME, RunDirBusy, claim_run_dir, ensure_run_dir_free
+from distrl.runtime.job import LOCK_NAME, RunDirBusy, claim_run_dir, ensure_run_dir_free
 from distrl.recipes.sf import doorbell
-from distrl.trained_policy import load_run
+from distrl.nn.trained_policy import load_run
 
 from helpers import child_env
 
@@ -109,7 +109,7 @@ def test_a_second_claim_names_the_holder_and_a_released_lock_is_free(tmp_path, o
 
 HOLDER = """
 import sys, time
-from distrl.job import claim_run_dir
+from distrl.runtime.job import claim_run_dir
 with claim_run_dir(sys.argv[1]):
     print("holding", flush=True)
     time.sleep(600)  # until the test kills it

@@ -19,16 +19,16 @@ from distrl.config import NetConfig, override
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes
 from distrl.envs.gym import env_info
-from distrl.heads import CategoricalHead, GaussianHead
-from distrl.models import ActorCritic
-from distrl.models_recurrent import RecurrentActorCritic, UnrolledCore
+from distrl.nn.heads import CategoricalHead, GaussianHead
+from distrl.nn.models import ActorCritic
+from distrl.nn.recurrent import RecurrentActorCritic, UnrolledCore
 from distrl.recipes import get_recipe
 from distrl.recipes.base import MUJOCO_ENVS, RoleContext
 from distrl.recipes.seed import recipe as seed_recipe
 from distrl.recipes.seed.env_worker import SeedEnvWorker
 from distrl.recipes.seed.inference import InferenceServer
 from distrl.recipes.seed.learner import fold_observations
-from distrl.recipes.seed.trajectory import GroupTrajectories
+from distrl.data.unrolls import GroupTrajectories
 from distrl.roles.batcher import ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED, Request
 
 from helpers import read_summary

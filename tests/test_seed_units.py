@@ -17,14 +17,14 @@ from distrl.recipes import get_recipe
 from distrl.config import NetConfig, override
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 from distrl.data.keys import CORE_STATE
-from distrl.models_recurrent import RecurrentActorCritic, UnrolledCore
+from distrl.nn.recurrent import RecurrentActorCritic, UnrolledCore
 from distrl.roles.batcher import (
     ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED, DynamicBatcher, Request,
 )
 from distrl.recipes.seed.inference import InferenceServer
-from distrl.recipes.seed.trajectory import GroupTrajectories
+from distrl.data.unrolls import GroupTrajectories
 
 
 # ---------------------------------------------------------------- batching policy
@@ -286,7 +286,7 @@ def test_launch_checks_timeouts():
 
 
 def test_running_norm_matches_the_statistics_of_everything_seen():
-    from distrl.models_recurrent import RunningNorm
+    from distrl.nn.recurrent import RunningNorm
 
     torch.manual_seed(0)
     norm, seen = RunningNorm(3), []

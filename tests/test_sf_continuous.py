@@ -18,9 +18,9 @@ from tensordict import TensorDict
 from distrl.algorithms.appo import appo_loss
 from distrl.config import override
 from distrl.data import keys
-from distrl.heads import GaussianParams
+from distrl.nn.heads import GaussianParams
 from distrl.logging.timing import TimeBudget
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 from distrl.recipes import get_recipe
 from distrl.recipes.base import MUJOCO_ENVS, RoleContext
 from distrl.recipes.sf import recipe as sf_recipe

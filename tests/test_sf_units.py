@@ -21,7 +21,7 @@ from distrl.recipes.base import RoleContext
 from distrl.config import override
 from distrl.data import keys, shm
 from distrl.recipes.sf.recipe import debug
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 from distrl.recipes.sf import doorbell as bell
 from distrl.recipes.sf.learner import drop_lagged
 from distrl.recipes.sf.slots import (

@@ -12,8 +12,8 @@ import pytest
 from distrl.recipes.impala.recipe import default as default_config
 from distrl.config import override
 from distrl.logging.tracker import RunTracker
-from distrl.stats import bootstrap_ci, iqm, median_iqr, quantile
-from distrl.sweep import aggregate, seed_result
+from distrl.studies.stats import bootstrap_ci, iqm, median_iqr, quantile
+from distrl.studies.sweep import aggregate, seed_result
 from helpers import ROOT
 
 

@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from helpers import read_summary
 from distrl.data import keys
 from distrl.envs.gym import is_factory
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 from distrl.roles.env_runner import EnvRunner, make_env_runner
 from distrl.train import main
 

@@ -19,12 +19,12 @@ from torchrl.envs import GymEnv, SerialEnv, StepCounter, TransformedEnv
 import distrl
 from conftest import read_summary
 from distrl.recipes.base import RoleContext
-from distrl.checkpoint import save_checkpoint
-from distrl.cli import experiment_config
+from distrl.runtime.checkpoint import save_checkpoint
+from distrl.cli.options import experiment_config
 from distrl.config import override
 from distrl.envs.gym import evaluate
-from distrl.models import ActorCritic, QNetwork
-from distrl.policies import make_actor_critic
+from distrl.nn.models import ActorCritic, QNetwork
+from distrl.nn.policies import make_actor_critic
 from distrl.roles.session import LearnerSession
 from distrl.recipes.vecenv.learner import VecEnvLearner
 from distrl.train import console
@@ -224,7 +224,7 @@ def test_vecenv_gaussian_policy_is_greedy_and_clipped_to_the_bounds(tmp_path):
 
 @pytest.mark.parametrize("recipe,log_std", [("sf", "param"), ("impala", "state")])
 def test_an_actor_critic_gaussian_loads_with_its_normalisation_and_bounds(tmp_path, recipe, log_std):
-    """impala/seed/sf/a3c's Gaussian (distrl/heads.py) with its ObsNorm statistics, as a TorchRL actor:
+    """impala/seed/sf/a3c's Gaussian (distrl/nn/heads.py) with its ObsNorm statistics, as a TorchRL actor:
     greedy actions are the mean clipped to Pendulum's [-2, 2], after the checkpoint's normalisation."""
     torch.manual_seed(4)
     net = override(experiment_config(recipe, "debug"), **{"net.log_std": log_std, "net.init_log_std": -0.5}).net

@@ -16,7 +16,7 @@ from tensordict import TensorDict
 
 from distrl.algorithms.ppo import allreduce_gradients, normalize_advantage, ppo_update
 from distrl.data import keys
-from distrl.policies import CategoricalActorCritic, GaussianActorCritic
+from distrl.nn.policies import CategoricalActorCritic, GaussianActorCritic
 from helpers import train_cmd
 
 HP = SimpleNamespace(epochs=3, num_minibatches=1, clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, max_grad_norm=0.5,

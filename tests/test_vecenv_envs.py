@@ -13,7 +13,7 @@ from distrl.envs.batched import (
     GymVectorEnv, NativeEnv, TorchRLEnv, evaluate_greedy, gym_serial_env, load_factory, make_batched_env,
 )
 from distrl.recipes.vecenv.learner import VecEnvLearner
-from distrl.runner import plan
+from distrl.cli.runner import plan
 
 CPU = torch.device("cpu")
 

@@ -18,7 +18,7 @@ from distrl.recipes import get_recipe
 from distrl.recipes.base import RoleContext
 from distrl.config import NetConfig, override
 from distrl.data import keys
-from distrl.policies import CategoricalActorCritic, GaussianActorCritic
+from distrl.nn.policies import CategoricalActorCritic, GaussianActorCritic
 from distrl.recipes.vecenv.learner import VecEnvLearner
 from distrl.recipes.vecenv.rollout import EpisodeStats
 
@@ -181,7 +181,7 @@ def test_config_invariants(field, value):
 
 
 def test_obs_norm_merges_batches_like_one_big_batch():
-    from distrl.policies import ObsNorm
+    from distrl.nn.policies import ObsNorm
 
     g = torch.Generator().manual_seed(4)
     batches = [torch.randn(n, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1]) + 2 for n in (50, 7, 300)]

@@ -5,7 +5,7 @@ import torch
 from distrl.algorithms.impala import impala_loss, next_values
 from distrl.config import NetConfig
 from distrl.data import keys
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 from test_compact import rollout
 
 

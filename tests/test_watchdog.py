@@ -1,5 +1,5 @@
 """A frozen learner ends the job (issue #30, path 3): the rank's supervisor watches the learner
-loop's beat (``distrl.supervisor.beat``) and kills a learner silent for ``run.watchdog_s``; the rank
+loop's beat (``distrl.runtime.supervisor.beat``) and kills a learner silent for ``run.watchdog_s``; the rank
 exits 5 and torchrun ends every other rank, so nothing waits on it for ever. conftest checks that no
 process and no shared-memory file is left behind. Figures are printed for the closing notes."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from distrl import supervisor
+from distrl.runtime import supervisor
 from helpers import child_env
 
 

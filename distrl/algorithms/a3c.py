@@ -65,7 +65,7 @@ def a3c_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     ``action`` (``[B, T]`` int64, or ``[B, T, A]`` float32 for a Gaussian), and the ``("next", ...)``
     entries ``observation [B, T, F]``, ``reward``/``done``/``terminated`` ``[B, T, 1]``.
     ``model(obs) -> (out [*, width], value [*, 1])`` with ``out`` read by ``model.head``
-    (:mod:`distrl.heads`: logits or a Gaussian's mean and log-std), and ``model.value(obs) -> [*, 1]``;
+    (:mod:`distrl.nn.heads`: logits or a Gaussian's mean and log-std), and ``model.value(obs) -> [*, 1]``;
     it must be the policy that acted (A3C is on-policy).
 
     ``L = -mean(A_i log pi(a_i|s_i)) + value_coef * mean((R_i - V(s_i))^2) / 2 - entropy_coef * mean(H_i)``

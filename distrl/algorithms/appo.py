@@ -57,7 +57,7 @@ def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
 
     ``algo`` provides ``gamma, vtrace, gae_lambda, rho_bar, c_bar, clip_eps, reward_scale,
     value_coef, entropy_coef, normalize_advantage`` (:class:`distrl.recipes.sf.recipe.SFConfig`).
-    Log-probabilities and entropies come from ``model.head`` (:mod:`distrl.heads`): int64 actions
+    Log-probabilities and entropies come from ``model.head`` (:mod:`distrl.nn.heads`): int64 actions
     ``[B, T]`` under a categorical head, float32 ``[B, T, A]`` under a Gaussian one.
     Rewards are multiplied by ``reward_scale`` first (values in scaled units; see impala_loss).
 

@@ -16,7 +16,7 @@ from torch import nn
 from tensordict import TensorDict
 
 from distrl.data import keys
-from distrl.heads import CategoricalHead
+from distrl.nn.heads import CategoricalHead
 
 
 def vtrace_targets(
@@ -90,7 +90,7 @@ def impala_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
 
     ``batch`` holds :data:`distrl.data.keys.IMPALA_IN_KEYS`: ``observation [B, T, F]``,
     ``action [B, T]`` (int64; ``[B, T, A]`` float32 under a Gaussian head: the model's ``head``,
-    :mod:`distrl.heads`, reads the policy's output), ``action_log_prob [B, T]`` (behaviour policy), ``("next", ...)`` entries
+    :mod:`distrl.nn.heads`, reads the policy's output), ``action_log_prob [B, T]`` (behaviour policy), ``("next", ...)`` entries
     ``observation [B, T, F]`` and ``reward``/``done``/``terminated`` ``[B, T, 1]``.
 
     ``reward_scale`` multiplies the rewards before V-trace, so values and advantages are in scaled
@@ -105,7 +105,7 @@ def impala_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     ``entropy``, ``rho_mean`` (mean importance ratio pi/mu, a lag diagnostic), and the stability
     diagnostics ``advantage_std`` (before any normalisation), ``value_mean``, ``logit_range``
     (mean gap between the largest and smallest logit: a policy going deterministic shows it growing;
-    a Gaussian's mean standard deviation: :meth:`distrl.heads.GaussianHead.spread`).
+    a Gaussian's mean standard deviation: :meth:`distrl.nn.heads.GaussianHead.spread`).
     """
     out, value = model(batch[keys.OBSERVATION])  # [B, T, A] logits (or [B, T, 2A] Gaussian), [B, T, 1]
     with torch.no_grad():

@@ -136,7 +136,7 @@ def ppo_update(model: nn.Module, optim: torch.optim.Optimizer, batch: TensorDict
     """``hp.epochs`` passes of ``hp.num_minibatches`` shuffled minibatches over a flat batch.
 
     Args:
-        model: an actor-critic of :mod:`distrl.policies` (``evaluate`` and ``value``).
+        model: an actor-critic of :mod:`distrl.nn.policies` (``evaluate`` and ``value``).
         batch: ``[N]`` TensorDict with :data:`distrl.data.keys.PPO_IN_KEYS`; ``advantage`` already
             normalized (:func:`normalize_advantage`). Every rank must hold the same ``N``.
         is_finite: decides from the reduced gradient norm (a 0-dim tensor) whether to step; the

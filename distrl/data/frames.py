@@ -15,7 +15,7 @@ frame, so correctness never depends on the env: a reset, a zero-padded first sta
 simply does not chain and stores its whole stack. ``prev`` is what lets callers chain a bootstrap
 stack to the step before it, a truncated episode's final stack to its last step, or the first step
 of a message to the stacks its receiver already holds (``distrl/data/compact.py``,
-``distrl/recipes/apex/transitions.py``).
+``distrl/data/transitions.py``).
 """
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ PARAMS = "params"
 FRAMES = "frames"
 #: a TensorDict of the worker's scalar loss statistics (``loss_policy``, ``entropy``...)
 WORKER_STATS = "stats"
-#: the moments of the observations behind a gradient, ``[1 + 2F]`` float64 (``distrl.obs_norm.batch_moments``):
+#: the moments of the observations behind a gradient, ``[1 + 2F]`` float64 (``distrl.nn.obs_norm.batch_moments``):
 #: the parameter server, which sees no data, merges them into ``model.obs_norm`` (models with one only)
 OBS_MOMENTS = "obs_moments"
 

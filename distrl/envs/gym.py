@@ -124,7 +124,7 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, atari_opts=None) -> S
         return TorchRLVectorEnv(env_id, num_envs, seed)  # seeded by make_env; its first step resets it
     env = SyncVectorEnv([lambda: make_env(env_id) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
     if isinstance(env.single_action_space, gym.spaces.Box):
-        # Gaussian actions are clipped to the box here, at the env (distrl/heads.py): the learner's
+        # Gaussian actions are clipped to the box here, at the env (distrl/nn/heads.py): the learner's
         # log-probability is that of the unclipped sample the policy drew
         env = gym.wrappers.vector.ClipAction(env)
     env.reset(seed=seed)
@@ -150,7 +150,7 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
 
     Args:
         policy_logits: callable ``obs [B, *F] -> logits [B, A]`` (observations as :func:`as_obs` gives them),
-            or the output a ``head`` (:mod:`distrl.heads`) reads: its ``greedy`` picks the action
+            or the output a ``head`` (:mod:`distrl.nn.heads`) reads: its ``greedy`` picks the action
             (a Gaussian's mean, clipped to the action box as in training); no head: argmax.
     """
     if is_factory(env_id):  # the user's TorchRL env, made by the same factory as the actors'

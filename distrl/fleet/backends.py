@@ -81,7 +81,7 @@ class RpcFleet:
 
     def __init__(self, run_cfg: Config, roles: dict[int, str], cfg):
         import distrl
-        from distrl.network import loopback_interface
+        from distrl.runtime.network import loopback_interface
         from distrl.transport.rpc import RpcTransport
 
         self.cfg, self.run_cfg, self.roles = cfg, run_cfg, roles
@@ -90,7 +90,7 @@ class RpcFleet:
             port = s.getsockname()[1]
         root = os.path.dirname(os.path.dirname(os.path.abspath(distrl.__file__)))  # the actors import this distrl
         # The fleet is a group of its own (also inside a torchrun job): its own store, hosted here,
-        # and every socket of it on loopback (distrl/network.py says why).
+        # and every socket of it on loopback (distrl/runtime/network.py says why).
         lo = loopback_interface()
         self.group_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GROUP_WORLD_SIZE": "1",
                           "TORCHELASTIC_USE_AGENT_STORE": "False",
@@ -145,7 +145,7 @@ def _actor_main() -> int:
     import torch
 
     from distrl.config import from_dict
-    from distrl.runner import Plan, run_rpc
+    from distrl.cli.runner import Plan, run_rpc
 
     data = json.loads(os.environ[_CONFIG_ENV])
     recipe = get_recipe(data["recipe"])
@@ -157,6 +157,6 @@ def _actor_main() -> int:
 
 
 if __name__ == "__main__":
-    from distrl.supervisor import child_main
+    from distrl.runtime.supervisor import child_main
 
     child_main(_actor_main)  # dies with the collector's process (PR_SET_PDEATHSIG), exits with os._exit

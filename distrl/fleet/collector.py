@@ -36,8 +36,8 @@ from torch import nn
 from distrl.data import keys
 from distrl.fleet.backends import LocalFleet, RpcFleet
 from distrl.fleet.config import FleetConfig, fleet_policy, linear_layers
-from distrl.models import ActorCritic
-from distrl.recipes.impala.trajectory import receive_trajectory
+from distrl.nn.models import ActorCritic
+from distrl.data.trajectory import receive_trajectory
 from distrl.roles.board import ParameterBoard
 
 

@@ -13,7 +13,7 @@ from torch import nn
 from distrl.config import Config, NetConfig, RunConfig, TransportConfig, check
 from distrl.data import keys
 from distrl.envs.gym import check_env_id, env_info
-from distrl.models import ACTIVATIONS
+from distrl.nn.models import ACTIVATIONS
 
 RECIPES = ("impala",)  #: recipes whose actors a fleet can run (their actor speaks put_trajectory)
 

@@ -246,7 +246,7 @@ class Inserter:
     def send(self, msg: TensorDict) -> None:
         """Put ``msg`` in flight to the current shard (or, paced, keep it for :meth:`settle`):
         ``transitions [N]`` with ``priority [N]``, or an Ape-X actor's packed window
-        (``distrl.recipes.apex.transitions``) with ``priority [N]``."""
+        (``distrl.data.transitions``) with ``priority [N]``."""
         self._held = False
         fut = None if self._paced else self.t.call(self.shard, "insert", msg, self.timeout)
         self._in_flight = (fut, msg, self._paced)

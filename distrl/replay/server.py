@@ -4,7 +4,7 @@ It serves, over the transport:
 
 * ``insert``: transitions ``[N]`` with raw priorities ``[N]`` (without them, the largest priority
   seen so far, as TorchRL gives new items: ``distrl.ReplayServiceBuffer.extend``), or an Ape-X
-  actor's packed window (:mod:`distrl.recipes.apex.transitions`: each observation once), which
+  actor's packed window (:mod:`distrl.data.transitions`: each observation once), which
   the loop unpacks into the same transitions. A window of frame stacks (Atari) is kept so, each
   frame once: the first such insert into an empty shard makes its store a
   :class:`~distrl.replay.frame_store.FrameReplayStore` (``ReplayConfig.frame_room``). The
@@ -47,11 +47,11 @@ from concurrent.futures import Future
 import torch
 from tensordict import TensorDict
 
-from distrl import faults
+from distrl.runtime import faults
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
-from distrl.recipes.apex.transitions import (is_frames, is_packed, packed_count, unpack_frame_transitions,
+from distrl.data.transitions import (is_frames, is_packed, packed_count, unpack_frame_transitions,
                                              unpack_transitions)
 from distrl.replay.config import ReplayConfig
 from distrl.replay.frame_store import FrameReplayStore

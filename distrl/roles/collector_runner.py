@@ -19,7 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torchrl.collectors import Collector
 
-from distrl import faults
+from distrl.runtime import faults
 from distrl.data import keys
 from distrl.envs.torchrl_env import check_factory, end_flags, make_env, one_hot_actions, quiet_torchrl
 from distrl.logging.timing import TimeBudget

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from distrl import faults
+from distrl.runtime import faults
 from distrl.data import keys
 from distrl.envs.gym import as_obs, final_observations, is_factory, make_vector_env
 from distrl.logging.timing import TimeBudget

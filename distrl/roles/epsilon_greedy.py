@@ -6,7 +6,7 @@ Ape-X gives actor ``i`` of ``N`` the rate ``eps^(1 + alpha i / (N - 1))``
 (:func:`distrl.algorithms.apex.epsilon_ladder`). A server that acts for every env can spread the
 ladder over the envs themselves: :func:`env_ladder` hands the ``N = G B`` envs of ``G`` groups of
 ``B`` the ``N`` rungs, interleaved so that every group (every request) spans the whole ladder.
-:class:`EpsilonGreedyHead` is the head (:mod:`distrl.heads`) such a server samples with; it reads
+:class:`EpsilonGreedyHead` is the head (:mod:`distrl.nn.heads`) such a server samples with; it reads
 the rate of each row of the batch from :attr:`EpsilonGreedyHead.epsilon`, which the server sets
 before each forward. :class:`QPolicy` shows a Q-network to a server as the policy it acts with.
 """

@@ -3,11 +3,11 @@
 An Ape-X actor joins each unroll ``[B, T]`` to the last ``n - 1`` steps of the one before, so
 every step gets its full n-step window, and inserts the window's transitions with initial
 priorities (``distrl/recipes/apex/actor.py``). Where the server acts for the envs (SEED's
-:class:`~distrl.recipes.seed.trajectory.GroupTrajectories` assembles their unrolls), the same
+:class:`~distrl.data.unrolls.GroupTrajectories` assembles their unrolls), the same
 join belongs to the server's per-group state, which knows when a worker restarted:
 :class:`NStepTrajectories` cuts windows ``[B, W]`` (``W = T + n - 1``, or ``T`` for the first of a
 run) instead of unrolls, and :func:`nstep_insert` turns a window into the insert message an Ape-X
-actor sends (:func:`distrl.recipes.apex.transitions.pack_transitions`: each observation once).
+actor sends (:func:`distrl.data.transitions.pack_transitions`: each observation once).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from tensordict import TensorDict
 
 from distrl.algorithms.apex import nstep_returns
 from distrl.data import keys
-from distrl.recipes.apex.transitions import pack_transitions
-from distrl.recipes.seed.trajectory import GroupTrajectories
+from distrl.data.transitions import pack_transitions
+from distrl.data.unrolls import GroupTrajectories
 
 
 class NStepTrajectories(GroupTrajectories):

@@ -22,16 +22,16 @@ from typing import Any, Callable, Optional
 import torch
 from tensordict import TensorDict
 
-from distrl import faults, supervisor
-from distrl.checkpoint import list_checkpoints, resume_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
+from distrl.runtime import faults, supervisor
+from distrl.runtime.checkpoint import list_checkpoints, resume_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
 from distrl.data import keys
 from distrl.envs.gym import env_info, evaluate, is_factory
 from distrl.recipes import recipe_name
 from distrl.logging.metrics import MetricsWriter, wandb_run_id
 from distrl.logging.timing import TimeBudget
 from distrl.logging.tracker import RunTracker
-from distrl.plots import plot_run_curves
-from distrl.models import clip_towers, resolve_device
+from distrl.logging.plots import plot_run_curves
+from distrl.nn.models import clip_towers, resolve_device
 from distrl.recipes import get_recipe
 from distrl.recipes.base import RoleContext
 from distrl.transport.base import PeerLostError, TransportError
@@ -277,7 +277,7 @@ class LearnerSession:
 
         Every learner calls it once with the objects it trains, so the session also keeps them for
         the checkpoint a SIGTERM asks for. Checkpoint files of which none loads raise
-        :class:`~distrl.checkpoint.DamagedCheckpoints` (the runner prints its one line and exits 2)
+        :class:`~distrl.runtime.checkpoint.DamagedCheckpoints` (the runner prints its one line and exits 2)
         unless ``run.allow_fresh``."""
         self._trained = (model, optim)
         if not self.cfg.run.resume:
@@ -320,7 +320,7 @@ class LearnerSession:
 
         ``loss``: a scalar with its graph; ``None`` when the gradients are already in ``.grad``
         (A3C's server applies its workers' gradients), which are then checked instead. Each group
-        of ``towers`` is clipped to ``max_grad_norm`` on its own (:func:`distrl.models.clip_towers`;
+        of ``towers`` is clipped to ``max_grad_norm`` on its own (:func:`distrl.nn.models.clip_towers`;
         one group is a global clip). ``lock`` (optional) is held around the step, for a model that
         another thread reads (SEED's inference). Returns the gradient norm before clipping, or
         ``None`` when a non-finite loss or gradient skipped the step (counted; a streak stops the run).
@@ -347,7 +347,7 @@ class LearnerSession:
 
     def greedy_returns(self, policy: Callable[[torch.Tensor], torch.Tensor], head=None) -> list[float]:
         """Returns of ``run.eval_episodes`` greedy episodes of ``policy`` (``obs [B, *F] -> logits or
-        Q [B, A]``, or what ``head`` reads: :mod:`distrl.heads`) on ``run.env``, seeded apart from
+        Q [B, A]``, or what ``head`` reads: :mod:`distrl.nn.heads`) on ``run.env``, seeded apart from
         every training env."""
         run = self.cfg.run
         return evaluate(policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari,

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 from torch.distributed import rpc as torch_rpc
 
-from distrl.network import LoopbackTCPStore, single_machine
+from distrl.runtime.network import LoopbackTCPStore, single_machine
 from distrl.transport.base import (CallTimeoutError, Handler, PeerLostError, RemoteError, Transport,
                                    TransportError)
 
@@ -165,7 +165,7 @@ class RpcTransport(Transport):
             agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
             if (self.rank != 0 or agent_store) and not _listening(addr, port, deadline - 0.3):
                 return  # a TCPStore client would retry past its timeout
-            # on one machine every store distrl hosts listens on loopback only (distrl/network.py)
+            # on one machine every store distrl hosts listens on loopback only (distrl/runtime/network.py)
             TCPStore = LoopbackTCPStore if single_machine() else dist.TCPStore  # noqa: N806
             store = TCPStore(addr, port, None, self.rank == 0 and not agent_store, left(),
                                   wait_for_workers=False, multi_tenant=True)  # rank 0 hosts it

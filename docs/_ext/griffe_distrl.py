@@ -2,7 +2,7 @@
 
 distrl's docstrings are written for a reader of the source: config fields are documented by a
 ``#:`` comment beside them (what ``distrl train RECIPE --help`` prints, see
-``distrl/config_docs.py``), and prose cross-references use Sphinx roles (``:class:`~a.B```).
+``distrl/cli/help.py``), and prose cross-references use Sphinx roles (``:class:`~a.B```).
 griffe reads neither, so this extension turns a ``#:`` comment into the attribute's docstring and
 a role into inline code, before mkdocstrings renders anything.
 """

@@ -29,7 +29,7 @@ import torch
 
 from distrl.data import keys
 from distrl.envs.gym import env_info
-from distrl.models import QNetwork
+from distrl.nn.models import QNetwork
 from distrl.recipes.apex.learner import ApexLearner
 from distrl.recipes.base import RoleContext
 from distrl.recipes.seed.inference import InferenceServer

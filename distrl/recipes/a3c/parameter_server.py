@@ -40,7 +40,7 @@ from torch.nn.utils import parameters_to_vector
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 from distrl.recipes.base import RoleContext
 from distrl.roles.board import ParameterBoard
 from distrl.roles.session import LearnerSession
@@ -183,7 +183,7 @@ class ParameterServer:
         """Apply the mean of the gradients in ``msgs`` that are not too stale; count the others.
         The frames counted are the applied gradients' (what the update trained on).
 
-        The policy and value towers are clipped apart (:func:`distrl.models.clip_towers`), as the
+        The policy and value towers are clipped apart (:func:`distrl.nn.models.clip_towers`), as the
         impala learner does: under one global clip the value gradient sets the norm.
 
         With observation normalisation the applied gradients' ``obs_moments`` are merged into

@@ -156,7 +156,7 @@ def _check_config(cfg: Config) -> None:
     check_action_space(cfg)
     if cfg.algo.wire_dtype != "float32" and cfg.net.obs_norm != "off":
         from distrl.envs.gym import env_info
-        from distrl.models import wants_obs_norm
+        from distrl.nn.models import wants_obs_norm
 
         info = env_info(cfg.run.env)
         if wants_obs_norm(info.shape, info.num_actions is None, cfg.net):

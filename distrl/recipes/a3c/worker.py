@@ -15,7 +15,7 @@ its gradient is taken at the same parameters (nothing loads new ones between ``a
 ``gradient``), so the gradient is on-policy for the policy that acted. The server's float32
 parameters differ from them by bfloat16's rounding (a relative 2^-8 at most).
 
-Continuous actions (a Gaussian head, :mod:`distrl.heads`) are float32 ``[B, A]`` from
+Continuous actions (a Gaussian head, :mod:`distrl.nn.heads`) are float32 ``[B, A]`` from
 ``model.head.sample``, stored ``[B, T, A]`` in the segment. Observation normalisation: the
 worker never updates its own statistics (frozen parameters, so their gradient slots are zeros);
 it sends the moments of the segment's observations with the gradient (``obs_moments``), the server
@@ -30,13 +30,13 @@ import torch
 from tensordict import TensorDict
 from torch.nn.utils import vector_to_parameters
 
-from distrl import faults
+from distrl.runtime import faults
 from distrl.algorithms.a3c import a3c_loss
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic
-from distrl.obs_norm import batch_moments
+from distrl.nn.models import ActorCritic
+from distrl.nn.obs_norm import batch_moments
 from distrl.roles.env_runner import EnvRunner
 from distrl.transport.base import CallTimeoutError, TransportError
 

@@ -21,12 +21,12 @@ import time
 import torch
 from tensordict import TensorDict
 
-from distrl import faults
+from distrl.runtime import faults
 from distrl.algorithms.apex import epsilon_ladder, nstep_returns
 from distrl.data import keys
 from distrl.envs.gym import env_info
-from distrl.models import QNetwork
-from distrl.recipes.apex.transitions import pack_transitions, unpack_transitions
+from distrl.nn.models import QNetwork
+from distrl.data.transitions import pack_transitions, unpack_transitions
 from distrl.recipes.base import RoleContext
 from distrl.replay.client import Inserter
 from distrl.roles.env_runner import make_env_runner
@@ -75,7 +75,7 @@ class ApexActor:
 
     @torch.no_grad()
     def insert_message(self, traj: TensorDict) -> TensorDict:
-        """The insert (:func:`~distrl.recipes.apex.transitions.pack_transitions`) of the ``N`` n-step
+        """The insert (:func:`~distrl.data.transitions.pack_transitions`) of the ``N`` n-step
         transitions whose window ends in ``traj [B, T]`` (joined to the carry), with their initial
         raw priorities."""
         n, gamma = self.algo.n_step, self.algo.gamma

@@ -25,12 +25,12 @@ from typing import Optional
 import torch
 from tensordict import TensorDict
 
-from distrl import faults
+from distrl.runtime import faults
 from distrl.algorithms.apex import annealed_beta, double_dqn_loss, epsilon_ladder
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
-from distrl.models import QNetwork
+from distrl.nn.models import QNetwork
 from distrl.recipes.base import RoleContext
 from distrl.replay.client import ShardedReplayClient
 from distrl.roles.board import ParameterBoard

@@ -25,7 +25,7 @@ class ApexConfig:
     envs_per_actor: int = 16  #: gymnasium envs each actor steps as one vector
     unroll_length: int = 16  #: steps per insert message (T); each message carries about B * T transitions
     n_step: int = 3  #: steps of reward in a transition's return before it bootstraps
-    dueling: bool = True  #: the Q-network's head: V + A - mean A (Wang et al., 2016), as Ape-X's (distrl.models.DuelingHead)
+    dueling: bool = True  #: the Q-network's head: V + A - mean A (Wang et al., 2016), as Ape-X's (distrl.nn.models.DuelingHead)
     gamma: float = 0.99  #: discount
     eps_base: float = 0.4  #: epsilon ladder base: actor i of N explores with eps_base^(1 + eps_alpha i / (N - 1))
     eps_alpha: float = 7.0  #: epsilon ladder exponent

@@ -7,7 +7,7 @@ reply carries newer parameters once the actor's are ``algo.params_every`` update
 parameters are picked up without a separate call, and the actor keeps stepping while a send is in
 flight (one send outstanding at a time: the bound on its memory and on the learner's queue pressure).
 
-Actions are what the model's head samples (:mod:`distrl.heads`): int64 ``[B, T]`` indices of a
+Actions are what the model's head samples (:mod:`distrl.nn.heads`): int64 ``[B, T]`` indices of a
 discrete space (uint8 on the wire), or float32 ``[B, T, A]`` draws of a Gaussian over a ``Box``,
 stepped unclipped (the env clips them) and shipped as they are. A Gaussian policy (its ObsNorm and
 GaussianParams) never runs on the numpy path: :meth:`NumpyPolicy.supports` refuses it.
@@ -17,13 +17,13 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from distrl import faults
+from distrl.runtime import faults
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
 from distrl.data.compact import FRAMES_ACK, FRAMES_SEQ, FrameSender, pack_trajectory
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic
-from distrl.numpy_policy import NumpyPolicy
+from distrl.nn.models import ActorCritic
+from distrl.nn.numpy_policy import NumpyPolicy
 from distrl.roles.env_runner import make_env_runner
 from distrl.transport.base import TransportError
 
@@ -58,7 +58,7 @@ class ImpalaActor:
         self.seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(self.seed)
         # numpy forward and sampling at actor batch sizes, where torch's per-op dispatch dominates
-        # (distrl/numpy_policy.py); a network it cannot run keeps the torch path
+        # (distrl/nn/numpy_policy.py); a network it cannot run keeps the torch path
         self.fast = NumpyPolicy(self.policy, self.seed) if NumpyPolicy.supports(self.policy) else None
         # gymnasium vector envs, or a TorchRL Collector over the user's env factory (--env module:function)
         self.runner = make_env_runner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank, self.model, self._act, self.T,

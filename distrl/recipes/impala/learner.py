@@ -4,7 +4,7 @@ Handlers (on transport threads) only unpack, validate and enqueue, with a bounde
 with the latest published parameters when the caller's are ``algo.params_every`` updates older;
 all learning happens in ``run``.
 
-Observation normalisation (continuous control: ``model.obs_norm``, :mod:`distrl.obs_norm`): the
+Observation normalisation (continuous control: ``model.obs_norm``, :mod:`distrl.nn.obs_norm`): the
 learner is the one place that sees every actor's data, so it merges the statistics, folding each
 batch in after the step that trained on it; they are parameters, so they reach the actors inside
 the published state dict, with the weights of the same version.
@@ -17,15 +17,15 @@ from typing import Optional
 import torch
 from tensordict import TensorDict
 
-from distrl import faults
+from distrl.runtime import faults
 from distrl.algorithms.impala import impala_loss
 from distrl.recipes.base import RoleContext
 from distrl.data import keys
 from distrl.data.compact import FRAMES_ACK, FRAMES_SEQ, FrameReceiver
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic
-from distrl.recipes.impala.trajectory import receive_trajectory
+from distrl.nn.models import ActorCritic
+from distrl.data.trajectory import receive_trajectory
 from distrl.roles.board import ParameterBoard
 from distrl.roles.session import LearnerSession
 

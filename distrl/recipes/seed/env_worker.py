@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from distrl import faults
+from distrl.runtime import faults
 from distrl.data.frame_stream import StackSender
 from distrl.recipes.base import RoleContext
 from distrl.envs.gym import as_obs, env_info, final_observations, make_vector_env
@@ -85,7 +85,7 @@ class SeedEnvWorker:
 
     def _step(self, group: int, action: torch.Tensor) -> TensorDict:
         """Step one group with the server's actions (``[B]`` int32, or ``[B, A]`` float32 for a Box,
-        which the vector env clips to its bounds: distrl/heads.py); returns its next message."""
+        which the vector env clips to its bounds: distrl/nn/heads.py); returns its next message."""
         if faults.env_fails(self.ctx.rank, self.steps, self.recovery.failures):
             raise RuntimeError("injected environment failure")
         obs, reward, term, trunc, info = self.envs[group].step(action.numpy())
@@ -118,7 +118,7 @@ class SeedEnvWorker:
             inflight: list[Future] = [t.call(self.learner, "infer", self._first_message(g), timeout)
                                       for g in range(self.K)]
             while True:
-                faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/faults.py)
+                faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/runtime/faults.py)
                 self.steps += 1
                 budget = self.budget
                 for g in range(self.K):

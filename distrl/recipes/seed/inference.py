@@ -28,7 +28,7 @@ from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.roles.batcher import (
     ACTION, FINAL_OBS, GROUP, OBS, RANK, RUN_ID, STOP, TERMINATED, TRUNCATED, DynamicBatcher, InferenceStats, Request,
 )
-from distrl.recipes.seed.trajectory import GroupTrajectories
+from distrl.data.unrolls import GroupTrajectories
 
 
 class InferenceServer:
@@ -54,12 +54,12 @@ class InferenceServer:
         self.batcher = DynamicBatcher(algo.max_batch_envs, algo.max_wait_ms / 1e3,
                                       capacity=max(1, len(worker_ranks)) * algo.groups_per_worker)
         shape = tuple(model.initial_state(1).shape[1:]) if self.recurrent else None
-        head = self.head = model.head  # how the policy's output becomes actions (distrl/heads.py)
+        head = self.head = model.head  # how the policy's output becomes actions (distrl/nn/heads.py)
         self.groups = {(r, g): GroupTrajectories(self.B, obs_shape, algo.unroll_length, shape, device, obs_dtype,
                                                  head.action_shape, head.action_dtype)
                        for r in worker_ranks for g in range(algo.groups_per_worker)}
         # int32 on the wire for discrete actions: half the bytes of int64, and every discrete space
-        # here fits; a Gaussian's float32 [B, A] as sampled (the env clips it: distrl/heads.py)
+        # here fits; a Gaussian's float32 [B, A] as sampled (the env clips it: distrl/nn/heads.py)
         self.wire_dtype = torch.float32 if head.continuous else torch.int32
         self.generator = torch.Generator(device).manual_seed(cfg.run.seed)
         self.stats, self.wire = InferenceStats(), WireMeter()

@@ -8,7 +8,7 @@ and backward run while inference runs, and a batch is never served from half-upd
 There is no parameter copy anywhere, so the policy lag is the number of updates made while a
 chunk was being collected and queued (a few at most, measured).
 
-Observation statistics (:class:`distrl.obs_norm.ObsNorm`: flat observations under the LSTM core,
+Observation statistics (:class:`distrl.nn.obs_norm.ObsNorm`: flat observations under the LSTM core,
 or continuous actions) are merged here from every worker's data: each trained batch's observations
 are folded in after the step that trained on them, under the same lock, so inference, which reads
 this very model, sees them from its next batch on, and never a forward half-way through a merge.
@@ -26,9 +26,9 @@ from tensordict import TensorDict
 from distrl.algorithms.impala import impala_loss
 from distrl.data import keys
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic
-from distrl.models_recurrent import RecurrentActorCritic, UnrolledCore
-from distrl.obs_norm import batch_moments, find_obs_norm
+from distrl.nn.models import ActorCritic
+from distrl.nn.recurrent import RecurrentActorCritic, UnrolledCore
+from distrl.nn.obs_norm import batch_moments, find_obs_norm
 from distrl.recipes.base import RoleContext
 from distrl.recipes.seed.inference import InferenceServer
 from distrl.roles.rows import RowQueue

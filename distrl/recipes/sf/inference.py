@@ -8,14 +8,14 @@ a batch closes at ``algo.max_batch_envs`` observations or ``algo.max_wait_ms`` a
 request arrived), pulling the records from the doorbell itself when its queue is empty: one
 thread, no hand-over per request. This role's loop gathers a batch's
 observations from shared memory, runs one forward pass (in numpy where the policy is a plain MLP:
-``distrl/numpy_policy.py``; a Gaussian policy, or one with observation normalisation, samples
-through its head, :mod:`distrl.heads`), writes ``action`` (int64 ``[B]`` or float32 ``[B, A]`` per
+``distrl/nn/numpy_policy.py``; a Gaussian policy, or one with observation normalisation, samples
+through its head, :mod:`distrl.nn.heads`), writes ``action`` (int64 ``[B]`` or float32 ``[B, A]`` per
 request), ``action_log_prob`` and ``policy_version`` back and rings each worker's reply bell.
 
 Parameters come from the learner through shared memory (``sf_slots.read_params``, a seqlock):
 checked before each batch, copied only when the learner published new ones. The vector is
 ``parameters_to_vector(model.parameters())``, so it carries the observation-normalisation
-statistics too (frozen parameters: ``distrl/obs_norm.py``).
+statistics too (frozen parameters: ``distrl/nn/obs_norm.py``).
 """
 from __future__ import annotations
 
@@ -28,13 +28,13 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from distrl.affinity import pin_rank
+from distrl.runtime.affinity import pin_rank
 from distrl.recipes.base import RoleContext
 from distrl.data import keys, shm
 from distrl.envs.gym import env_info
 from distrl.logging.timing import TimeBudget
-from distrl.models import ActorCritic
-from distrl.numpy_policy import NumpyPolicy
+from distrl.nn.models import ActorCritic
+from distrl.nn.numpy_policy import NumpyPolicy
 from distrl.recipes.sf import doorbell as bell
 from distrl.roles.batcher import DynamicBatcher, InferenceStats
 from distrl.recipes.sf.slots import STOP as STOP_FLAG, read_params

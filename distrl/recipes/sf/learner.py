@@ -16,8 +16,8 @@ takes one APPO step per ``algo.batch_size`` rows. A handed-in slot waits for the
 loop; its worker needs the spare only ``T`` steps later, so it waits only when the learner is
 behind: the backpressure.
 
-Continuous actions (a Gaussian head, :mod:`distrl.heads`): the slots hold float32 ``[A]`` actions,
-and the network's :class:`~distrl.obs_norm.ObsNorm` statistics are merged here from every worker's
+Continuous actions (a Gaussian head, :mod:`distrl.nn.heads`): the slots hold float32 ``[A]`` actions,
+and the network's :class:`~distrl.nn.obs_norm.ObsNorm` statistics are merged here from every worker's
 rows (each trained batch folded in after its step) and reach inference inside the published
 parameter vector, with the weights of the same version.
 """
@@ -31,13 +31,13 @@ from typing import Optional
 import torch
 from tensordict import TensorDict
 
-from distrl import faults
-from distrl.affinity import pin_rank
+from distrl.runtime import faults
+from distrl.runtime.affinity import pin_rank
 from distrl.algorithms.appo import appo_loss
 from distrl.data import keys, shm
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
-from distrl.models import ActorCritic
+from distrl.nn.models import ActorCritic
 from distrl.recipes.base import RoleContext
 from distrl.recipes.sf import doorbell as doorbells
 from distrl.recipes.sf.slots import STOP as STOP_FLAG, SlotPool, publish_params, rollout_layout
@@ -256,7 +256,7 @@ class SFLearner:
         if last is None:
             return
         out, grad_norm = last
-        if self.model.obs_norm is not None:  # after the steps that trained on it: see distrl/obs_norm.py
+        if self.model.obs_norm is not None:  # after the steps that trained on it: see distrl/nn/obs_norm.py
             self.model.obs_norm.update_batch(batch[keys.OBSERVATION])
         self._publish()
         tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}

@@ -11,8 +11,8 @@ learner, one inference worker and ``algo.local_workers`` rollout workers share o
 
 Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds; ``minatar`` learns MinAtar Breakout
 from its ``[4, 10, 10]`` bool images; ``mujoco`` (every MuJoCo id) a Gaussian policy on HalfCheetah.
-Continuous action spaces act through a Gaussian head (``distrl/heads.py``) with observation
-normalisation (``distrl/obs_norm.py``): float32 ``[A]`` actions in the slots, the statistics in the
+Continuous action spaces act through a Gaussian head (``distrl/nn/heads.py``) with observation
+normalisation (``distrl/nn/obs_norm.py``): float32 ``[A]`` actions in the slots, the statistics in the
 parameter vector inference reads.
 """
 from __future__ import annotations

@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from distrl import faults
-from distrl.affinity import pin_rank
+from distrl.runtime import faults
+from distrl.runtime.affinity import pin_rank
 from distrl.recipes.base import RoleContext
 from distrl.data import keys, shm
 from distrl.envs.gym import final_observations, make_vector_env
@@ -151,7 +151,7 @@ class SFRolloutWorker:
             self._recover(g, e)
             return True
         self.recovery.succeeded()
-        faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/faults.py): mid-step, slots held
+        faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/runtime/faults.py): mid-step, slots held
         self._own(s)  # the env step is the long wait: it may have been evicted meanwhile
         done = term | trunc
         buf[keys.NEXT_OBSERVATION][s, :, t] = final_observations(obs, info, done)

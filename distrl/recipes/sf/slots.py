@@ -59,7 +59,7 @@ def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_s
     ``evicted [W]`` (1 for a rank whose slots were reclaimed: it must not write any more).
     Observations are ``[*obs_shape]`` of ``obs_dtype`` (an image stays uint8/bool: a quarter or less
     of float32's bytes in every slot); an int ``F`` means ``(F,)``. Actions are
-    ``[*action_shape]`` of ``action_dtype``: the head's (:mod:`distrl.heads`), int64 ``()`` for
+    ``[*action_shape]`` of ``action_dtype``: the head's (:mod:`distrl.nn.heads`), int64 ``()`` for
     discrete actions, float32 ``(A,)`` for a Gaussian's."""
     S, B, T = num_slots, envs_per_slot, unroll_length
     F = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)

@@ -26,15 +26,15 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
-from distrl import faults
+from distrl.runtime import faults
 from distrl.envs.atari import eval_epsilon
 from distrl.algorithms.ppo import UPDATE_STATS, gae, normalize_advantage, ppo_update, world_size
 from distrl.recipes.base import RoleContext
 from distrl.envs.batched import NativeEnv, TorchRLEnv, evaluate_greedy, make_batched_env
 from distrl.envs.torchrl_env import action_encoding
 from distrl.logging.timing import TimeBudget
-from distrl.models import resolve_device, wants_obs_norm
-from distrl.policies import make_actor_critic
+from distrl.nn.models import resolve_device, wants_obs_norm
+from distrl.nn.policies import make_actor_critic
 from distrl.roles.session import LearnerSession
 from distrl.recipes.vecenv.rollout import EpisodeStats, Rollout
 
@@ -86,7 +86,7 @@ class VecEnvLearner:
                                        a.init_log_std, normalize).to(self.device)
         # fused: one kernel for all parameters; the per-tensor loop cost 5x more per step (318 vs
         # 64 us on these CPUs), a tenth of a minibatch's whole cost for CartPole's small MLPs.
-        # trainable parameters only: ObsNorm's statistics are frozen parameters (distrl/obs_norm.py)
+        # trainable parameters only: ObsNorm's statistics are frozen parameters (distrl/nn/obs_norm.py)
         self.optim = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=a.lr, eps=1e-5,
                                       fused=True)
         #: bytes of the flat gradient ``allreduce_gradients`` all-reduces (every trained parameter's, in algo.allreduce_dtype)

@@ -205,7 +205,7 @@ def plot_run_curves(run_dir: str | Path, recipe: str) -> None:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """``distrl plot`` (and ``launch/plot.py``); bad input is one line on stderr and exit status 2."""
-    from distrl.cli import OneLineParser
+    from distrl.runtime.args import OneLineParser
 
     p = OneLineParser(prog="distrl plot", description=(
         "Plot learning curves of one or more runs side by side: return, throughput, policy lag, loss.\n\n"

@@ -7,9 +7,9 @@ costs 6-8 us however small, so the 2x64 MLP's forward took 85-90 us and the samp
 numpy take about 20 us (``python experiments/bench_costs.py`` shows the actor's cost per frame
 before and after). Nothing about what is learned changes: the same float32 weights (views of
 the torch parameters, not copies), the same distribution, and the log-probability of the
-sampled action computed as :func:`distrl.models.sample_actions` computes it.
+sampled action computed as :func:`distrl.nn.models.sample_actions` computes it.
 
-A policy MLP (:class:`distrl.encoders.MLPEncoder` with its head, or TorchRL's ``MLP``) is an
+A policy MLP (:class:`distrl.nn.encoders.MLPEncoder` with its head, or TorchRL's ``MLP``) is an
 ``nn.Sequential`` of ``Linear`` layers and activation modules; any other module makes
 :meth:`NumpyPolicy.supports` false and the actor keeps its torch policy. Image encoders are such
 modules: a policy over a conv torso always runs in torch (numpy has no fast convolution, and at
@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from distrl.activations import ACTIVATIONS
-from distrl.encoders import ImageEncoder
+from distrl.nn.activations import ACTIVATIONS
+from distrl.nn.encoders import ImageEncoder
 
-#: the numpy twin of each activation of :data:`distrl.models.ACTIVATIONS`, by name
+#: the numpy twin of each activation of :data:`distrl.nn.models.ACTIVATIONS`, by name
 _NUMPY = {
     "tanh": np.tanh,
     "relu": lambda h: np.maximum(h, 0.0),
@@ -86,7 +86,7 @@ class NumpyPolicy:
         return h
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample from ``softmax(logits(obs))`` by Gumbel-max (:func:`distrl.models.sample_actions`)."""
+        """Sample from ``softmax(logits(obs))`` by Gumbel-max (:func:`distrl.nn.models.sample_actions`)."""
         logits = self.logits(obs.numpy())
         B = logits.shape[0]
         # u in [0, 1): floor it at 1e-10 as sample_actions does (np.maximum: np.clip costs 6x more here)

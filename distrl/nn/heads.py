@@ -3,7 +3,7 @@
 A policy network ends in a tensor ``out [*B, width]``; its head says what that tensor means:
 
 * :class:`CategoricalHead` (discrete ``A`` actions): ``out`` is the logits ``[*B, A]``; actions
-  are int64 indices ``[*B]``, sampled by Gumbel-max (:func:`distrl.models.sample_actions`).
+  are int64 indices ``[*B]``, sampled by Gumbel-max (:func:`distrl.nn.models.sample_actions`).
 * :class:`GaussianHead` (a ``Box`` of ``A`` dims): ``out`` is ``cat(mean, log_std) [*B, 2A]``
   (:class:`GaussianParams` writes it); actions are float32 ``[*B, A]``.
 
@@ -12,7 +12,7 @@ Bounds, one treatment everywhere: the sampled action is clipped to the box **at 
 learner's log-probability is that of the unclipped sample, which is what the behaviour policy drew.
 This is the PPO/IMPALA MuJoCo habit (Schulman et al. 2017; SEED RL and sample-factory do the
 same): the log-probability stays exact and cheap, and the mean can sit at a bound. ``vecenv``'s
-:class:`distrl.policies.GaussianActorCritic` does the same; tanh-squashing is not offered.
+:class:`distrl.nn.policies.GaussianActorCritic` does the same; tanh-squashing is not offered.
 
 Why heads carry no parameters: the log-std lives in the policy tower (:class:`GaussianParams`),
 so everything that ships a policy (a state dict, a flat parameter vector, a checkpoint, an

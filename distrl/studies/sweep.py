@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from distrl.child_runs import child_env, stop_tree
-from distrl.stats import bootstrap_ci, iqm, median_iqr
+from distrl.studies.child_runs import child_env, stop_tree
+from distrl.studies.stats import bootstrap_ci, iqm, median_iqr
 
 
 def seed_command(recipe: str, seed: int, run_dir: Path, nproc: int, target: Optional[float],
@@ -151,7 +151,7 @@ def write_outputs(out: Path, results: Sequence[dict[str, Any]], title: str, comm
                                                indent=2, default=str))
     runs = [out / f"seed_{r['seed']}" for r in results if (out / f"seed_{r['seed']}" / "metrics.jsonl").is_file()]
     if runs:
-        from distrl.plots import plot_runs
+        from distrl.logging.plots import plot_runs
 
         plot_runs(runs, out / "curves.png", x="time", labels=[f"seed {p.name[5:]}" for p in runs])
     return agg
@@ -171,7 +171,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def make_parser():
-    from distrl.cli import OneLineParser, positive_int
+    from distrl.runtime.args import OneLineParser, positive_int
 
     p = OneLineParser(prog="distrl sweep", allow_abbrev=False, description=(
         "Run one recipe over several seeds, each with a fixed budget and no early stop, and report the\n"

@@ -2,7 +2,7 @@
 
 It is ``torchrun --standalone --nproc-per-node=N -m distrl.train ...`` with one difference:
 torchrun's own stores (the rendezvous and the one the ranks meet at) bind every interface,
-and here they bind 127.0.0.1 (:class:`distrl.network.LoopbackTCPStore` in this launcher
+and here they bind 127.0.0.1 (:class:`distrl.runtime.network.LoopbackTCPStore` in this launcher
 process); the ranks themselves listen on loopback in either launch (``prefer_loopback``).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import torch.distributed as dist
 
 import distrl
-from distrl.network import LoopbackTCPStore, loopback_interface
+from distrl.runtime.network import LoopbackTCPStore, loopback_interface
 
 
 def _strip_nproc(argv: list[str]) -> list[str]:

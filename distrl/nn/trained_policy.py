@@ -16,7 +16,7 @@ TorchRL policy does (``env.rollout(policy=...)``, a ``Collector``):
 The network is rebuilt from the run's ``net`` config (a config without ``net.encoder``, from before
 encoders, means ``auto``) and an observation shape read from the checkpoint itself, so a run on a
 user's env factory loads without building that env: an image encoder keeps its ``obs_shape`` as a
-buffer in the state dict (:mod:`distrl.encoders`); a flat observation's size is the first layer's
+buffer in the state dict (:mod:`distrl.nn.encoders`); a flat observation's size is the first layer's
 input features, as every older checkpoint has it. Image policies read the observation as the env
 gives it (uint8, bool or float ``[*B, C, H, W]``) and scale it inside the network.
 
@@ -42,7 +42,7 @@ from torch import nn
 from torchrl.data import Bounded, Categorical, Composite, OneHot, TensorSpec, Unbounded
 from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticActor, QValueActor
 
-from distrl.checkpoint import best_checkpoint_path, list_checkpoints, load_checkpoint, load_latest_checkpoint
+from distrl.runtime.checkpoint import best_checkpoint_path, list_checkpoints, load_checkpoint, load_latest_checkpoint
 from distrl.data import keys
 from distrl.envs import mock, partial  # noqa: F401  (distrl's own env ids resolve in a TorchRL GymEnv too)
 
@@ -120,8 +120,8 @@ def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_
 def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]:
     """The recipe's network with the checkpoint's weights: ``(model, num_actions or None, action_dim)``."""
     from distrl.config import NetConfig, from_dict
-    from distrl.models import ActorCritic, QNetwork
-    from distrl.policies import make_actor_critic
+    from distrl.nn.models import ActorCritic, QNetwork
+    from distrl.nn.policies import make_actor_critic
 
     recipe, algo = cfg["recipe"], cfg.get("algo", {})
     net = from_dict(NetConfig, cfg["net"])  # fields it lacks (encoder, before encoders) keep their defaults
@@ -153,7 +153,7 @@ def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]
 
 
 def _gaussian(state: dict, net, env_id: str) -> bool:
-    """Whether an actor-critic checkpoint's policy is a Gaussian (distrl/heads.py): its learned
+    """Whether an actor-critic checkpoint's policy is a Gaussian (distrl/nn/heads.py): its learned
     log-std vector is in the state dict, or (``net.log_std=state``: a head output, no parameter of its
     own) the training env's actions are a box."""
     if any(k.endswith(".log_std") for k in state):
@@ -218,7 +218,7 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
         module = TensorDictModule(model.policy, in_keys=[obs_key], out_keys=[keys.LOGITS])
         return ProbabilisticActor(module, in_keys=[keys.LOGITS], spec=spec, distribution_class=dist,
                                   default_interaction_type=interaction, return_log_prob=True)
-    if hasattr(model, "head"):  # impala, seed, sf, a3c: the policy writes cat(mean, log_std) (distrl/heads.py)
+    if hasattr(model, "head"):  # impala, seed, sf, a3c: the policy writes cat(mean, log_std) (distrl/nn/heads.py)
         module = TensorDictModule(nn.Sequential(model.policy, _LocScale(action_dim)), in_keys=[obs_key],
                                   out_keys=[keys.LOC, keys.SCALE])
         return ProbabilisticActor(module, in_keys=[keys.LOC, keys.SCALE], spec=spec,
@@ -252,7 +252,7 @@ def export_policy(run_dir: str | Path, out: str | Path, **kwargs) -> Path:
 
 def export_main(argv: list[str]) -> int:
     """``distrl export-policy RUN_DIR OUT.pt``: one line on stderr and status 2 on bad input."""
-    from distrl.cli import OneLineParser
+    from distrl.runtime.args import OneLineParser
 
     p = OneLineParser(prog="distrl export-policy",
                       description="Write a run's trained policy as a TorchRL actor module (torch.save of the whole "

@@ -9,7 +9,7 @@ Everything is checked before the first run starts (each recipe's config, env and
 are planned as ``distrl train`` plans them): bad input is one line on stderr and exit status 2. A
 run that fails is recorded as failed, with its log, and the comparison goes on; the exit status is
 then 1. ``DIR`` gets ``runs.jsonl`` (one record per run, as they finish), ``runs/<recipe>/seed_<n>``
-(run directories and logs), and ``compare.json``, ``compare.md`` and the PNGs (distrl/compare_report.py).
+(run directories and logs), and ``compare.json``, ``compare.md`` and the PNGs (distrl/studies/compare_report.py).
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class Entry:
 
 def nproc_option(text: str) -> int | dict[str, int]:
     """``--nproc``: ``N`` for every recipe, or ``recipe=N,...`` (the others keep their default)."""
-    from distrl.cli import positive_int
+    from distrl.runtime.args import positive_int
 
     if "=" not in text:
         return positive_int(text)
@@ -76,7 +76,7 @@ def nproc_option(text: str) -> int | dict[str, int]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from distrl.cli import OneLineParser
+    from distrl.runtime.args import OneLineParser
     from distrl.recipes import RECIPE_NAMES
 
     table = ", ".join(f"{k} {v}" for k, v in DEFAULT_NPROC.items())
@@ -129,9 +129,9 @@ def plan_entries(args: argparse.Namespace, out: Path, seed: int, target: Optiona
     """Each recipe planned as ``distrl train`` would plan its first run; ``ValueError`` (one line,
     naming the recipe) for a recipe given by name that cannot run, a skipped entry when every
     recipe was asked for."""
-    from distrl.cli import build_config, default_experiment
+    from distrl.cli.options import build_config, default_experiment
     from distrl.recipes import get_recipe
-    from distrl.runner import plan
+    from distrl.cli.runner import plan
 
     explicit = args.recipes is not None
     specs = [s.strip() for s in args.recipes.split(",")] if explicit else default_specs()
@@ -184,9 +184,9 @@ def _echo(line: str) -> None:
 def run_entries(entries: list[Entry], out: Path, seeds: list[int], target: Optional[float],
                 train_args: list[str]) -> None:
     """Run every (recipe, seed), one at a time, appending each record to ``runs.jsonl``."""
-    from distrl.child_runs import run_logged
-    from distrl.compare_report import hold_floor
-    from distrl.sweep import describe, seed_command, seed_result
+    from distrl.studies.child_runs import run_logged
+    from distrl.studies.compare_report import hold_floor
+    from distrl.studies.sweep import describe, seed_command, seed_result
 
     with open(out / "runs.jsonl", "a") as book:
         def record(rec: dict) -> None:
@@ -218,7 +218,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     """``distrl compare``; returns the exit status (0: every run finished, 1: some failed, 2: bad input)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = make_parser().parse_args(argv)
-    from distrl.sweep import parse_seeds
+    from distrl.studies.sweep import parse_seeds
 
     budget = args.budget_s if args.budget_s is not None or args.frames is not None else DEFAULT_BUDGET_S
     args.budget_s = budget
@@ -262,7 +262,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         except KeyboardInterrupt:
             print("[compare] interrupted: the report holds the runs that finished", file=sys.stderr, flush=True)
             interrupted = True
-    from distrl.compare_report import to_wandb, write_report
+    from distrl.studies.compare_report import to_wandb, write_report
 
     rows = write_report(out, meta)
     print((out / "compare.md").read_text(), flush=True)

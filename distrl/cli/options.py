@@ -4,8 +4,8 @@
 The recipe is a registered name or ``path/to/file.py:NAME`` (whatever :func:`distrl.recipes.recipe_module`
 loads; anything else is the usual one-line error). The config comes from an experiment function (a preset
 in the recipe's module, ``--experiment``), then the common options, then ``--set section.field=value``
-overrides, in that order. :class:`OneLineParser` (one-line errors, defaults in ``--help``) is the parser
-of every ``distrl`` subcommand.
+overrides, in that order. The parser is
+:class:`~distrl.runtime.args.OneLineParser` (one-line errors, defaults in ``--help``), every subcommand's.
 """
 from __future__ import annotations
 
@@ -15,47 +15,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 from distrl.recipes import RECIPE_NAMES, get_recipe, recipe_module, recipe_spec
 from distrl.config import Config, from_dict, override
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Descriptions as written (examples keep their lines), and ``(default: ...)`` after every option's
-    help, except where the help names its default itself or there is no value to show (``None``, an
-    off flag, an empty list: the help says what happens then)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if action.default is None or action.default is False or action.default == [] or "default" in text.lower():
-            return text
-        return super()._get_help_string(action)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr and exit status 2 (the usage text is behind
-    --help), and ``--help`` shows defaults (:class:`HelpFormatter`): the parser of every ``distrl``
-    subcommand."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
-
-
-def positive_int(text: str) -> int:
-    """argparse type of a count of at least 1 (``--nproc``): 0 or less is a usage error, never one process."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
+from distrl.runtime.args import OneLineParser, positive_int  # noqa: F401 (positive_int: part of this module's interface)
 
 
 def factory_recipes() -> list[str]:
@@ -128,7 +91,7 @@ def recipe_help(argv: list[str]) -> str:
     recipe = next((a for a in argv if a in RECIPE_NAMES or ".py:" in a), None)
     if recipe is None:
         return ""
-    from distrl.config_docs import format_fields
+    from distrl.cli.help import format_fields
 
     r = get_recipe(recipe)
     lines = [f"\n{recipe}: {r.description}", f"ranks: {r.layout}", "\nexperiments (--experiment NAME):"]

@@ -1,7 +1,7 @@
 """Observation encoders, chosen by ``net.encoder``: ``forward(obs [*B, *obs_shape]) -> [*B, out_features]``.
 
-Every network head (:class:`distrl.models.ActorCritic`, :class:`distrl.models.QNetwork`, the
-recurrent core, :mod:`distrl.policies`) starts with one. Each is a small named module with its
+Every network head (:class:`distrl.nn.models.ActorCritic`, :class:`distrl.nn.models.QNetwork`, the
+recurrent core, :mod:`distrl.nn.policies`) starts with one. Each is a small named module with its
 paper's layer list in its docstring. ``*B`` is any number of leading dims (``[B]``, ``[B, T]``):
 an image encoder flattens them into one batch for its convolutions and restores them after.
 
@@ -27,7 +27,7 @@ cleanrl's ``ppo_atari_envpool.py`` divides by 255 inside the network for the sam
 The image encoders use ReLU and their paper's widths and PyTorch's default initialisation;
 ``net.hidden`` and ``net.activation`` shape the mlp encoder only. Each image encoder keeps its
 ``obs_shape`` as an int64 buffer, so a checkpoint says what it was built for (read back by
-:mod:`distrl.trained_policy`); the mlp encoder keeps none, so its state dict is the one distrl
+:mod:`distrl.nn.trained_policy`); the mlp encoder keeps none, so its state dict is the one distrl
 always wrote.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from distrl.activations import ACTIVATIONS
+from distrl.nn.activations import ACTIVATIONS
 from distrl.config import NetConfig
 
 NATURE_MIN = 36  #: nature's smallest image side: 8x8 stride 4, 4x4 stride 2, 3x3 leave 1 pixel of 36

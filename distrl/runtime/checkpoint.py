@@ -106,7 +106,7 @@ def _write_atomic(final: Path, state: dict[str, Any]) -> Path:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        if "crash_before_rename" in os.environ.get("DISTRL_FAULT", ""):  # fault injection: distrl/faults.py
+        if "crash_before_rename" in os.environ.get("DISTRL_FAULT", ""):  # fault injection: distrl/runtime/faults.py
             os._exit(17)
         os.replace(tmp, final)
     except BaseException:  # a full disk, a state that cannot be pickled, an interrupt: no temp file stays

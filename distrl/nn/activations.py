@@ -1,8 +1,8 @@
 """The activations distrl's MLPs build with, by ``net.activation`` name, and the fast CPU tanh.
 
-Its own module so that both :mod:`distrl.encoders` (which builds the MLPs) and :mod:`distrl.models`
-(which builds the heads over them) import it without importing each other. ``distrl.models``
-re-exports both names: pickles of exported policies name ``distrl.models.Tanh``.
+Its own module so that both :mod:`distrl.nn.encoders` (which builds the MLPs) and :mod:`distrl.nn.models`
+(which builds the heads over them) import it without importing each other. ``distrl.nn.models``
+re-exports both names: pickles of exported policies name ``distrl.nn.models.Tanh``.
 """
 from __future__ import annotations
 

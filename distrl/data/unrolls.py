@@ -25,9 +25,9 @@ class GroupTrajectories:
         num_envs: ``B``; obs_shape: ``F`` (an int) or an image's ``(C, H, W)``; unroll_length: ``T``;
         obs_dtype: the observations' dtype (float32, or an image's uint8/bool, kept as it is).
         state_shape: ``S`` of one env's recurrent core state (``(4, H)`` for
-            :class:`~distrl.models_recurrent.RecurrentActorCritic`), or ``None`` for a feed-forward policy.
+            :class:`~distrl.nn.recurrent.RecurrentActorCritic`), or ``None`` for a feed-forward policy.
         action_shape, action_dtype: one env's action as the model's head gives it
-            (:mod:`distrl.heads`): ``()`` int64 for discrete actions, ``(A,)`` float32 for a Gaussian.
+            (:mod:`distrl.nn.heads`): ``()`` int64 for discrete actions, ``(A,)`` float32 for a Gaussian.
     """
 
     def __init__(self, num_envs: int, obs_shape: int | tuple[int, ...], unroll_length: int,

@@ -8,9 +8,9 @@ chunk from the core state stored at its start (:meth:`RecurrentActorCritic.unrol
 A core state is one tensor ``[*B, 4, H]`` (``h`` and ``c`` of both towers stacked) so that the server gathers,
 resets and scatters it with plain indexing, and a chunk carries it as one entry.
 
-Discrete or continuous actions, as :class:`distrl.models.ActorCritic`: the policy's output ``out``
-is read by ``head`` (:mod:`distrl.heads`): logits ``[*B, A]``, or a Gaussian's ``cat(mean, log_std)
-[*B, 2A]`` written by a :class:`distrl.heads.GaussianParams` after the policy head's linear layer.
+Discrete or continuous actions, as :class:`distrl.nn.models.ActorCritic`: the policy's output ``out``
+is read by ``head`` (:mod:`distrl.nn.heads`): logits ``[*B, A]``, or a Gaussian's ``cat(mean, log_std)
+[*B, 2A]`` written by a :class:`distrl.nn.heads.GaussianParams` after the policy head's linear layer.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from torch import nn
 
 from distrl.config import NetConfig
 from distrl.data.keys import CORE_STATE  # noqa: F401  (re-exported: the key a chunk's state travels under)
-from distrl.encoders import MLPEncoder, as_shape, make_encoder, resolve_encoder
-from distrl.heads import GaussianParams, make_head
-from distrl.obs_norm import ObsNorm as RunningNorm
+from distrl.nn.encoders import MLPEncoder, as_shape, make_encoder, resolve_encoder
+from distrl.nn.heads import GaussianParams, make_head
+from distrl.nn.obs_norm import ObsNorm as RunningNorm
 
 
 class _Tower(nn.Module):
@@ -51,7 +51,7 @@ class RecurrentActorCritic(nn.Module):
     (``obs_norm`` is None): the encoder scales uint8 by 1/255, and per-pixel statistics would be
     noise on pixels that are almost always 0.
 
-    Separate towers, as :class:`distrl.models.ActorCritic` has separate MLPs: with one shared
+    Separate towers, as :class:`distrl.nn.models.ActorCritic` has separate MLPs: with one shared
     core, the value loss (returns up to ~1/(1-gamma)) dominated the clipped gradient and the
     policy did not learn even the memoryless toy env (measured; see docs/seed.md). A core state
     is ``[*B, 4, H]``: ``(h, c)`` of the policy tower, then of the value tower.
@@ -89,7 +89,7 @@ class RecurrentActorCritic(nn.Module):
 
     def tower_parameters(self) -> list[list[nn.Parameter]]:
         """The policy tower's parameters (with its head), then the value tower's; over an image
-        torso, the torso's first, as a group of its own (as :func:`distrl.models.tower_groups`)."""
+        torso, the torso's first, as a group of its own (as :func:`distrl.nn.models.tower_groups`)."""
         policy_head = [*self.policy_head.parameters(), *(self.gaussian.parameters() if self.gaussian is not None else ())]
         towers = [[*self.pi.parameters(), *policy_head],
                   [*self.v.parameters(), *self.value_head.parameters()]]

@@ -5,7 +5,7 @@ The input is ``runs.jsonl`` in the output folder, one record per launched run (r
 processes, run directory, log, exit status, wall and CPU seconds) or per skipped recipe, and each
 run directory's ``summary.json`` and ``metrics.jsonl``. :func:`recipe_row` folds a recipe's seeds
 into one row: medians over seeds, the time to target as the sweep reports it
-(:func:`distrl.sweep.aggregate`), lag histograms summed. A figure a recipe does not record is
+(:func:`distrl.studies.sweep.aggregate`), lag histograms summed. A figure a recipe does not record is
 ``None``, never a zero.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from distrl.stats import median_iqr
-from distrl.sweep import aggregate, seed_result
+from distrl.studies.stats import median_iqr
+from distrl.studies.sweep import aggregate, seed_result
 
 #: the seed's comparison table: recipe -> (architecture, year, actor side (where inference runs),
 #: learner side, sync or async, best for), translated from its Chinese
@@ -193,7 +193,7 @@ def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def write_plots(out: Path, rows: Sequence[dict[str, Any]]) -> list[Path]:
     """Return against wall time and against frames, fps bars, lag histograms: the PNGs written."""
-    from distrl.plots import plot_bars, plot_histograms, plot_metric
+    from distrl.logging.plots import plot_bars, plot_histograms, plot_metric
 
     ran = [r for r in rows if r["status"] != "skipped" and any(x["finished"] for x in r["runs"])]
     groups = {r["recipe"]: [x["run_dir"] for x in r["runs"] if x["finished"]] for r in ran}

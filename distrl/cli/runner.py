@@ -22,15 +22,15 @@ from typing import Callable, Optional
 import torch
 
 from distrl.recipes import get_recipe
-from distrl.checkpoint import DamagedCheckpoints
+from distrl.runtime.checkpoint import DamagedCheckpoints
 from distrl.recipes.base import Recipe, RoleContext
 from distrl.config import Config, override
 from distrl.recipes import RECIPE_NAMES
 from distrl.envs.gym import check_env_id, is_factory
-from distrl.job import job_id
-from distrl.network import prefer_loopback
-from distrl import faults
-from distrl.supervisor import supervise
+from distrl.runtime.job import job_id
+from distrl.runtime.network import prefer_loopback
+from distrl.runtime import faults
+from distrl.runtime.supervisor import supervise
 from distrl.transport.local import LocalHub
 
 
@@ -42,7 +42,7 @@ class Plan:
     cfg: Config
     roles: dict[int, str]
     world_size: int  #: processes (1 = everything in this one)
-    job: str = ""  #: this launch's id (distrl.job), written to the run directory's job_id
+    job: str = ""  #: this launch's id (distrl.runtime.job), written to the run directory's job_id
 
     @property
     def run_dir(self) -> Path:
@@ -86,7 +86,7 @@ def check_run_dir(p: Plan) -> None:
     and its metrics mixed in); ``--resume`` continues it instead.
 
     Every rank checks, so all of them stop before the group forms. A directory whose ``job_id``
-    is this job's (:func:`distrl.job.job_id`) was just prepared by this job's rank 0, which
+    is this job's (:func:`distrl.runtime.job.job_id`) was just prepared by this job's rank 0, which
     passed the check; any other job's run, whatever torchrun was given, is refused."""
     if p.cfg.run.resume or not (p.run_dir / "config.json").exists():
         return
@@ -132,7 +132,7 @@ def run(p: Plan, rank: int = 0) -> int:
         _prepare_run_dir(p)
     if p.world_size == 1:
         return _exit_status(_run_local, p)
-    prefer_loopback()  # one machine: TensorPipe and gloo listen on 127.0.0.1 only (distrl/network.py)
+    prefer_loopback()  # one machine: TensorPipe and gloo listen on 127.0.0.1 only (distrl/runtime/network.py)
     role = p.roles[rank]
     body = _run_collective if p.recipe.group == "collective" else run_rpc
     return supervise(lambda: _exit_status(body, p, rank), rank, role, critical=role in p.recipe.critical_roles,
@@ -203,7 +203,7 @@ def _run_collective(p: Plan, rank: int) -> Optional[dict]:
 
     import torch.distributed as dist
 
-    from distrl.models import resolve_device
+    from distrl.nn.models import resolve_device
 
     backend = "nccl" if resolve_device(p.cfg.run.device).type == "cuda" else "gloo"
     if backend == "nccl":  # one GPU per rank, chosen before NCCL binds its communicator to a device

@@ -1,7 +1,7 @@
 """Actor-critics for PPO with one interface over discrete and continuous actions.
 
-Both classes build their policy and value towers as :class:`distrl.models.ActorCritic` does
-(:func:`distrl.models.actor_critic_towers`: separate MLPs for flat observations, one conv torso for
+Both classes build their policy and value towers as :class:`distrl.nn.models.ActorCritic` does
+(:func:`distrl.nn.models.actor_critic_towers`: separate MLPs for flat observations, one conv torso for
 images) and expose the four calls an on-policy learner makes:
 
 * ``act(obs [*B, *obs_shape]) -> (action, log_prob [*B])``: sample, in the rollout (no grad);
@@ -21,10 +21,10 @@ import torch
 from torch import nn
 
 from distrl.config import NetConfig
-from distrl.encoders import as_shape
-from distrl.heads import gaussian_entropy, gaussian_log_prob
-from distrl.obs_norm import ObsNorm  # noqa: F401  (re-exported: its home before distrl.obs_norm)
-from distrl.models import ActorCritic, actor_critic_towers, greedy_actions, sample_actions, shared_torso
+from distrl.nn.encoders import as_shape
+from distrl.nn.heads import gaussian_entropy, gaussian_log_prob
+from distrl.nn.obs_norm import ObsNorm  # noqa: F401  (re-exported: its home before distrl.nn.obs_norm)
+from distrl.nn.models import ActorCritic, actor_critic_towers, greedy_actions, sample_actions, shared_torso
 
 
 

@@ -1,6 +1,6 @@
 """Actor-critic and Q networks over any observation, and the fast action sampling every actor uses.
 
-Each network starts with an encoder (:mod:`distrl.encoders`, chosen by ``net.encoder``):
+Each network starts with an encoder (:mod:`distrl.nn.encoders`, chosen by ``net.encoder``):
 
 * ``mlp`` (flat observations): separate policy and value MLPs, each the encoder's layers with a
   linear head appended (``policy.0/2/4``, ``value.0/2/4``: the state dict distrl always wrote);
@@ -8,7 +8,7 @@ Each network starts with an encoder (:mod:`distrl.encoders`, chosen by ``net.enc
   sample-factory share it: the torso is computed once for both in ``forward``.
 
 How a policy's output becomes actions (Gumbel-max over logits, or a Gaussian) is its ``head``:
-:mod:`distrl.heads` (``sample_actions`` and ``greedy_actions`` live there and are re-exported here).
+:mod:`distrl.nn.heads` (``sample_actions`` and ``greedy_actions`` live there and are re-exported here).
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from typing import Sequence
 import torch
 from torch import nn
 
-# re-exported: modules import them from here, and pickles of exported policies name distrl.models.Tanh
-from distrl.activations import ACTIVATIONS, Tanh  # noqa: F401
+# re-exported: modules import them from here, and pickles of exported policies name distrl.nn.models.Tanh
+from distrl.nn.activations import ACTIVATIONS, Tanh  # noqa: F401
 from distrl.config import NetConfig
-from distrl.encoders import MLPEncoder, as_shape, make_encoder, resolve_encoder
-from distrl.heads import GaussianParams, greedy_actions, make_head, sample_actions  # noqa: F401  (re-exported)
-from distrl.obs_norm import ObsNorm
+from distrl.nn.encoders import MLPEncoder, as_shape, make_encoder, resolve_encoder
+from distrl.nn.heads import GaussianParams, greedy_actions, make_head, sample_actions  # noqa: F401  (re-exported)
+from distrl.nn.obs_norm import ObsNorm
 
 
 class TorsoHead(nn.Module):
@@ -117,13 +117,13 @@ def wants_obs_norm(obs_shape: Sequence[int], continuous: bool, net: NetConfig) -
 
 class ActorCritic(nn.Module):
     """A policy and a value over one observation encoder (:func:`actor_critic_towers`), for
-    discrete or continuous actions: ``head`` (:mod:`distrl.heads`) says what the policy's output is.
+    discrete or continuous actions: ``head`` (:mod:`distrl.nn.heads`) says what the policy's output is.
 
     ``forward(obs [*B, *obs_shape]) -> (out [*B, head.width], value [*B, 1])``, ``out`` the logits
     ``[*B, A]`` (``num_actions`` set) or a Gaussian's ``cat(mean, log_std) [*B, 2A]``
     (``num_actions=None``, ``action_dim=A``); ``policy(obs)`` and ``value(obs)`` are the two towers
     as modules. With observation normalisation (:func:`wants_obs_norm`) both towers start with one
-    shared :class:`distrl.obs_norm.ObsNorm` (``obs_norm``; None without). ``obs_shape`` may be an
+    shared :class:`distrl.nn.obs_norm.ObsNorm` (``obs_norm``; None without). ``obs_shape`` may be an
     int ``F`` (``(F,)``).
     """
 
