@@ -29,7 +29,7 @@ from distrl.data.wire import payload_nbytes
 from distrl.recipes.apex.actor import ApexActor
 from distrl.recipes.apex.recipe import atari
 from distrl.data.transitions import unpack_frame_transitions
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.replay.frame_store import FrameReplayStore
 from distrl.replay.sum_tree import SumTreeSampler
 from distrl.transport.local import LocalHub

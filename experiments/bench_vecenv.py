@@ -43,41 +43,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-
-from distrl.recipes.base import RoleContext  # noqa: E402
-from distrl.config import Config, override  # noqa: E402
-from distrl.recipes.vecenv.recipe import default  # noqa: E402
-from experiments.measure import Rate, Yardstick, one_thread, timed, train as train_command, trained_fps  # noqa: E402
-
-
-class Meter:
-    """Something that steps: ``step()`` does ``frames`` env-steps, with ``threads`` torch threads.
-    Measured in short windows, round robin with the other meters, so a burst of load from other
-    jobs hits every row alike."""
-
-    def __init__(self, name: str, step, frames: int, close=lambda: None, threads: int = 1):
-        self.name, self.step, self.frames, self.close, self.threads = name, step, frames, close, threads
-        self.windows: list[Rate] = []
-
-    def _step(self) -> int:
-        self.step()
-        return self.frames
-
-    def window(self, seconds: float, warmup: int = 0) -> None:
-        """One window of ``seconds`` after ``warmup`` steps left out; ``seconds == 0``: warm-up only."""
-        torch.set_num_threads(self.threads)
-        try:
-            rate = timed(self._step, seconds, warmup)
-        finally:
-            torch.set_num_threads(1)
-        if seconds:
-            self.windows.append(rate)
-
-    @property
-    def best(self) -> tuple[float, float]:
-        """The least disturbed window: highest wall rate, highest CPU rate."""
-        return max(w.wall for w in self.windows), max(w.cpu for w in self.windows)
+from distrl.config import Config, override
+from distrl.envs.torch_envs import make_torch_env
+from distrl.recipes.base import RoleContext
+from distrl.recipes.vecenv.learner import VecEnvLearner
+from distrl.recipes.vecenv.recipe import default
+from experiments.kit.measure import Meter, one_thread, round_robin
+from experiments.kit.runs import train as train_command, trained_fps
+from experiments.kit.yardstick import Yardstick
 
 
 def raw_env(num_envs: int, compile_dynamics: bool = False) -> Meter:

@@ -13,7 +13,7 @@ from tensordict import TensorDict
 from torch.nn.utils import parameters_to_vector
 
 from distrl.recipes import get_recipe
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.config import override
 from distrl.data import keys
 from distrl.recipes.a3c.worker import A3CWorker

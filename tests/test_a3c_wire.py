@@ -15,7 +15,8 @@ from distrl.data import keys
 from distrl.recipes.a3c import recipe as a3c
 from distrl.recipes.a3c.parameter_server import ParameterServer
 from distrl.recipes.a3c.worker import A3CWorker
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
+from references import slow_a3c_loss
 from test_a3c_units import make_server  # noqa: F401  (the fixture, used by name)
 
 ROLES = {0: "parameter_server", 1: "worker", 2: "worker"}

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl.recipes.apex.recipe import default as default_config
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.config import override
 from distrl.data import keys
 from distrl.replay.store import SamplesPerInsertLimiter

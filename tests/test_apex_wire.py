@@ -15,7 +15,7 @@ from distrl.envs.gym import env_info
 from distrl.nn.models import QNetwork
 from distrl.recipes.apex.recipe import default as default_config, minatar
 from distrl.data.transitions import FINAL, OFFSET, pack_transitions, unpack_transitions
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.config import override
 from distrl.replay.client import ShardedReplayClient
 from distrl.replay.server import ReplayServer

@@ -117,7 +117,7 @@ def test_resume_drops_the_rows_past_the_checkpoint(tmp_path, keep_sigterm):
     """A run checkpoints at 100 frames, reports up to 300 and is killed (a torn last line); the
     resumed run restores 100 frames: its rows follow on from 100 in metrics.jsonl and in the CSV
     backend's files, and the killed run's later rows are kept aside."""
-    from distrl.recipes.base import RoleContext
+    from distrl.runtime.context import RoleContext
     from distrl.roles.session import LearnerSession
 
     cfg = override(get_recipe("impala").default_config(), **{"run.logger": "csv", "run.run_dir": str(tmp_path)})

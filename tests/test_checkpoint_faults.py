@@ -15,7 +15,7 @@ from distrl.runtime.checkpoint import (DamagedCheckpoints, checkpoint_dir, list_
                                resume_checkpoint, save_best, save_checkpoint)
 from distrl.cli.options import experiment_config
 from distrl.config import override
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.recipes.impala.recipe import default as default_config
 from distrl.roles.session import LearnerSession
 

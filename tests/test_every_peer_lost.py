@@ -35,7 +35,7 @@ def kill_times(tmp_path: Path) -> dict[int, float]:
 
 def test_should_stop_alone_notices_every_peer_lost_after_the_grace(tmp_path, capsys):
     from distrl.cli.options import build_config, make_parser
-    from distrl.recipes.base import RoleContext
+    from distrl.runtime.context import RoleContext
     from distrl.roles.session import LearnerSession
     from distrl.transport.local import LocalHub
 
@@ -85,7 +85,7 @@ def test_every_apex_actor_lost_stops_though_a_replay_shard_lives(tmp_path, capsy
     """The recipe's source roles (``Recipe.source_roles``): Ape-X's actors make the experience, so
     losing all of them stops the run while its replay shard still answers."""
     from distrl.cli.options import build_config, make_parser
-    from distrl.recipes.base import RoleContext
+    from distrl.runtime.context import RoleContext
     from distrl.roles.session import LearnerSession
     from distrl.transport.local import LocalHub
 
@@ -97,7 +97,9 @@ def test_every_apex_actor_lost_stops_though_a_replay_shard_lives(tmp_path, capsy
     for p in peers.values():
         p.serve("ping", lambda td: None)
     roles = {0: "learner", 1: "replay", 2: "actor", 3: "actor"}
-    session = LearnerSession(RoleContext(cfg, hub.endpoint(0), 0, roles, tmp_path))
+    from distrl.recipes import get_recipe
+
+    session = LearnerSession(RoleContext(cfg, hub.endpoint(0), 0, roles, tmp_path, get_recipe("apex")))
     try:
         assert session.sources == [2, 3]
         peers[2].close()

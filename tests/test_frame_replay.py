@@ -15,7 +15,7 @@ from distrl.data.wire import payload_nbytes
 from distrl.recipes.apex.recipe import default as default_config
 from distrl.data.transitions import (STACKS, pack_transitions, unpack_frame_transitions,
                                              unpack_transitions)
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.replay.frame_store import FrameReplayStore
 from distrl.replay.server import ReplayServer
 from distrl.replay.sum_tree import SumTreeSampler

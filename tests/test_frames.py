@@ -142,7 +142,7 @@ def test_the_impala_learner_rebuilds_an_actors_frame_stacks_across_messages(tmp_
     each message chains to the one the reply acknowledged, and the queue holds the stacks exactly."""
     from distrl.config import override
     from distrl.data.compact import FRAMES_ACK, FrameSender
-    from distrl.recipes.base import RoleContext
+    from distrl.runtime.context import RoleContext
     from distrl.recipes.impala import recipe as impala
     from distrl.recipes.impala.actor import wire_message
     from distrl.recipes.impala.learner import ImpalaLearner

@@ -13,7 +13,7 @@ from distrl.data.compact import BOOTSTRAP, FINAL, FINAL_INDEX
 from distrl.data.wire import payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.recipes.impala import recipe as impala
 from distrl.recipes.impala.actor import ImpalaActor, wire_message
 from distrl.recipes.impala.learner import ImpalaLearner

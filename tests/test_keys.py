@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from distrl.recipes import get_recipe
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.config import override
 from distrl.data import keys
 from distrl.recipes.impala.actor import ImpalaActor

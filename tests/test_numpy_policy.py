@@ -75,7 +75,7 @@ def test_a_network_it_cannot_run_is_refused():
 
 def test_the_impala_actor_acts_through_it():
     from distrl.recipes import get_recipe
-    from distrl.recipes.base import RoleContext
+    from distrl.runtime.context import RoleContext
     from distrl.recipes.impala.actor import ImpalaActor
     from distrl.transport.local import LocalHub
 

@@ -171,7 +171,7 @@ def test_learner_sigkill_stops_the_job_and_a_restart_resumes(tmp_path, jobs):
 def _in_process_learner(args: list[str]):
     """An impala learner built in this process from ``args`` (its ``--run-dir`` and ``--resume``
     decide what it restores), on an in-process transport; returns it and a closer."""
-    from distrl.recipes.base import RoleContext
+    from distrl.runtime.context import RoleContext
     from distrl.cli.options import build_config, make_parser
     from distrl.recipes.impala.learner import ImpalaLearner
     from distrl.transport.local import LocalHub

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.recipes.impala.recipe import default as default_config
 from distrl.config import override
 from distrl.replay.store import ReplayStore

@@ -13,7 +13,7 @@ import distrl
 from distrl.config import Config, RunConfig, TransportConfig
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.replay.client import Inserter
 from distrl.replay.config import ReplayConfig
 from distrl.replay.server import INSERT_N, INSERT_PROBED, ReplayServer

@@ -6,7 +6,7 @@ import signal
 
 import torch
 
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.recipes.impala.recipe import default as default_config
 from distrl.config import override
 from distrl.roles.session import LearnerSession

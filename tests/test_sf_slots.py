@@ -18,7 +18,7 @@ from distrl.config import override
 from distrl.data import keys
 from distrl.logging.timing import TimeBudget
 from distrl.recipes import get_recipe
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.recipes.sf import doorbell as bell
 from distrl.recipes.sf.recipe import debug
 from distrl.recipes.sf.slots import SlotError, SlotPool

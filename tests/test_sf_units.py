@@ -17,7 +17,7 @@ from tensordict import TensorDict
 
 from distrl.algorithms.appo import appo_loss, vtrace_pg_advantage
 from distrl.recipes import get_recipe
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.config import override
 from distrl.data import keys, shm
 from distrl.recipes.sf.recipe import debug

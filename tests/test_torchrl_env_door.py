@@ -169,7 +169,7 @@ def test_apex_actor_cuts_transitions_from_the_collector_path(tmp_path):
     """apex's actors share ``make_env_runner``: its n-step transitions come out of a factory env
     with the keys its learner reads (a full apex run on TOY_VECTOR learns too: about 40 s)."""
     from distrl.recipes import get_recipe
-    from distrl.recipes.base import RoleContext
+    from distrl.runtime.context import RoleContext
     from distrl.config import override
     from distrl.recipes.apex.actor import ApexActor
     from distrl.transport.local import LocalHub

@@ -18,7 +18,7 @@ from torchrl.envs import GymEnv, SerialEnv, StepCounter, TransformedEnv
 
 import distrl
 from conftest import read_summary
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.runtime.checkpoint import save_checkpoint
 from distrl.cli.options import experiment_config
 from distrl.config import override

@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl.recipes import get_recipe
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.config import override
 from distrl.data import keys
 from distrl.recipes.sf.recipe import debug

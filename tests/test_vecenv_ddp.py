@@ -101,7 +101,7 @@ def _worker(out: Path) -> None:
     import torch.distributed as dist
 
     from distrl.recipes import get_recipe
-    from distrl.recipes.base import RoleContext
+    from distrl.runtime.context import RoleContext
     from distrl.config import override
     from distrl.recipes.vecenv.learner import VecEnvLearner
 

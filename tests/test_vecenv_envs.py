@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from distrl.recipes import get_recipe
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.config import override
 from distrl.envs.batched import (
     GymVectorEnv, NativeEnv, TorchRLEnv, evaluate_greedy, gym_serial_env, load_factory, make_batched_env,

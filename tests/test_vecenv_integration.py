@@ -55,7 +55,7 @@ def test_resume_restores_model_optimizer_and_counters(tmp_path, training):
     import torch
 
     from distrl.recipes import get_recipe
-    from distrl.recipes.base import RoleContext
+    from distrl.runtime.context import RoleContext
     from distrl.config import override
     from distrl.recipes.vecenv.learner import VecEnvLearner
 

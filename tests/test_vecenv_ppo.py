@@ -15,7 +15,7 @@ from tensordict import TensorDict
 
 from distrl.algorithms.ppo import gae, normalize_advantage, ppo_loss, ppo_update
 from distrl.recipes import get_recipe
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.config import NetConfig, override
 from distrl.data import keys
 from distrl.nn.policies import CategoricalActorCritic, GaussianActorCritic

@@ -23,7 +23,7 @@ import torch
 
 from distrl.recipes import get_recipe
 from distrl.runtime.checkpoint import DamagedCheckpoints
-from distrl.recipes.base import Recipe, RoleContext
+from distrl.runtime.context import Recipe, RoleContext
 from distrl.config import Config, override
 from distrl.recipes import RECIPE_NAMES
 from distrl.envs.gym import check_env_id, is_factory
@@ -145,7 +145,7 @@ def _run_local(p: Plan) -> Optional[dict]:
     roles = []
     for rank, name in p.roles.items():
         endpoints[rank].serve("ping", _ping)
-        roles.append(p.recipe.builders[name](RoleContext(p.cfg, endpoints[rank], rank, p.roles, p.run_dir)))
+        roles.append(p.recipe.builders[name](RoleContext(p.cfg, endpoints[rank], rank, p.roles, p.run_dir, p.recipe)))
     errors: dict[int, BaseException] = {}
 
     def body(rank: int) -> None:
@@ -183,7 +183,7 @@ def run_rpc(p: Plan, rank: int) -> Optional[dict]:
     transport = RpcTransport.from_env(timeout=t.call_timeout_s, init_timeout=t.init_timeout_s,
                                       num_threads=t.num_threads, role_names=p.roles)
     transport.serve("ping", _ping)
-    role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, transport, rank, p.roles, p.run_dir))
+    role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, transport, rank, p.roles, p.run_dir, p.recipe))
     try:
         if faults.due("never_start", rank, 0):
             faults.record("never_start", rank, 0)
@@ -210,7 +210,7 @@ def _run_collective(p: Plan, rank: int) -> Optional[dict]:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=p.cfg.transport.init_timeout_s))
     try:
-        role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, None, rank, p.roles, p.run_dir))
+        role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, None, rank, p.roles, p.run_dir, p.recipe))
         return role.run()
     finally:
         dist.destroy_process_group()

@@ -98,3 +98,10 @@ def sequence_prev(B: int, T: int, first: Optional[torch.Tensor] = None) -> torch
     prev = torch.arange(B * T).view(B, T) - 1
     prev[:, 0] = -1 if first is None else first
     return prev.reshape(-1)
+
+
+def gather_stacks(frames: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``[*I, *F]`` stacks of ``frames [M, *F]`` at ``ids [*I]`` (int64; ``-1``: a zero frame)."""
+    out = frames[ids.clamp_min(0).to(frames.device)]
+    out[ids < 0] = 0
+    return out

@@ -173,3 +173,6 @@ LOSS = "loss"
 TD_ERROR = "td_error"
 #: the mean ``Q(s, a)`` ``[]`` of a replayed batch's actions, from Ape-X's loss
 Q_MEAN = "q_mean"
+#: an inserted transition's ``[K]`` frame indices of its observation and of its bootstrap observation
+#: (Ape-X's frame replay: the frames are stored once, the stacks rebuilt at sampling)
+OBS_FRAMES, NEXT_FRAMES = "obs_frames", "next_frames"

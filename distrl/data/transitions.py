@@ -12,7 +12,7 @@ step would cost two 400-byte images. :func:`pack_transitions` sends instead:
 - per transition, what the window cannot give back: the action (``uint8`` when it fits),
   ``nstep_return``, ``bootstrap_discount``, the priority and ``bootstrap_offset = last - t``
   (``uint8``), where ``last`` is the step whose next observation the target bootstraps from
-  (:func:`distrl.algorithms.apex.nstep_returns`); and ``policy_version`` once for the message.
+  (:func:`distrl.algorithms.estimators.nstep_returns`); and ``policy_version`` once for the message.
 
 An episode that *terminated* sends no final observation: its transitions bootstrap with discount 0,
 so the target never reads it, and :func:`unpack_transitions` stores zeros there. Untrained
@@ -34,7 +34,8 @@ from tensordict import TensorDict
 
 from distrl.data import keys
 from distrl.data.frames import check_index, pack_stacks, sequence_prev
-from distrl.replay.frame_store import NEXT_FRAMES, OBS_FRAMES, gather_stacks
+from distrl.data.frames import gather_stacks
+from distrl.data.keys import NEXT_FRAMES, OBS_FRAMES
 
 #: the observation after the window's last step; truncated episodes' final observations and their
 #: flat indices; each transition's offset ``last - t`` to its bootstrap step
@@ -51,7 +52,7 @@ def pack_transitions(window: TensorDict, nstep_return: torch.Tensor, discount: t
         window: ``[B, W]`` steps with ``observation [B, W, *F]``, ``action [B, W]`` and ``("next",
             observation/terminated/truncated)``; ``observation[:, t + 1]`` must be step ``t``'s next
             observation wherever the episode went on (as an env runner steps them).
-        nstep_return, discount, last: ``[B, T']`` from :func:`~distrl.algorithms.apex.nstep_returns`.
+        nstep_return, discount, last: ``[B, T']`` from :func:`~distrl.algorithms.estimators.nstep_returns`.
         priority: ``[B * T']`` initial raw priorities, in the transitions' flat order.
         version: the policy version that acted.
         frames: observations ``[B, W, K, *F]`` are stacks of ``K`` frames: send each frame once.

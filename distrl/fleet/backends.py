@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from distrl.recipes import get_recipe
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.config import Config
 from distrl.transport.local import LocalHub
 
@@ -42,8 +42,9 @@ class LocalFleet:
         self.hub = LocalHub(len(roles), run_cfg.transport.num_threads)
         self.ends = [self.hub.endpoint(r, cfg.call_timeout_s) for r in roles]
         self.transport = self.ends[0]
-        build = get_recipe(run_cfg.recipe).builders["actor"]
-        self.actors = {r: build(RoleContext(run_cfg, self.ends[r], r, roles, Path("."))) for r in roles if r}
+        recipe = get_recipe(run_cfg.recipe)
+        self.actors = {r: recipe.builders["actor"](RoleContext(run_cfg, self.ends[r], r, roles, Path("."), recipe))
+                       for r in roles if r}
         self.errors: dict[int, BaseException] = {}
         self.threads: list[threading.Thread] = []
 

@@ -19,7 +19,8 @@ from typing import Mapping, Optional
 class MetricsWriter:
     """Writes one JSON line per :meth:`write` and forwards scalars to the chosen backend."""
 
-    def __init__(self, run_dir: Path, backend: str, exp_name: str, config: dict, wandb_id: Optional[str] = None):
+    def __init__(self, run_dir: Path, backend: str, exp_name: str, config: dict, wandb_id: Optional[str] = None,
+                 recipe_name: Optional[str] = None):
         self.path = Path(run_dir) / "metrics.jsonl"
         self._file = open(self.path, "a", buffering=1)
         self.backend = backend
@@ -30,10 +31,8 @@ class MetricsWriter:
             os.environ.setdefault("WANDB_SILENT", "true")
             from torchrl.record.loggers import WandbLogger
 
-            from distrl.recipes import recipe_name
-
             run = config.get("run", {})
-            recipe = recipe_name(config["recipe"]) if config.get("recipe") else None
+            recipe = recipe_name or config.get("recipe") or None  # the short name: W&B's group and tag
             self._logger = WandbLogger(
                 exp_name=run.get("wandb_name") or exp_name, offline=os.environ["WANDB_MODE"] == "offline",
                 save_dir=str(run_dir), project=run.get("wandb_project") or "distrl", id=wandb_id, config=config,

@@ -19,7 +19,6 @@ from distrl.config import Config
 from distrl.envs.atari import frame_skip
 from distrl.logging.metrics import MetricsWriter
 from distrl.logging.timing import BudgetBook
-from distrl.recipes import recipe_name
 
 
 def _duration(seconds: float) -> str:
@@ -35,8 +34,10 @@ def _duration(seconds: float) -> str:
 class RunTracker:
     """Counts frames, episodes, updates and policy lag; decides when to stop; reports."""
 
-    def __init__(self, cfg: Config, run_dir: Path, roles: Mapping[int, str], writer: Optional[MetricsWriter]):
+    def __init__(self, cfg: Config, run_dir: Path, roles: Mapping[int, str], writer: Optional[MetricsWriter],
+                 name: str = ""):
         self.cfg, self.run_dir, self.roles, self.writer = cfg, Path(run_dir), dict(roles), writer
+        self.name = name or str(cfg.recipe)  #: the recipe's short name, the progress line's prefix
         #: frames the learner trained on (the stop rule's, the rates' and summary.json's frames);
         #: frames it received and did not train on are counted apart, in ``frames_dropped``
         self.env_frames = 0
@@ -199,7 +200,7 @@ class RunTracker:
         ret = f"{self.return_mean_100:7.1f}" if self.returns else "    n/a"
         done, left = self.progress()
         print(
-            f"[{recipe_name(self.cfg.recipe)}] frames {self.env_frames:>10,} | fps {fps:>8,.0f} | return {ret} "
+            f"[{self.name}] frames {self.env_frames:>10,} | fps {fps:>8,.0f} | return {ret} "
             f"({len(self.returns)} ep) | lag {self.lag_mean:.2f}/{self.lag_max} | updates {self.updates:,} "
             f"| {self.wall_s:6.1f}s | {done:4.0%} eta {_duration(left)}",
             flush=True,

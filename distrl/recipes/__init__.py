@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from distrl.recipes.base import Recipe, RoleContext
+from distrl.runtime.context import Recipe, RoleContext
 from distrl.recipes.files import is_file_spec, load_file, split_spec
 
 RECIPE_NAMES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg))

@@ -1,4 +1,8 @@
-"""Recipes: the rank-to-role table of one architecture plus its default config.
+"""What recipes build with: :func:`role` (a role class imported only on the rank that plays it), the run
+settings presets share, the action-space checks. :class:`Recipe` and :class:`RoleContext` live in
+:mod:`distrl.runtime.context` (lower layers receive them) and are re-exported here.
+
+Recipes: the rank-to-role table of one architecture plus its default config.
 
 A recipe holds no training loop. It says which role each rank plays for a given world size,
 checks that the world size and config fit before any process group starts (one ``ValueError``
@@ -6,38 +10,11 @@ line naming the layout it needs), and names the role classes the runner builds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol
-
 from distrl.config import Config
+from distrl.runtime.context import Recipe, Role, RoleContext, RoleFactory
 
-if TYPE_CHECKING:  # an annotation only: the command line (--help, --print-config, one-line errors) needs
-    from distrl.transport.base import Transport  # no transport, and importing one costs torch and tensordict
-
-
-@dataclass(frozen=True)
-class RoleContext:
-    """What a role is given: its config, its endpoint, the rank table, the run directory."""
-
-    cfg: Config
-    transport: Optional[Transport]  #: None for "collective" recipes, which use torch.distributed
-    rank: int
-    roles: Mapping[int, str]  #: rank -> role name, for the whole (possibly in-process) group
-    run_dir: Path
-
-    def ranks_of(self, role: str) -> list[int]:
-        return [r for r, name in sorted(self.roles.items()) if name == role]
-
-
-class Role(Protocol):
-    """A long-lived object on one rank: serves methods in ``__init__``, owns its loop in ``run``."""
-
-    def run(self) -> Optional[dict]:
-        """Run until the job ends; the learner returns the run summary, other roles ``None``."""
-
-
-RoleFactory = Callable[[RoleContext], Role]
+__all__ = ["Recipe", "Role", "RoleContext", "RoleFactory", "role", "ATARI_RUN", "MUJOCO_ENVS", "MUJOCO_RUN",
+           "require_discrete_actions", "check_action_space"]
 
 
 def role(path: str) -> RoleFactory:
@@ -55,56 +32,6 @@ def role(path: str) -> RoleFactory:
     build.__qualname__ = f"role({path!r})"
     build.target = path  # for tests and error messages: what this builder will import
     return build
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """One architecture as data. ``roles_for(world_size)`` lists each rank's role."""
-
-    name: str
-    description: str  #: one line for ``--help``
-    layout: str  #: the rank table in words, quoted by errors
-    min_world_size: int  #: smallest torchrun world size that fills every role (1 is always allowed: local)
-    roles_for: Callable[[int], list[str]]
-    builders: Mapping[str, RoleFactory]
-    default_config: Callable[[], Config]
-    local_world_size: Callable[[Config], int]  #: in-process ranks when launched at world size 1
-    check_config: Callable[[Config], None] = lambda cfg: None  #: recipe-specific checks (env type...)
-    #: how ranks talk: "rpc" (roles call each other through the transport) or "collective"
-    #: (every rank runs the same loop and all-reduces, torch.distributed's default process group)
-    group: str = "rpc"
-    #: roles the job cannot go on without: if one dies the job stops (or torchrun restarts it);
-    #: any other role that dies is logged and the job goes on without it
-    critical_roles: frozenset = frozenset({"learner"})
-    #: roles whose ranks make the learner's experience: when every one of them is lost (for
-    #: ``run.peer_grace_s``) the learner stops with ``all_peers_lost``, though ranks of other roles
-    #: (SF's inference, Ape-X's replay shards) live on; empty: every other rank
-    source_roles: frozenset = frozenset()
-    #: for a rank table that depends on the config (apex's replay shard count): replaces
-    #: ``roles_for`` and ``min_world_size`` when set
-    roles_for_config: Optional[Callable[[int, Config], list[str]]] = None
-    min_world_size_for: Optional[Callable[[Config], int]] = None
-    #: whether ``--env module:function`` (a user's TorchRL env) works: actors that act locally collect
-    #: through TorchRL's Collector, policy-free env workers step it as a vector env (torchrl_vector.py)
-    takes_env_factory: bool = False
-
-    def rank_table(self, world_size: int, cfg: Config) -> dict[int, str]:
-        """Rank -> role for a launch of ``world_size`` processes (1 means one process, local)."""
-        if world_size < 1:
-            raise ValueError(f"world size must be >= 1, got {world_size}")
-        need = self.min_world_size_for(cfg) if self.min_world_size_for else self.min_world_size
-        if world_size == 1:
-            world_size = self.local_world_size(cfg)
-        elif world_size < need:
-            raise ValueError(
-                f"recipe {self.name!r} cannot run on {world_size} processes: it needs {self.layout} "
-                f"(world size 1, or at least {need})"
-            )
-        roles = self.roles_for_config(world_size, cfg) if self.roles_for_config else self.roles_for(world_size)
-        unknown = sorted(set(roles) - set(self.builders))
-        if unknown:
-            raise ValueError(f"recipe {self.name!r} names roles it cannot build: {unknown}")
-        return dict(enumerate(roles))
 
 
 #: The run settings every recipe's ``atari`` preset shares (``ALE/*`` ids pick it by themselves).

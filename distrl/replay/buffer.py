@@ -66,7 +66,7 @@ class ReplayServiceBuffer:
         behind one buffer, over the ``local`` transport: ranks 1..R are the shards, rank 0 this
         buffer. ``samples_per_insert > 0`` turns on each shard's rate limiter, as in ``apex``."""
         from distrl.config import Config, RunConfig, TransportConfig
-        from distrl.recipes.base import RoleContext
+        from distrl.runtime.context import RoleContext
         from distrl.replay.config import ReplayConfig
         from distrl.replay.server import ReplayServer
         from distrl.transport.local import LocalHub

@@ -27,19 +27,12 @@ import torch
 from tensordict import TensorDictBase
 
 from distrl.data import keys
+from distrl.data.frames import gather_stacks
+from distrl.data.keys import NEXT_FRAMES, OBS_FRAMES
 from distrl.replay.store import ReplayStore, layout_of
 
-#: an inserted transition's ``[K]`` frame indices of its observation and of its bootstrap observation
-OBS_FRAMES, NEXT_FRAMES = "obs_frames", "next_frames"
 #: where :meth:`FrameReplayStore.sample` puts the stacks they index
 STACK_OF = {OBS_FRAMES: keys.OBSERVATION, NEXT_FRAMES: keys.NEXT_OBSERVATION}
-
-
-def gather_stacks(frames: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """``[*I, *F]`` stacks of ``frames [M, *F]`` at ``ids [*I]`` (int64; ``-1``: a zero frame)."""
-    out = frames[ids.clamp_min(0).to(frames.device)]
-    out[ids < 0] = 0
-    return out
 
 
 class FrameReplayStore(ReplayStore):

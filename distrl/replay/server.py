@@ -48,7 +48,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl.runtime import faults
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.data.transitions import (is_frames, is_packed, packed_count, unpack_frame_transitions,

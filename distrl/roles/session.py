@@ -26,14 +26,12 @@ from distrl.runtime import faults, supervisor
 from distrl.runtime.checkpoint import list_checkpoints, resume_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
 from distrl.data import keys
 from distrl.envs.gym import env_info, evaluate, is_factory
-from distrl.recipes import recipe_name
 from distrl.logging.metrics import MetricsWriter, wandb_run_id
 from distrl.logging.timing import TimeBudget
 from distrl.logging.tracker import RunTracker
 from distrl.logging.plots import plot_run_curves
 from distrl.nn.models import clip_towers, resolve_device
-from distrl.recipes import get_recipe
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.transport.base import PeerLostError, TransportError
 
 PING_INTERVAL_S = 0.25
@@ -77,15 +75,16 @@ class LearnerSession:
         self.device = resolve_device(self.cfg.run.device)
         self.run_dir = Path(ctx.run_dir)
         self._wandb_id = wandb_run_id(self.run_dir) if self.cfg.run.logger == "wandb" else None
-        writer = MetricsWriter(self.run_dir, self.cfg.run.logger, self.run_dir.name, self.cfg.to_dict(), self._wandb_id)
-        self.tracker = RunTracker(self.cfg, self.run_dir, ctx.roles, writer)
+        writer = MetricsWriter(self.run_dir, self.cfg.run.logger, self.run_dir.name, self.cfg.to_dict(), self._wandb_id,
+                              recipe_name=ctx.recipe_name)
+        self.tracker = RunTracker(self.cfg, self.run_dir, ctx.roles, writer, name=ctx.recipe_name)
         self.stop_reason: Optional[str] = None
         #: set once the loop has stopped: the one stop signal every handler of the learner reads
         #: (a reply then says ``stop``; Sample Factory mirrors it into its shared memory)
         self.stopping = threading.Event()
         # Peers to watch: the other ranks a transport reaches (collective recipes have none).
         self.peers = [r for r in ctx.roles if r != ctx.rank] if ctx.transport is not None else []
-        sources = get_recipe(self.cfg.recipe).source_roles
+        sources = ctx.recipe.source_roles if ctx.recipe is not None else frozenset()
         #: the ranks whose loss, all of them, stops the run (``all_peers_lost``): the recipe's source roles
         self.sources = [r for r in self.peers if not sources or ctx.roles.get(r) in sources]
         self._pings: dict[int, tuple[float, Future]] = {}
@@ -391,7 +390,7 @@ class LearnerSession:
         summary = self.tracker.summary(reason, eval_returns, extra)
         best = self.tracker.best_eval
         if best is not None and eval_returns and summary["eval_return_mean"] < best["return_mean"]:
-            print(f"[{recipe_name(self.cfg.recipe)}] the last policy evaluates at {summary['eval_return_mean']:.1f}, below the best "
+            print(f"[{self.ctx.recipe_name}] the last policy evaluates at {summary['eval_return_mean']:.1f}, below the best "
                   f"{best['return_mean']:.1f} (at {best['env_frames']:,} frames): that one is checkpoints/best.pt",
                   flush=True)
         if self.tracker.writer is not None:
@@ -402,6 +401,6 @@ class LearnerSession:
         if self.cfg.run.logger != "none":
             plot_run_curves(self.run_dir, self.cfg.recipe)
         ev = summary["eval_return_mean"]
-        print(f"[{recipe_name(self.cfg.recipe)}] done ({reason}): {summary['env_frames']:,} frames in {summary['wall_s']:.1f}s "
+        print(f"[{self.ctx.recipe_name}] done ({reason}): {summary['env_frames']:,} frames in {summary['wall_s']:.1f}s "
               f"= {summary['fps']:,.0f} fps, eval return {ev}, summary in {self.run_dir / 'summary.json'}", flush=True)
         return summary

@@ -31,7 +31,7 @@ from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.nn.models import QNetwork
 from distrl.recipes.apex.learner import ApexLearner
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.recipes.seed.inference import InferenceServer
 from distrl.replay.client import Inserter
 from distrl.roles.epsilon_greedy import EpsilonGreedyHead, QPolicy, env_ladder

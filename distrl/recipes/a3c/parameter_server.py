@@ -41,7 +41,7 @@ from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.roles.board import ParameterBoard
 from distrl.roles.session import LearnerSession
 

@@ -32,7 +32,7 @@ from torch.nn.utils import vector_to_parameters
 
 from distrl.runtime import faults
 from distrl.algorithms.a3c import a3c_loss
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic

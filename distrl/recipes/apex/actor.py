@@ -27,7 +27,7 @@ from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.nn.models import QNetwork
 from distrl.data.transitions import pack_transitions, unpack_transitions
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.replay.client import Inserter
 from distrl.roles.env_runner import make_env_runner
 from distrl.transport.base import TransportError

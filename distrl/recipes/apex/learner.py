@@ -31,7 +31,7 @@ from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.nn.models import QNetwork
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.replay.client import ShardedReplayClient
 from distrl.roles.board import ParameterBoard
 from distrl.roles.session import LearnerSession

@@ -18,7 +18,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl.runtime import faults
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.data import keys
 from distrl.data.compact import FRAMES_ACK, FRAMES_SEQ, FrameSender, pack_trajectory
 from distrl.envs.gym import env_info

@@ -19,7 +19,7 @@ from tensordict import TensorDict
 
 from distrl.runtime import faults
 from distrl.algorithms.impala import impala_loss
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.data import keys
 from distrl.data.compact import FRAMES_ACK, FRAMES_SEQ, FrameReceiver
 from distrl.data.wire import WireMeter, payload_nbytes

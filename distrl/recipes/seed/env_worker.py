@@ -30,7 +30,7 @@ from tensordict import TensorDict
 
 from distrl.runtime import faults
 from distrl.data.frame_stream import StackSender
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.envs.gym import as_obs, env_info, final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget
 from distrl.roles.env_recovery import EnvRecovery

@@ -29,7 +29,7 @@ from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
 from distrl.nn.recurrent import RecurrentActorCritic, UnrolledCore
 from distrl.nn.obs_norm import batch_moments, find_obs_norm
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.recipes.seed.inference import InferenceServer
 from distrl.roles.rows import RowQueue
 from distrl.roles.session import LearnerSession

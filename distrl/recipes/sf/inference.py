@@ -29,7 +29,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl.runtime.affinity import pin_rank
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.data import keys, shm
 from distrl.envs.gym import env_info
 from distrl.logging.timing import TimeBudget

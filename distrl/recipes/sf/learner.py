@@ -38,7 +38,7 @@ from distrl.data import keys, shm
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.recipes.sf import doorbell as doorbells
 from distrl.recipes.sf.slots import STOP as STOP_FLAG, SlotPool, publish_params, rollout_layout
 from distrl.roles.rows import RowQueue

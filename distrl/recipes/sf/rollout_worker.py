@@ -39,7 +39,7 @@ from tensordict import TensorDict
 
 from distrl.runtime import faults
 from distrl.runtime.affinity import pin_rank
-from distrl.recipes.base import RoleContext
+from distrl.runtime.context import RoleContext
 from distrl.data import keys, shm
 from distrl.envs.gym import final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget

@@ -28,8 +28,8 @@ from tensordict import TensorDict
 
 from distrl.runtime import faults
 from distrl.envs.atari import eval_epsilon
-from distrl.algorithms.ppo import UPDATE_STATS, gae, normalize_advantage, ppo_update, world_size
-from distrl.recipes.base import RoleContext
+from distrl.algorithms.estimators import gae
+from distrl.runtime.context import RoleContext
 from distrl.envs.batched import NativeEnv, TorchRLEnv, evaluate_greedy, make_batched_env
 from distrl.envs.torchrl_env import action_encoding
 from distrl.logging.timing import TimeBudget
