@@ -1,6 +1,6 @@
 """Benchmark: A3C against A2C on CartPole-v1, the same launch with ``algo.sync`` off and on.
 
-    python experiments/bench_a3c.py [--seeds 0-4] [--max-time-s 120] [--nproc 3] [--out runs/bench_a3c]
+    python -m experiments.bench_a3c [--seeds 0-4] [--max-time-s 120] [--nproc 3] [--out runs/bench_a3c]
                                     [--modes a3c a2c] [--collector-frames 150000] [--set algo.lr=3e-4 ...]
 
 Each mode is a seed sweep (:mod:`distrl.studies.sweep`, what ``launch/sweep.py`` runs): one ``torchrun
@@ -10,7 +10,7 @@ greedy evaluation) and what A3C adds from each seed's ``summary.json``: stalenes
 gradients dropped, updates per second (over the whole run), trained frames/s. Seeds run one at
 a time (they share the machine's cores).
 
-Speed is timed as ``experiments/measure.py`` says: TorchRL's layouts of ``experiments/baselines.py``
+Speed is timed as ``experiments/kit/measure.py`` says: TorchRL's layouts of ``experiments/kit/yardstick.py``
 and the env-only limit before the sweeps, TorchRL's best layout again after them (the higher
 figure is the one to beat); each seed's trained frames/s is ``fps_running`` (wall clock, from the
 server's first applied gradient to its last, the frames of dropped gradients left out), and each
@@ -24,12 +24,9 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from distrl.studies.sweep import aggregate, run_sweep, write_outputs  # noqa: E402
-from experiments.measure import Yardstick  # noqa: E402
-from distrl.studies.sweep import parse_seeds  # noqa: E402
+from distrl.studies.sweep import aggregate, parse_seeds, run_sweep, write_outputs
+from experiments.kit.runs import ROOT
+from experiments.kit.yardstick import Yardstick
 
 EXPERIMENT = {"a3c": "default", "a2c": "a2c"}
 

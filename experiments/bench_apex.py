@@ -1,7 +1,7 @@
 """Benchmark: the Ape-X learner's sampling rate with 1 and 2 replay shards, and its env frames/s
 against TorchRL's best collector layout and the env-only limit.
 
-    python experiments/bench_apex.py [--seconds 40] [--actors 2] [--collector-frames 150000]
+    python -m experiments.bench_apex [--seconds 40] [--actors 2] [--collector-frames 150000]
 
 Runs ``torchrun launch/train.py apex --env CartPole-v1`` twice in one invocation, with
 ``algo.shards=1`` (learner + 1 shard + actors) and ``algo.shards=2`` (one more process), the rate
@@ -9,7 +9,7 @@ limiter off (``algo.samples_per_insert=0``) so the learner samples as fast as it
 the learner's samples/s and updates/s (per wall-clock second of the learner's whole run), the env
 frames/s and where the learner's time went (waiting for samples against updating).
 
-Timed as ``experiments/measure.py`` says: TorchRL's layouts of ``experiments/baselines.py`` and
+Timed as ``experiments/kit/measure.py`` says: TorchRL's layouts of ``experiments/kit/yardstick.py`` and
 the env-only limit before the runs, the best layout again after them (the higher figure is the one
 to beat). Ape-X trains on what its replay holds, so its frames are the env frames its actors stored
 there: ``fps_running`` of ``summary.json``, wall clock from the learner's first batch of them to
@@ -18,13 +18,9 @@ its last, as TorchRL's layouts are timed from their first batch.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # distrl from this checkout, installed or not
-
-from experiments.measure import Yardstick, train, trained_fps  # noqa: E402
+from experiments.kit.runs import train, trained_fps
+from experiments.kit.yardstick import Yardstick
 
 
 def main() -> None:

@@ -1,14 +1,14 @@
 """Benchmark: agent steps/s and frames/s of every recipe on ALE/Pong-v5 with the Nature and the IMPALA
 network, beside TorchRL's best collector layout, Sample Factory 2, the env-only limit and the ideal.
 
-    python experiments/bench_atari.py [--seconds 120] [--nets nature,impala] [--recipes sf,impala,...]
+    python -m experiments.bench_atari [--seconds 120] [--nets nature,impala] [--recipes sf,impala,...]
         [--torchrl-seconds 30] [--ideal-seconds 5] [--skip-sf2] [--skip-torchrl] [--out runs/bench_atari]
         [--nproc sf=4,apex=4] [--sf2-layouts 0,1,2] [--sf2-venv .venv-sf2]
 
 All in one invocation (compare ratios within one run: the machines are shared), per network:
 
 (d) the ideal: CPU microseconds per agent step of each stage alone on one torch thread
-    (``measure.timed``, CPU clock of this process, its ale-py threads included): the env (ale-py's
+    (``experiments.kit.measure.timed``, CPU clock of this process, its ale-py threads included): the env (ale-py's
     ``AtariVectorEnv`` of 16 envs, one thread, random actions), inference (the recipes'
     ``ActorCritic`` policy forward + Gumbel-max sampling, ``no_grad``, batch 256 uint8) and training
     (``sf``'s own APPO loss, ``distrl.algorithms.appo.appo_loss`` with the ``atari`` preset's
@@ -18,11 +18,13 @@ All in one invocation (compare ratios within one run: the machines are shared), 
     ideal agent steps/s = cores / (env + inference + train) seconds. A shared VM's speed drifts
     10-40% over minutes, so the stages are timed at the start, just before every recipe and after
     the last: the table's "of ideal" divides by each stage's cheapest timing in the run
-    (:func:`cheapest`, the harshest ideal), "of the ideal timed around it" by the mean of the
-    timings just before and just after that recipe (:func:`around`, the machine while it ran);
+    (``experiments.kit.measure.cheapest``, the harshest ideal), "of the ideal timed around it" by
+    the mean of the timings just before and just after that recipe (``around``, the machine while
+    it ran);
 (c) the env-only limit: ``cores`` processes each stepping ``AtariVectorEnv(16, 1 thread)``, and one
-    ``AtariVectorEnv(16 x cores, cores threads)``, random actions, no policy; the higher is the limit;
-(a) TorchRL collecting with the same policy in each layout (``experiments/torchrl_atari.py``, ``cores``
+    ``AtariVectorEnv(16 x cores, cores threads)``, random actions, no policy; the higher is the limit
+    (``experiments/kit/pong.py``);
+(a) TorchRL collecting with the same policy in each layout (``experiments/kit/pong.py``, ``cores``
     workers with one torch thread each), timed from its first batch; then the ale-py layouts with
     a PPO update in this process per batch (``ClipPPOLoss`` + GAE, one pass of minibatches of 256,
     new weights to the workers): the ratios use the best training figure (TorchRL+PPO);
@@ -38,75 +40,31 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import os
-import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import torch
 
+from distrl.algorithms.appo import appo_loss
+from distrl.data import keys
+from distrl.nn.models import clip_towers, sample_actions
+from distrl.recipes.sf.recipe import atari
+from distrl.recipes.sf.slots import rollout_layout
 from experiments import sf2_atari
-from experiments.bench_sf import budget_lines
-from experiments.measure import one_thread, timed, train
-from experiments.torchrl_atari import (
-    ACTIONS,
-    ENV_ID,
-    ENVS,
-    OBS,
-    SKIP,
-    model,
-    torchrl_layouts,
-    vector_env,
-)
+from experiments.kit.measure import around, cheapest, cores, fmt_ratio, ideal_fps, one_thread, timed
+from experiments.kit.pong import ACTIONS, ENV_ID, ENVS, OBS, SKIP, env_only, model, torchrl_layouts, vector_env
+from experiments.kit.runs import ROOT, budget_lines, train
 
 RECIPES = ("sf", "impala", "seed", "a3c", "apex", "vecenv")
 NPROC = {"sf": 4, "impala": 3, "seed": 3, "a3c": 3, "apex": 4, "vecenv": 1}
 SF2_NET = {"nature": (), "impala": ("--encoder_conv_architecture", "resnet_impala")}
 
 
-def cores() -> int:
-    """Cores this process may run on."""
-    return len(os.sched_getaffinity(0))
-
-
-def ideal_fps(us: dict[str, float], n_cores: int) -> float:
-    """Agent steps/s if ``n_cores`` did nothing but each stage's work: cores / (sum of us per step)."""
-    return n_cores * 1e6 / sum(us.values())
-
-
-def cheapest(*timings: dict[str, dict]) -> dict[str, dict]:
-    """Each stage's cheapest timing (by CPU us) among runs of :func:`stage_costs`: on a shared VM a
-    stage timed once for a few seconds drifts 10-40% (1,047-1,465 ideal agent steps/s on one day),
-    so the stages are timed before and after the recipes and the fastest kept, the harsher ideal."""
-    return {k: min((t[k] for t in timings), key=lambda c: c["cpu_us"]) for k in timings[0]}
-
-
-def around(before: dict[str, dict], after: dict[str, dict]) -> dict[str, float]:
-    """Each stage's mean CPU us of the timings just before and just after one recipe's run: the
-    machine's speed while it ran, on a VM whose speed drifts 10-40% over a benchmark's minutes."""
-    return {k: (before[k]["cpu_us"] + after[k]["cpu_us"]) / 2 for k in before}
-
-
-def fmt_ratio(x: float) -> str:
-    """``"1.23x"``, or ``"n/a"`` when the reference was not measured."""
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.2f}x"
-
-
 # ---- (d) the ideal ----------------------------------------------------------------------------
 
 def stage_costs(net: str, seconds: float) -> dict[str, dict]:
     """CPU and wall us per agent step of env, inference and training, each alone on one thread."""
-    import numpy as np
-    import torch
-
-    from distrl.algorithms.appo import appo_loss
-    from distrl.data import keys
-    from distrl.nn.models import clip_towers, sample_actions
-    from distrl.recipes.sf.recipe import atari
-    from distrl.recipes.sf.slots import rollout_layout
-
     one_thread()
     env, rng = vector_env(ENVS, 1), np.random.default_rng(0)
     acts = rng.integers(0, ACTIONS, size=(64, ENVS))
@@ -147,40 +105,6 @@ def stage_costs(net: str, seconds: float) -> dict[str, dict]:
     passes = {"train": algo.num_epochs}  # each agent step is trained on num_epochs times
     return {k: {"cpu_us": r.us_per_frame("cpu") * passes.get(k, 1), "wall_us": r.us_per_frame("wall") * passes.get(k, 1)}
             for k, r in rates.items()}
-
-
-# ---- (c) the env-only limit --------------------------------------------------------------------
-
-def _env_steps(n: int, threads: int, seconds: float) -> float:
-    import numpy as np
-
-    env = vector_env(n, threads)
-    acts = np.random.default_rng(0).integers(0, ACTIONS, size=(64, n))
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        env.step(acts[steps % 64])
-        steps += 1
-    rate = steps * n / (time.perf_counter() - start)
-    env.close()
-    return rate
-
-
-def _env_worker(seconds: float, q) -> None:
-    q.put(_env_steps(ENVS, 1, seconds))
-
-
-def env_only(n_cores: int, seconds: float) -> dict[str, float]:
-    """Agent steps/s (wall) of ``n_cores`` processes x 1 thread, and of 1 process x ``n_cores`` threads."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_env_worker, args=(seconds, q)) for _ in range(n_cores)]
-    for p in procs:
-        p.start()
-    total = sum(q.get(timeout=seconds + 120) for _ in procs)
-    for p in procs:
-        p.join()
-    return {f"{n_cores} processes x AtariVectorEnv({ENVS}, 1 thread)": total,
-            f"1 process x AtariVectorEnv({ENVS * n_cores}, {n_cores} threads)": _env_steps(ENVS * n_cores, n_cores, seconds)}
 
 
 # ---- the recipes, the table, the plot ------------------------------------------------------------
@@ -240,9 +164,9 @@ def plot(results: dict, path: Path) -> None:
     """Horizontal bars of agent steps/s per network (grey: limits, orange: TorchRL, green: SF2,
     blue: distrl's recipes), each labelled with its fraction of the ideal (the dashed line); a log
     axis, as the env-only limit is 4-40x every trained rate."""
-    import matplotlib
+    import matplotlib  # here, not at the top: the backend is set before pyplot loads, and only a plot pays
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # files only: no display on a cluster node
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 

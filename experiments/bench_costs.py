@@ -1,10 +1,10 @@
 """Benchmark: the CPU cost of one frame in each stage of an IMPALA-style pipeline, and the ceiling
 on training fps that those costs put on a machine with ``--cores`` cores.
 
-    python experiments/bench_costs.py [--cores 2] [--envs 32,128,256] [--seconds 3]
+    python -m experiments.bench_costs [--cores 2] [--envs 32,128,256] [--seconds 3]
 
 Each stage runs alone on one thread (``torch.set_num_threads(1)``), one after another, one call
-left out, then called for ``--seconds`` of wall time (``experiments/measure.py``'s ``timed``):
+left out, then called for ``--seconds`` of wall time (``experiments/kit/measure.py``'s ``timed``):
 
 - ``env``: gymnasium ``SyncVectorEnv(B)`` stepped with pre-sampled actions (no policy);
 - ``actor``: distrl's :class:`~distrl.roles.env_runner.EnvRunner` unrolling with the 2x64 policy in numpy
@@ -21,28 +21,22 @@ only lower it). The script prints that ceiling beside the env-only one (``cores 
 from __future__ import annotations
 
 import argparse
-import sys
 from types import SimpleNamespace
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # distrl from this checkout, installed or not
+import numpy as np
+import torch
 
-from experiments.measure import Rate, one_thread, timed  # noqa: E402
+from distrl.algorithms.impala import impala_loss
+from distrl.data import keys
+from distrl.envs.gym import make_vector_env
+from distrl.nn.models import ActorCritic, clip_towers
+from distrl.nn.numpy_policy import NumpyPolicy
+from distrl.roles.env_runner import EnvRunner
+from experiments.kit.measure import Rate, ideal_fps, one_thread, timed
 
 
 def stage_costs(B: int, T: int, seconds: float) -> dict[str, Rate]:
     """Each stage's :class:`Rate` (frames by wall and CPU time), ``B`` envs, unrolls of ``T`` steps."""
-    import numpy as np
-    import torch
-
-    from distrl.algorithms.impala import impala_loss
-    from distrl.data import keys
-    from distrl.envs.gym import make_vector_env
-    from distrl.nn.models import ActorCritic, clip_towers
-    from distrl.nn.numpy_policy import NumpyPolicy
-    from distrl.roles.env_runner import EnvRunner
-
     one_thread()
     env = make_vector_env("CartPole-v1", B, 0)
     actions = np.random.default_rng(0).integers(0, 2, size=(64, B))
@@ -97,8 +91,8 @@ def main() -> None:
         c = stage_costs(B, args.unroll, args.seconds)
         cpu = {k: r.us_per_frame("cpu") for k, r in c.items()}
         cell = lambda k: f"{cpu[k]:.2f} ({c[k].us_per_frame('wall'):.2f})"  # noqa: E731
-        env_ceiling = args.cores / cpu["env"] * 1e6
-        train_ceiling = args.cores / (cpu["actor"] + cpu["learn"]) * 1e6
+        env_ceiling = ideal_fps({"env": cpu["env"]}, args.cores)
+        train_ceiling = ideal_fps({"actor": cpu["actor"], "learn": cpu["learn"]}, args.cores)
         print(f"{B:>5} {args.unroll:>4} {cell('env'):>16} {cell('actor'):>16} {cell('learn'):>16} "
               f"{env_ceiling:>15,.0f}/s {train_ceiling:>12,.0f}/s", flush=True)
 

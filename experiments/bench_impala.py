@@ -1,12 +1,12 @@
 """Benchmark: IMPALA's training fps against TorchRL's best collector layout collecting alone,
 and against the env-only limit.
 
-    python experiments/bench_impala.py [--frames 1500000] [--collector-frames 150000]
+    python -m experiments.bench_impala [--frames 1500000] [--collector-frames 150000]
                                        [--variant FIELD=V,FIELD=V ...]
 
 All in one invocation on this machine, with the same 2x64 policy MLP on CartPole-v1, timed as
-``experiments/measure.py`` says (one thread a process; wall clock from the first batch on):
-1. TorchRL's collectors in every layout of ``experiments/baselines.py`` (collecting only), and
+``experiments/kit/measure.py`` says (one thread a process; wall clock from the first batch on):
+1. TorchRL's collectors in every layout of ``experiments/kit/yardstick.py`` (collecting only), and
    the env-only limit (2 processes stepping ``SyncVectorEnv(256)`` with random actions);
 2. ``torchrun --nproc-per-node=3 launch/train.py impala`` training for ``--frames`` frames
    (learner + 2 actors), and each ``--variant``: trained frames/s from ``summary.json``'s
@@ -17,13 +17,9 @@ All in one invocation on this machine, with the same 2x64 policy MLP on CartPole
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # distrl from this checkout, installed or not
-
-from experiments.measure import Yardstick, train, trained_fps  # noqa: E402
+from experiments.kit.runs import train, trained_fps
+from experiments.kit.yardstick import Yardstick
 
 
 def main() -> None:

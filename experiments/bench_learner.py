@@ -1,34 +1,31 @@
 """Benchmark: the cost of one APPO learner update (sf's) on its default ``[64, 32]`` CartPole
 batch, whole and by part, and what each of distrl's replacements saves against the stock call.
 
-    python experiments/bench_learner.py [--batch 64] [--unroll 32] [--repeats 200]
+    python -m experiments.bench_learner [--batch 64] [--unroll 32] [--repeats 200]
 
 One process, one thread, in this order (compare within one run: the machines are shared); every
-figure is the median wall time of one call after ten left out (``experiments/measure.py``'s
+figure is the median wall time of one call after ten left out (``experiments/kit/measure.py``'s
 ``median_wall_ms``: a median, so a burst of load from other jobs moves it less than a mean):
 1. the update as sf's learner makes it (loss, backward, per-tower clip, Adam), and its parts;
 2. the stock calls beside distrl's: ``nn.Tanh`` against :class:`distrl.nn.models.Tanh` (the MLP
-   forward), TorchRL's ``vtrace_advantage_estimate`` against :func:`distrl.algorithms.impala.vtrace_targets`,
+   forward), TorchRL's ``vtrace_advantage_estimate`` against :func:`distrl.algorithms.estimators.vtrace_targets`,
    ``Adam`` with its CPU default (a Python loop over the tensors) against ``fused=True``.
 """
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 from tensordict import TensorDict
 from torch import nn
+from torchrl.objectives.value.functional import vtrace_advantage_estimate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from distrl.algorithms.appo import appo_loss  # noqa: E402
-from distrl.algorithms.impala import vtrace_targets  # noqa: E402
-from distrl.recipes.sf.recipe import SFConfig  # noqa: E402
-from distrl.data import keys  # noqa: E402
-from distrl.nn.models import ActorCritic, Tanh, clip_towers  # noqa: E402
-from experiments.measure import median_wall_ms as median_ms, one_thread  # noqa: E402
+from distrl.algorithms.appo import appo_loss
+from distrl.algorithms.estimators import vtrace_targets
+from distrl.data import keys
+from distrl.nn.models import ActorCritic, Tanh, clip_towers
+from distrl.recipes.sf.recipe import SFConfig
+from experiments.kit.measure import median_wall_ms as median_ms, one_thread
 
 
 def cartpole_batch(B: int, T: int, g: torch.Generator) -> TensorDict:
@@ -83,8 +80,6 @@ def main() -> None:
                 if isinstance(m, Tanh):
                     mlp[i] = nn.Tanh()
         print(f"  MLP forward, nn.Tanh {median_ms(lambda: stock(obs), args.repeats):.2f} | distrl Tanh {ours:.2f}")
-        from torchrl.objectives.value.functional import vtrace_advantage_estimate
-
         lp, lm = -torch.rand(args.batch, args.unroll, 1, generator=g), -torch.rand(args.batch, args.unroll, 1, generator=g)
         v, vn = torch.randn(args.batch, args.unroll, 1, generator=g), torch.randn(args.batch, args.unroll, 1, generator=g)
         r, d = batch[keys.REWARD], batch[keys.DONE]

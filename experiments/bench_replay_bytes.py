@@ -1,6 +1,6 @@
 """Bytes per transition of an Ape-X replay shard's store filled with real Atari transitions.
 
-    python experiments/bench_replay_bytes.py [--transitions 200000] [--env ALE/Pong-v5]
+    python -m experiments.bench_replay_bytes [--transitions 200000] [--env ALE/Pong-v5]
 
 Real frames: one Ape-X actor of the ``atari`` preset (8 envs of ale-py's C++ ``AtariVectorEnv``,
 unrolls of 64, n = 3) steps the game with uniformly random actions, and its own transition-cutting

@@ -1,6 +1,6 @@
 """Benchmark: the pure-torch prioritized sampler against an independent brute-force sampler, one core.
 
-    python experiments/bench_sampler.py [--capacity 1048576] [--batch 512] [--seconds 3]
+    python -m experiments.bench_sampler [--capacity 1048576] [--batch 512] [--seconds 3]
 
 Each step samples a batch of ``--batch`` indices with their importance weights and writes new
 priorities for them (what an Ape-X learner does per update), on ``--capacity`` items that all
@@ -17,7 +17,7 @@ hold a priority, with one torch thread. Rows, one after another:
 - the whole TorchRL ``ReplayBuffer`` path with ``SumTreeSampler`` (index sampling plus gathering
   the items from a ``LazyTensorStorage`` of CartPole transitions).
 
-Timed by ``experiments/measure.py``'s ``timed``: one step left out, then three windows of
+Timed by ``experiments/kit/measure.py``'s ``timed``: one step left out, then three windows of
 ``--seconds / 3``, the median window printed by both clocks, samples per wall-clock second and
 per CPU-second of this process. The acceptance bar is 500,000 samples/s for the sampler, judged
 per CPU-second of the one core (on a shared machine the wall figure is lower by the share of the
@@ -27,18 +27,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # distrl from this checkout
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer  # noqa: E402
-
-from distrl.replay.sum_tree import SumTreeSampler  # noqa: E402
-from experiments.measure import one_thread, timed  # noqa: E402
+from distrl.replay.sum_tree import SumTreeSampler
+from experiments.kit.measure import one_thread, timed
 
 ALPHA, BETA = 0.6, 0.4
 

@@ -1,15 +1,15 @@
 """Benchmark: SEED's training fps against TorchRL's best collector, SEED against IMPALA side by
 side, and the crossover in network size where central batched inference wins.
 
-    python experiments/bench_seed.py [--frames 600000] [--collector-frames 100000]
+    python -m experiments.bench_seed [--frames 600000] [--collector-frames 100000]
                                      [--sizes 64,64 256,256 512,512,512 1024,1024,1024] [--size-time-s 20]
                                      [--plot crossover.png]
 
 All in one invocation on this machine (compare ratios within one run: the machines are shared),
-timed as ``experiments/measure.py`` says: one thread a process, every fps a wall-clock rate of
+timed as ``experiments/kit/measure.py`` says: one thread a process, every fps a wall-clock rate of
 trained frames from the first batch on (``fps_running`` of ``summary.json``; TorchRL's layouts
 likewise from their first batch):
-1. TorchRL's collectors in every layout of ``experiments/baselines.py`` (collecting only) and
+1. TorchRL's collectors in every layout of ``experiments/kit/yardstick.py`` (collecting only) and
    the env-only limit;
 2. ``seed`` and ``impala`` under ``torchrun --nproc-per-node=3`` on CartPole-v1 with their
    default configs, ``--frames`` frames each: fps, policy lag, bytes per env step;
@@ -20,16 +20,13 @@ likewise from their first batch):
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from experiments.measure import Yardstick, train, trained_fps  # noqa: E402
+from experiments.kit.runs import train, trained_fps
+from experiments.kit.yardstick import Yardstick
 
 
 def side_by_side(seed: dict, impala: dict) -> str:
+    """seed's and impala's summaries in two columns, and seed's inference figures below them."""
     rows = [("trained fps, from the first batch", "fps_running", "{:,.0f}"), ("over the whole run", "fps", "{:,.0f}"),
             ("policy lag mean (updates)", "policy_lag_mean", "{:.2f}"), ("policy lag max", "policy_lag_max", "{}"),
             ("bytes on the wire per env step", "bytes_per_env_step", "{:,.1f}"),
@@ -84,9 +81,9 @@ def main() -> None:
 
 def plot_crossover(points: list[tuple[str, float, float]], out: str) -> None:
     """fps of seed and impala against network size, ``points`` = [(net.hidden, seed fps, impala fps)]."""
-    import matplotlib
+    import matplotlib  # here, not at the top: the backend is set before pyplot loads, and only a plot pays
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # files only: no display on a cluster node
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.6))

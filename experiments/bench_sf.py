@@ -1,11 +1,11 @@
 """Benchmark: Sample Factory's training fps against TorchRL's best collector layout collecting
 alone, against ``impala`` and ``seed`` on the same machine, each as a fraction of the env-only limit.
 
-    python experiments/bench_sf.py [--frames 1500000] [--collector-frames 400000] [--nproc 4]
+    python -m experiments.bench_sf [--frames 1500000] [--collector-frames 400000] [--nproc 4]
 
 All in one invocation (compare ratios within one run: the machines are shared), timed as
-``experiments/measure.py`` says (one thread a process; wall clock from the first batch on):
-1. TorchRL's collectors in every layout of ``experiments/baselines.py`` (collecting only) and the
+``experiments/kit/measure.py`` says (one thread a process; wall clock from the first batch on):
+1. TorchRL's collectors in every layout of ``experiments/kit/yardstick.py`` (collecting only) and the
    env-only limit (2 processes stepping ``SyncVectorEnv(256)`` with random actions);
 2. ``sf``, ``seed`` and ``impala`` under ``torchrun --nproc-per-node=NPROC`` on CartPole-v1 with
    their default configs, ``--frames`` trained frames each: trained frames/s from ``summary.json``
@@ -18,24 +18,11 @@ All in one invocation (compare ratios within one run: the machines are shared), 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from experiments.measure import Yardstick, train, trained_fps  # noqa: E402
+from experiments.kit.runs import budget_lines, train, trained_fps
+from experiments.kit.yardstick import Yardstick
 
 RECIPES = ("sf", "seed", "impala")
-
-
-def budget_lines(summary: dict) -> list[str]:
-    """``role: phase share, ...`` of a summary's time budget, largest share first."""
-    out = []
-    for role, phases in summary.get("time_budget", {}).items():
-        shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1]))
-        out.append(f"    {role:15s} {shares}")
-    return out
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """Steps per second of the torch-native MinAtar games against the ``minatar`` package.
 
-    python experiments/bench_torch_minatar.py [--num-envs 4096] [--seconds 3] [--rounds 3]
+    python -m experiments.bench_torch_minatar [--num-envs 4096] [--seconds 3] [--rounds 3]
         [--threads 2] [--device cpu]
 
-Timed as ``experiments/measure.py`` says (one torch thread unless ``--threads``; wall and CPU
+Timed as ``experiments/kit/measure.py`` says (one torch thread unless ``--threads``; wall and CPU
 clocks named), random actions throughout:
 
 1. the package: one ``minatar.Environment`` (sticky actions 0.1, as the ``-v1`` ids) in a
@@ -20,21 +20,19 @@ another process holds a core, every parallel op waits for its descheduled thread
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # distrl and experiments from this checkout, installed or not
+from distrl.envs.torch_envs import make_torch_env
+from experiments.kit.measure import Meter, one_thread, round_robin
 
 GAMES = {"MinAtar/Breakout-v1": "breakout", "MinAtar/SpaceInvaders-v1": "space_invaders"}
 
 
 def package_stepper(game: str):
     """One package env stepped in Python; each call is one env-step."""
-    from minatar import Environment
+    from minatar import Environment  # here: the minatar package is an optional extra (distrl[minatar])
 
     env = Environment(game)
     env.seed(0)
@@ -58,8 +56,6 @@ def package_stepper(game: str):
 def torch_stepper(env_id: str, num_envs: int, device: torch.device, calls: int = 8):
     """The torch env's ``step_autoreset``; each call is ``calls`` steps of ``num_envs`` envs
     (then a device synchronisation on CUDA, so that the wall clock counts the work)."""
-    from distrl.envs.torch_envs import make_torch_env
-
     env = make_torch_env(env_id, num_envs, device=device, seed=0)
     env.reset_all()
     gen = torch.Generator().manual_seed(0)
@@ -85,30 +81,21 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="also time the torch env with this many torch threads")
     ap.add_argument("--device", default="cpu", help="device of the torch env")
     args = ap.parse_args()
-    from experiments.measure import Rate, one_thread, timed
-
     one_thread()
     device = torch.device(args.device)
-    rows: dict[str, tuple[object, int]] = {}
+    calls = 8  # steps of the torch env per torch_stepper call
+    steps = calls * args.num_envs
+    meters = []
     for env_id, game in GAMES.items():
-        rows[f"package {game}, 1 env"] = (package_stepper(game), 1)
-        rows[f"torch {game}, {args.num_envs} envs, 1 thread"] = (
-            torch_stepper(env_id, args.num_envs, device), 1)
+        meters.append(Meter(f"package {game}, 1 env", package_stepper(game), 1))
+        meters.append(Meter(f"torch {game}, {args.num_envs} envs, 1 thread",
+                            torch_stepper(env_id, args.num_envs, device, calls), steps))
         if args.threads > 1:
-            rows[f"torch {game}, {args.num_envs} envs, {args.threads} threads"] = (
-                torch_stepper(env_id, args.num_envs, device), args.threads)
-    windows: dict[str, list[Rate]] = {name: [] for name in rows}
-    for step, threads in rows.values():  # warm-up: allocations, first resets
-        torch.set_num_threads(threads)
-        timed(step, seconds=0.3)
-    for _ in range(args.rounds):
-        for name, (step, threads) in rows.items():
-            torch.set_num_threads(threads)
-            windows[name].append(timed(step, seconds=args.seconds, warmup=0))
-    torch.set_num_threads(1)
+            meters.append(Meter(f"torch {game}, {args.num_envs} envs, {args.threads} threads",
+                                torch_stepper(env_id, args.num_envs, device, calls), steps, threads=args.threads))
+    best = round_robin(meters, args.rounds, args.seconds)  # warm-up first: allocations, first resets
     print(f"env-steps/s, random actions, best of {args.rounds} windows of {args.seconds:g} s "
           f"(torch env on {device}):")
-    best = {name: (max(w.wall for w in ws), max(w.cpu for w in ws)) for name, ws in windows.items()}
     width = max(map(len, best))
     for name, (wall, cpu) in best.items():
         print(f"  {name:<{width}}  {wall:14,.0f} wall  {cpu:14,.0f} per CPU-second", flush=True)

@@ -2,11 +2,11 @@
 user's env factory, side by side, CartPole-v1 with the impala actor's 2x64 policy, and both
 against TorchRL's best collector layout and the env-only limit.
 
-    python experiments/bench_torchrl_env.py [--frames 300000] [--collect-frames 60000]
+    python -m experiments.bench_torchrl_env [--frames 300000] [--collect-frames 60000]
         [--collector-frames 150000] [--factory distrl.envs.torchrl_factories:cartpole_with_stepcounter ...]
 
-Timed as ``experiments/measure.py`` says (one thread a process; from the first batch on):
-1. TorchRL's collectors in every layout of ``experiments/baselines.py`` and the env-only limit;
+Timed as ``experiments/kit/measure.py`` says (one thread a process; from the first batch on):
+1. TorchRL's collectors in every layout of ``experiments/kit/yardstick.py`` and the env-only limit;
 2. collecting only, one process, ``algo.envs_per_actor`` envs (32) and ``algo.unroll_length``
    steps (32) per unroll, the impala actor's own sampling: ``EnvRunner`` (gymnasium
    ``SyncVectorEnv``) against ``CollectorRunner`` (TorchRL ``Collector``) over each factory, after
@@ -23,13 +23,16 @@ The default factories: one ``GymEnv`` behind a ``StepCounter`` (distrl batches i
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # distrl from this checkout, installed or not
+import torch
 
-from experiments.measure import Rate, Yardstick, one_thread, timed, train, trained_fps  # noqa: E402
+from distrl.data import keys
+from distrl.envs.gym import env_info
+from distrl.nn.models import ActorCritic, sample_actions
+from distrl.roles.env_runner import make_env_runner
+from experiments.kit.measure import Rate, one_thread, timed
+from experiments.kit.runs import train, trained_fps
+from experiments.kit.yardstick import Yardstick
 
 FACTORIES = ("distrl.envs.torchrl_factories:cartpole_with_stepcounter",
              "distrl.envs.torchrl_factories:cartpole_vector_with_stepcounter")
@@ -37,13 +40,6 @@ FACTORIES = ("distrl.envs.torchrl_factories:cartpole_with_stepcounter",
 
 def collect_rate(env: str, frames: int, B: int = 32, T: int = 32) -> Rate:
     """One actor's envs alone (no learner, no transport) under the impala actor's policy."""
-    import torch
-
-    from distrl.data import keys
-    from distrl.envs.gym import env_info
-    from distrl.nn.models import ActorCritic, sample_actions
-    from distrl.roles.env_runner import make_env_runner
-
     one_thread()
     info = env_info(env)
     model, generator = ActorCritic(info.obs_dim, info.num_actions), torch.Generator().manual_seed(0)

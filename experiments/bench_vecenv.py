@@ -2,10 +2,10 @@
 batched env (the limit), against the same PPO on gymnasium's ``SyncVectorEnv``, and against
 TorchRL's best collector layout collecting gymnasium CartPole alone.
 
-    python experiments/bench_vecenv.py [--rounds 4] [--seconds 2] [--frames 3000000]
+    python -m experiments.bench_vecenv [--rounds 4] [--seconds 2] [--frames 3000000]
                                        [--collector-frames 150000] [--compile] [--threads 2] [--nproc 2]
 
-Everything runs in this one invocation, timed as ``experiments/measure.py`` says. The in-process
+Everything runs in this one invocation, timed as ``experiments/kit/measure.py`` says. The in-process
 rows are measured in ``--rounds`` windows of ``--seconds`` each, round robin, after two steps left
 out (warm-up, compilation), and every row reports its best window, so a burst of load from other
 jobs on these shared machines hits every row alike. Rows:
@@ -27,7 +27,7 @@ jobs on these shared machines hits every row alike. Rows:
 Each in-process row prints wall-clock steps/s and steps per CPU-second of this process (the
 machines are shared: when other jobs take the cores, the wall figure falls and the CPU figure does
 not). The whole command is wall clock only, and it is the figure held against TorchRL: TorchRL's
-layouts of ``experiments/baselines.py`` and the env-only limit (gymnasium's ``SyncVectorEnv``)
+layouts of ``experiments/kit/yardstick.py`` and the env-only limit (gymnasium's ``SyncVectorEnv``)
 before everything else, TorchRL's best layout again at the end, the higher figure the one to beat,
 both sides timed from their first batch.
 """
@@ -36,31 +36,28 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
 
 from distrl.config import Config, override
 from distrl.envs.torch_envs import make_torch_env
-from distrl.recipes.base import RoleContext
 from distrl.recipes.vecenv.learner import VecEnvLearner
 from distrl.recipes.vecenv.recipe import default
+from distrl.runtime.context import RoleContext
 from experiments.kit.measure import Meter, one_thread, round_robin
 from experiments.kit.runs import train as train_command, trained_fps
 from experiments.kit.yardstick import Yardstick
 
 
 def raw_env(num_envs: int, compile_dynamics: bool = False) -> Meter:
-    from distrl.envs.torch_envs import make_torch_env
-
+    """torch CartPole's ``step_autoreset`` on pre-sampled actions, 8 steps of ``num_envs`` a call: the limit."""
     env = make_torch_env("CartPole-v1", num_envs, seed=0)
     if compile_dynamics:
-        import torch._inductor.config as inductor_config
+        import torch._inductor.config as inductor_config  # here: only a --compile run loads inductor
 
-        inductor_config.fallback_random = True
+        inductor_config.fallback_random = True  # without it the compiled step ran ~5x slower than eager
         env.dynamics = torch.compile(type(env).dynamics, dynamic=False)
     env.reset_all()
     actions = torch.randint(0, 2, (64, num_envs))
@@ -77,13 +74,12 @@ def raw_env(num_envs: int, compile_dynamics: bool = False) -> Meter:
 
 def train(name: str, cfg: Config, threads: int = 1) -> Meter:
     """The vecenv learner's loop with ``cfg`` (one ``iterate()`` = one update), in this process."""
-    from distrl.recipes.vecenv.learner import VecEnvLearner
-
     tmp = tempfile.mkdtemp()
     cfg = override(cfg, **{"run.logger": "none", "run.eval_episodes": 0, "run.target_return": None,
                            "run.total_frames": 10**12, "run.max_time_s": 10**9, "run.log_interval_s": 10**9,
                            "run.checkpoint_interval_s": 10**9, "run.run_dir": tmp})
     learner = VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, Path(tmp)))
+
     def close():
         learner.env.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -128,18 +124,11 @@ def main() -> None:
     if args.threads:
         meters.append(train(f"vecenv PPO, {args.threads} torch threads",
                             override(cfg, **{"run.torch_threads": args.threads}), threads=args.threads))
-    for m in meters:  # warm-up (and compilation) outside the windows
-        m.window(0.0, warmup=2)
-    for _ in range(args.rounds):
-        for m in meters:
-            m.window(args.seconds)
-    for m in meters:
-        m.close()
+    rows = round_robin(meters, args.rounds, args.seconds)  # warm-up (and compilation) outside the windows
 
     print(f"torch CartPole, PPO B={b} x T={t}, {cfg.algo.epochs} epochs x {cfg.algo.num_minibatches} minibatches, "
           f"MLP {cfg.net.hidden} {cfg.net.activation}, 1 thread; best of {args.rounds} windows of {args.seconds:g} s, "
           f"round robin; env-steps/s wall | per CPU-second")
-    rows = {m.name: m.best for m in meters}
     for name, (wall, cpu) in rows.items():
         print(f"  {name:58s} {wall:>12,.0f} | {cpu:>12,.0f}", flush=True)
     print("  whole command, 1 thread a rank, wall clock: trained frames/s from the first update | best 2 s "

@@ -1,6 +1,6 @@
 """Bytes on the wire per env step of every recipe on MinAtar Breakout, against the bound.
 
-    python experiments/bench_wire.py [--seconds 40] [--recipes impala,seed,apex,a3c,sf,vecenv]
+    python -m experiments.bench_wire [--seconds 40] [--recipes impala,seed,apex,a3c,sf,vecenv]
 
 Each recipe runs its ``minatar`` preset for ``--seconds`` through ``launch/train.py`` at the world
 size it is built for (``--nproc``: impala 3, seed 3, apex 4, a3c 3, sf 4, vecenv 2: the all-reduce

@@ -1,6 +1,6 @@
 """Full-game scores of a trained Atari policy, greedy (epsilon 0.05) and sampled, beside a random policy.
 
-    python experiments/eval_atari.py RUN_DIR [--games 10] [--checkpoint last]
+    python -m experiments.eval_atari RUN_DIR [--games 10] [--checkpoint last]
 
 Every game is the evaluation env of training (``distrl.envs.gym.make_env``: the full game, every
 life, the game's own score, sticky actions 0.25), seeded ``10_000 + i`` as distrl's evaluations
@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
+from tensordict import TensorDict
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from distrl.envs.gym import make_env  # noqa: E402
-from distrl.nn.trained_policy import load_policy, load_run  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
+from distrl.envs.gym import make_env
+from distrl.nn.trained_policy import load_policy, load_run
 
 
 @torch.no_grad()

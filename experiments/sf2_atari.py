@@ -2,7 +2,7 @@
 (``sf_examples.atari.train_atari``, env ``atari_pong``) with its Atari defaults, run in a venv of
 its own for a fixed wall time, its throughput read back from its log.
 
-    python experiments/sf2_atari.py [--seconds 60] [--workers 2] [--layout NAME] [--venv .venv-sf2]
+    python -m experiments.sf2_atari [--seconds 60] [--workers 2] [--layout NAME] [--venv .venv-sf2]
 
 SF2 2.1.1 needs gymnasium < 1.0 and numpy < 2, so it cannot live in distrl's environment; make the
 venv once (:data:`MAKE_VENV`; ale-py 0.8.1 is what resolves beside gymnasium 0.29, and it ships no

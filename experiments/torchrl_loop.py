@@ -6,8 +6,8 @@ TorchRL's ``ClipPPOLoss`` with its ``GAE`` estimator learns from the ``[B, T]`` 
 through ``collector.update_policy_weights_()``. At the end it prints the greedy evaluation of the
 last policy (distrl's evaluation: ``--eval-episodes`` episodes from seeds ``seed + 10_000 + i``).
 
-    python experiments/torchrl_loop.py                                        # CartPole-v1
-    python experiments/torchrl_loop.py --env distrl/MatchSign-v0 --total-frames 8192   # seconds
+    python -m experiments.torchrl_loop                                        # CartPole-v1
+    python -m experiments.torchrl_loop --env distrl/MatchSign-v0 --total-frames 8192   # seconds
 
 Rewards are scaled by ``--reward-scale`` (0.1) before GAE, as ``impala`` does: unscaled, CartPole's
 values near 100 are far for the critic's Adam steps, and the training mean swung between 160 and 470
@@ -22,21 +22,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import torch
+from tensordict.nn import TensorDictModule
+from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.value import GAE
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # distrl from this checkout, installed or not
-
-from tensordict.nn import TensorDictModule  # noqa: E402
-from torchrl.modules import MLP, ProbabilisticActor, ValueOperator  # noqa: E402
-from torchrl.objectives import ClipPPOLoss  # noqa: E402
-from torchrl.objectives.value import GAE  # noqa: E402
-
-import distrl  # noqa: E402
-from distrl.envs.gym import env_info, evaluate  # noqa: E402
-from distrl.nn.models import clip_towers  # noqa: E402
+import distrl
+from distrl.envs.gym import env_info, evaluate
+from distrl.nn.models import clip_towers
 
 
 def train(env: str = "CartPole-v1", total_frames: int = 1_000_000, world_size: int = 1, seed: int = 0,
