@@ -1,4 +1,4 @@
-"""Custom recipes by path (``path/to/file.py:NAME``) and the one shipped, experiments/custom/seed_apex.py:
+"""Custom recipes by path (``path/to/file.py:NAME``) and the one shipped, experiments/examples/custom/seed_apex.py:
 loading (and each bad spec in one line), the spec's round trip through a saved config, role files
 named by path, seed_apex's pieces against slow loops, and seed_apex end to end at world size 1."""
 from __future__ import annotations
@@ -21,8 +21,8 @@ from distrl.roles.epsilon_greedy import EpsilonGreedyHead, env_ladder
 from distrl.roles.nstep import NStepTrajectories, ended_envs, nstep_insert
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC = "experiments/custom/seed_apex.py:recipe"
-ABS_SPEC = f"{ROOT / 'experiments/custom/seed_apex.py'}:recipe"
+SPEC = "experiments/examples/custom/seed_apex.py:recipe"
+ABS_SPEC = f"{ROOT / 'experiments/examples/custom/seed_apex.py'}:recipe"
 
 
 @pytest.fixture
@@ -48,13 +48,13 @@ def test_a_recipe_loads_by_path(at_root):
 
 @pytest.mark.parametrize("spec, says", [
     ("no_such_recipe", "unknown recipe 'no_such_recipe'"),
-    ("experiments/custom/missing.py:recipe", "no such file"),
-    ("experiments/custom/seed_apex.txt:recipe", "must be a .py file"),
-    ("experiments/custom/seed_apex.py", "name the object in the file"),
-    ("experiments/custom/seed_apex.py:", "name the object in the file"),
-    ("experiments/custom/seed_apex.py:nothing", "defines no 'nothing'"),
-    ("experiments/custom/seed_apex.py:SeedApexConfig", "not a distrl.recipes.Recipe"),
-    ("experiments/custom/seed_apex.py:SPEC", "is a str, not a distrl.recipes.Recipe"),
+    ("experiments/examples/custom/missing.py:recipe", "no such file"),
+    ("experiments/examples/custom/seed_apex.txt:recipe", "must be a .py file"),
+    ("experiments/examples/custom/seed_apex.py", "name the object in the file"),
+    ("experiments/examples/custom/seed_apex.py:", "name the object in the file"),
+    ("experiments/examples/custom/seed_apex.py:nothing", "defines no 'nothing'"),
+    ("experiments/examples/custom/seed_apex.py:SeedApexConfig", "not a distrl.recipes.Recipe"),
+    ("experiments/examples/custom/seed_apex.py:SPEC", "is a str, not a distrl.recipes.Recipe"),
 ])
 def test_a_bad_spec_is_one_line(at_root, spec, says):
     with pytest.raises(ValueError) as e:

@@ -3,7 +3,7 @@ this machine, measured the way a sweep measures (no early stop, the target timed
 evaluation at the end), and the seed's comparison table written with the figures measured here.
 
     distrl compare --env CartPole-v1 --budget-s 120 --out runs/compare-cartpole
-    distrl compare --recipes impala,seed,experiments/custom/seed_apex.py:recipe --seeds 0-2 --out DIR
+    distrl compare --recipes impala,seed,experiments/examples/custom/seed_apex.py:recipe --seeds 0-2 --out DIR
 
 Everything is checked before the first run starts (each recipe's config, env and process count
 are planned as ``distrl train`` plans them): bad input is one line on stderr and exit status 2. A
@@ -36,7 +36,7 @@ GRACE_S = 120.0
 DEFAULT_BUDGET_S = 120.0
 #: the custom recipe a checkout ships (docs/custom_recipe.md): compared by default beside the
 #: registered six when the command runs where that file is (a checkout's root)
-EXAMPLE_RECIPE = "experiments/custom/seed_apex.py:recipe"
+EXAMPLE_RECIPE = "experiments/examples/custom/seed_apex.py:recipe"
 
 
 def default_specs() -> list[str]:
@@ -85,7 +85,7 @@ def make_parser() -> argparse.ArgumentParser:
         "this machine, without early stop, and write the seed's comparison table with what was measured:\n"
         "compare.md, compare.json, return against time and frames, fps bars, policy lag histograms.\n\n"
         "    distrl compare --env CartPole-v1 --budget-s 120 --out runs/compare-cartpole\n"
-        "    distrl compare --recipes impala,seed,experiments/custom/seed_apex.py:recipe --seeds 0-2 --out DIR\n\n"
+        "    distrl compare --recipes impala,seed,experiments/examples/custom/seed_apex.py:recipe --seeds 0-2 --out DIR\n\n"
         "Everything is checked before the first run starts; a run that fails is recorded as failed with\n"
         "its log and the comparison goes on (exit status 1). Each recipe starts from the experiment\n"
         "distrl train would pick for --env, with its own network unless --set says otherwise.\n"

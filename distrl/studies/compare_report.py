@@ -29,7 +29,7 @@ SEED_TABLE = {
     "vecenv": ("GPU envs", "2021+", "GPU (Isaac Gym)", "GPU", "sync", "robotics, continuous control"),
     "sf": ("Sample Factory", "2020", "CPU (vectorized)", "GPU", "async", "high fps on one machine"),
     # not in the seed: distrl's worked example of a recipe composed from the parts (docs/custom_recipe.md)
-    "experiments/custom/seed_apex.py:recipe": ("SEED + Ape-X (distrl's example)", "-",
+    "experiments/examples/custom/seed_apex.py:recipe": ("SEED + Ape-X (distrl's example)", "-",
                                                "CPU (envs only); inference on the learner", "GPU", "async",
                                                "off-policy with central inference"),
 }

@@ -66,7 +66,7 @@ class ApexLearner:
     def _setup_learning(self, ctx: RoleContext) -> None:
         """The session, the online and target Q-networks, the optimizer (restored on --resume) and
         the client of the replay shards: what any learner of Ape-X's update needs, whoever acts
-        (Ape-X's actors here; central inference in experiments/custom/seed_apex.py)."""
+        (Ape-X's actors here; central inference in experiments/examples/custom/seed_apex.py)."""
         self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
         self.session = LearnerSession(ctx)
         self.device = self.session.device

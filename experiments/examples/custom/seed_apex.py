@@ -10,7 +10,7 @@ transitions with initial priorities and inserts them into the replay shards, ran
 n-step targets, as Ape-X's. Every other rank is SEED's env worker, which steps envs only. At world
 size 1 the learner, the R shards and ``algo.local_workers`` env workers share one process.
 
-    distrl train experiments/custom/seed_apex.py:recipe --nproc 4 --env CartPole-v1 --target-return 475
+    distrl train experiments/examples/custom/seed_apex.py:recipe --nproc 4 --env CartPole-v1 --target-return 475
 
 Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds on
 the toy env. docs/custom_recipe.md builds this file step by step.
