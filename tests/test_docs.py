@@ -1,9 +1,11 @@
 """README and docs say what exists, cite only what is in this repository, and their code parses.
 
 Every command line of a ``bash``/``sh``/``console`` block in README.md and docs/*.md that starts
-distrl (``distrl ...``, ``python -m distrl...``, ``python launch/...``, ``python experiments/...``,
+distrl (``distrl ...``, ``python -m distrl...``, ``python launch/...``, ``python -m experiments...``,
 ``torchrun ...``) is parsed in this process by the parser that would run it, and stopped right
 after parsing: ``distrl train`` commands go further and build their config (``--print-config``).
+An experiments script written as a path (``python experiments/X.py``) fails: it imports
+``experiments.kit``, which only ``python -m experiments.X`` from the root finds.
 Every ``python`` block compiles and its imports import. The site itself (``mkdocs build --strict``)
 is built by an integration test.
 """
@@ -27,7 +29,8 @@ from distrl.recipes import RECIPE_NAMES
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SHELL = ("bash", "sh", "shell", "console")
 #: a shell line starting with one of these is a distrl command the test parses
-STARTS = ("distrl ", "python launch/", "python experiments/", "python -m distrl", "torchrun ")
+STARTS = ("distrl ", "python launch/", "python experiments/", "python -m distrl", "python -m experiments.",
+          "torchrun ")
 
 
 def test_readme_lists_exactly_the_recipes_that_exist():
@@ -204,17 +207,31 @@ def check_python(argv: list[str]) -> tuple[bool, str]:
             return check_train(rest)
         if module == "distrl":
             return check_distrl(rest)
+        if module.startswith("experiments."):
+            path = ROOT / (module.replace(".", "/") + ".py")
+            if not path.is_file():
+                return False, f"no such module: {module} ({path.relative_to(ROOT)})"
+            if not has_parser(path):
+                return False, f"{module} has no argparse parser: this test would run it, not parse it"
         return run_argv([module, *rest], lambda: runpy.run_module(module, run_name="__main__", alter_sys=True))
     script, rest = argv[0], argv[1:]
     if script == "launch/train.py":
         return check_train(rest)
+    if script.startswith("experiments/"):
+        module = script.removesuffix(".py").replace("/", ".")
+        return False, f"write python -m {module}: run by path, {script} cannot import experiments.kit"
     path = ROOT / script
     if not path.is_file():
         return False, f"no such script: {script}"
-    source = path.read_text()
-    if "argparse" not in source and not re.search(r"^from distrl\.[\w.]+ import main\b", source, re.M):
+    if not has_parser(path):
         return False, f"{script} has no argparse parser: this test would run it, not parse it"
     return run_argv([str(path), *rest], lambda: runpy.run_path(str(path), run_name="__main__"))
+
+
+def has_parser(path) -> bool:
+    """Whether the script at ``path`` parses its command line (argparse, or a distrl ``main`` that does)."""
+    source = path.read_text()
+    return "argparse" in source or bool(re.search(r"^from distrl\.[\w.]+ import main\b", source, re.M))
 
 
 def run_argv(argv: list[str], target) -> tuple[bool, str]:

@@ -61,7 +61,7 @@ class RunTracker:
         self._rewind_metrics = cfg.run.resume
         # (time, trained frames) at this run's first and latest batch: the running rate excludes
         # the start-up (processes, envs, first resets) and the first batch, as TorchRL's
-        # collectors are measured after their first batch (experiments/baselines.py)
+        # collectors are measured after their first batch (experiments/kit/torchrl_layouts.py)
         self._first_frames: Optional[tuple[float, int]] = None
         self._last_frames: Optional[tuple[float, int]] = None
         self._window: dict[str, list[float]] = collections.defaultdict(list)

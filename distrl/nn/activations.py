@@ -30,7 +30,7 @@ class Tanh(nn.Tanh):
 
     Why: torch's CPU tanh kernel costs 4.5 ns an element on these machines, its sigmoid 1.3 ns:
     the 2x64 actor-critic's forward on sf's 2048-row learner batch takes 0.73 ms with this tanh
-    against 1.67 ms with ``nn.Tanh`` (``python experiments/bench_learner.py``). The same function to float32
+    against 1.67 ms with ``nn.Tanh`` (``python -m experiments.bench_learner``). The same function to float32
     rounding (1e-7 absolute); elsewhere (CUDA) ``torch.tanh`` itself. A subclass, so code that
     asks ``isinstance(m, nn.Tanh)`` still sees a tanh.
     """

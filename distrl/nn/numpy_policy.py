@@ -4,7 +4,7 @@ An impala actor calls its policy once per vector step on ``B`` (32) observations
 the arithmetic is nothing and torch's per-call dispatch is everything: on these CPUs a torch op
 costs 6-8 us however small, so the 2x64 MLP's forward took 85-90 us and the sampling (ten ops)
 80 us, against 600 us for the 32 CartPole steps themselves. The same forward and sampling in
-numpy take about 20 us (``python experiments/bench_costs.py`` shows the actor's cost per frame
+numpy take about 20 us (``python -m experiments.bench_costs`` shows the actor's cost per frame
 before and after). Nothing about what is learned changes: the same float32 weights (views of
 the torch parameters, not copies), the same distribution, and the log-probability of the
 sampled action computed as :func:`distrl.nn.models.sample_actions` computes it.

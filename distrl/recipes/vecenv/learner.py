@@ -130,7 +130,7 @@ class VecEnvLearner:
     def _compile(self) -> None:
         """``torch.compile`` the sampling policy and the native env's dynamics. Without
         ``fallback_random`` inductor's own RNG lowering made the compiled CartPole step about 5x
-        slower than eager on these CPUs (``python experiments/bench_vecenv.py --compile`` measures both)."""
+        slower than eager on these CPUs (``python -m experiments.bench_vecenv --compile`` measures both)."""
         import torch._inductor.config as inductor_config
 
         inductor_config.fallback_random = True
