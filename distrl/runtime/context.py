@@ -46,6 +46,15 @@ class Recipe:
     #: whether ``--env module:function`` (a user's TorchRL env) works: actors that act locally collect
     #: through TorchRL's Collector, policy-free env workers step it as a vector env (torchrl_vector.py)
     takes_env_factory: bool = False
+    #: processes ``distrl compare`` gives it unless ``--nproc`` says (the layout the README's CartPole
+    #: comparison measures); 0: ``max(4, min_world_size)``
+    compare_nproc: int = 0
+    #: its row of the seed's comparison table (``distrl compare``'s report): architecture, year, where the
+    #: actors' inference runs, the learner's device, sync or async, what it suits; empty: its name and dashes
+    table_row: tuple[str, ...] = ()
+    #: the network ``load_policy`` rebuilds from its checkpoint: ``"actor_critic"`` (``ActorCritic``: logits,
+    #: or a Gaussian's mean and std) or ``"q_network"`` (``QNetwork``: Q-values, acted on greedily)
+    policy_network: str = "actor_critic"
 
     def rank_table(self, world_size: int, cfg: Config) -> dict[int, str]:
         """Rank -> role for a launch of ``world_size`` processes (1 means one process, local)."""

@@ -26,9 +26,7 @@ from typing import Optional
 
 import distrl
 
-#: processes per recipe when ``--nproc`` does not say: the layouts the README's CartPole sweeps use
-DEFAULT_NPROC = {"a3c": 3, "apex": 4, "impala": 3, "seed": 4, "sf": 4, "vecenv": 1}
-#: processes of a recipe outside that table (a custom one), raised to its minimum world size
+#: processes of a recipe whose ``Recipe.compare_nproc`` does not say, raised to its minimum world size
 OTHER_NPROC = 4
 #: seconds a run gets past its budget (start-up, final evaluation, shutdown) before it is stopped
 GRACE_S = 120.0
@@ -79,7 +77,9 @@ def make_parser() -> argparse.ArgumentParser:
     from distrl.runtime.args import OneLineParser
     from distrl.recipes import RECIPE_NAMES
 
-    table = ", ".join(f"{k} {v}" for k, v in DEFAULT_NPROC.items())
+    from distrl.recipes import get_recipe
+
+    table = ", ".join(f"{k} {get_recipe(k).compare_nproc}" for k in RECIPE_NAMES if get_recipe(k).compare_nproc)
     p = OneLineParser(prog="distrl compare", allow_abbrev=False, description=(
         "Run every recipe (or --recipes) on the same env, budget and seeds, one run after the other on\n"
         "this machine, without early stop, and write the seed's comparison table with what was measured:\n"
@@ -144,7 +144,7 @@ def plan_entries(args: argparse.Namespace, out: Path, seed: int, target: Optiona
         label = recipe.name if recipe.name not in labels else f"{recipe.name}-{len(labels)}"
         labels.add(label)
         n = (args.nproc if isinstance(args.nproc, int) else nproc.get(spec, nproc.get(label))
-             or DEFAULT_NPROC.get(spec) or max(OTHER_NPROC, recipe.min_world_size))
+             or recipe.compare_nproc or max(OTHER_NPROC, recipe.min_world_size))
         experiment = default_experiment(spec, args.env)
         ns = argparse.Namespace(recipe=spec, experiment=experiment, resume=False, env=args.env, seed=seed,
                                 run_dir=str(out / "runs" / label / f"seed_{seed}"), total_frames=args.frames,

@@ -18,25 +18,22 @@ from typing import Any, Optional, Sequence
 from distrl.studies.stats import median_iqr
 from distrl.studies.sweep import aggregate, seed_result
 
-#: the seed's comparison table: recipe -> (architecture, year, actor side (where inference runs),
-#: learner side, sync or async, best for), translated from its Chinese
-SEED_TABLE = {
-    "a3c": ("A3C", "2016", "CPU (inference)", "CPU (shared)", "async", "simple tasks, small scale"),
-    "apex": ("Ape-X", "2018", "CPU (inference)", "GPU", "async", "off-policy (DQN)"),
-    "impala": ("IMPALA", "2018", "CPU (inference)", "GPU", "async", "on-policy at large scale"),
-    "seed": ("SEED RL", "2020", "CPU (envs only); inference on the learner", "GPU/TPU", "async",
-             "large models, high throughput"),
-    "vecenv": ("GPU envs", "2021+", "GPU (Isaac Gym)", "GPU", "sync", "robotics, continuous control"),
-    "sf": ("Sample Factory", "2020", "CPU (vectorized)", "GPU", "async", "high fps on one machine"),
-    # not in the seed: distrl's worked example of a recipe composed from the parts (docs/custom_recipe.md)
-    "experiments/examples/custom/seed_apex.py:recipe": ("SEED + Ape-X (distrl's example)", "-",
-                                               "CPU (envs only); inference on the learner", "GPU", "async",
-                                               "off-policy with central inference"),
-}
 RETURN_KEY = "actor/return_mean_100"
 #: a run holds the target when its training mean never falls below this share of it afterwards
 #: (``distrl sweep``'s fixed 250 is CartPole's; a comparison runs on any env's scale)
 HOLD_FRACTION = 0.5
+
+
+def table_row(spec: str, name: str) -> tuple[str, ...]:
+    """The recipe's row of the seed's comparison table (``Recipe.table_row``): architecture, year, actor
+    side, learner, sync, best for; its name and dashes for a recipe without one or no longer loadable."""
+    from distrl.recipes import get_recipe
+
+    try:
+        row = get_recipe(spec).table_row
+    except ValueError:  # a custom recipe's file moved since the comparison ran
+        row = ()
+    return row or (name, "-", "-", "-", "-", "-")
 
 
 def hold_floor(target: Optional[float]) -> float:
@@ -158,7 +155,7 @@ def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
              f"processes | env steps/s | {ttt_head} | final greedy eval |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        arch, year, actor, learner, sync, best = SEED_TABLE.get(r["spec"], (r["recipe"], "-", "-", "-", "-", "-"))
+        arch, year, actor, learner, sync, best = table_row(r["spec"], r["recipe"])
         measured = (f"{r['status']}: {r['reason']}" if r["status"] in ("skipped", "failed") else None)
         ttt = _num(r.get("time_to_target_s"), 1) if r.get("time_to_target_s") is not None else (
             "never" if r.get("reached") else "-")

@@ -178,4 +178,6 @@ RECIPE = Recipe(
     check_config=_check_config,
     takes_env_factory=True,
     critical_roles=frozenset({"parameter_server"}),
+    compare_nproc=3,
+    table_row=("A3C", "2016", "CPU (inference)", "CPU (shared)", "async", "simple tasks, small scale"),
 )

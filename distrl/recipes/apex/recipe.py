@@ -174,4 +174,7 @@ RECIPE = Recipe(
     roles_for_config=_roles,
     source_roles=frozenset({"actor"}),
     min_world_size_for=lambda cfg: cfg.algo.shards + 2,
+    compare_nproc=4,
+    table_row=("Ape-X", "2018", "CPU (inference)", "GPU", "async", "off-policy (DQN)"),
+    policy_network="q_network",
 )

@@ -136,4 +136,6 @@ RECIPE = Recipe(
     local_world_size=lambda cfg: 1 + cfg.algo.local_actors,
     check_config=_check_config,
     takes_env_factory=True,
+    compare_nproc=3,
+    table_row=("IMPALA", "2018", "CPU (inference)", "GPU", "async", "on-policy at large scale"),
 )

@@ -187,4 +187,7 @@ RECIPE = Recipe(
     local_world_size=lambda cfg: 1 + cfg.algo.local_workers,
     check_config=_check_config,
     takes_env_factory=True,
+    compare_nproc=4,
+    table_row=("SEED RL", "2020", "CPU (envs only); inference on the learner", "GPU/TPU", "async",
+               "large models, high throughput"),
 )

@@ -213,4 +213,6 @@ RECIPE = Recipe(
     min_world_size_for=lambda cfg: 2 + cfg.algo.inference_ranks,
     critical_roles=frozenset({"learner", "inference"}),
     source_roles=frozenset({"rollout_worker"}),
+    compare_nproc=4,
+    table_row=("Sample Factory", "2020", "CPU (vectorized)", "GPU", "async", "high fps on one machine"),
 )

@@ -178,4 +178,7 @@ recipe = Recipe(
     roles_for_config=_roles,
     source_roles=frozenset({"env_worker"}),
     min_world_size_for=lambda cfg: cfg.algo.shards + 2,
+    table_row=("SEED + Ape-X (distrl's example)", "-", "CPU (envs only); inference on the learner", "GPU",
+               "async", "off-policy with central inference"),
+    policy_network="q_network",
 )
