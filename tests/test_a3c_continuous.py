@@ -116,7 +116,7 @@ def test_gaussian_loss_log_probs_match_torch_normal():
     normal = torch.distributions.Normal(mean, log_std.exp())
     torch.testing.assert_close(out["entropy"], normal.entropy().sum(-1).mean().detach())
     with torch.no_grad():
-        from distrl.algorithms.a3c import n_step_advantage
+        from distrl.algorithms.estimators import n_step_advantage
 
         advantage, _ = n_step_advantage(0.9, value, model.value(batch[keys.NEXT_OBSERVATION]), batch[keys.REWARD],
                                         batch[keys.DONE], batch[keys.TERMINATED])

@@ -19,7 +19,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.algorithms.a3c import a3c_loss, n_step_advantage
+from distrl.algorithms.a3c import a3c_loss
+from distrl.algorithms.estimators import n_step_advantage
 from distrl.data import keys
 from distrl.nn.models import ActorCritic
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distrl.algorithms.apex import (double_q_targets, epsilon_ladder, importance_weights, nstep_returns,
-                                    weighted_huber_loss)
+from distrl.algorithms.apex import double_q_targets, epsilon_ladder, weighted_huber_loss
+from distrl.algorithms.estimators import nstep_returns
+from distrl.replay.weights import importance_weights
 
 
 def slow_nstep(r, term, trunc, gamma, n):

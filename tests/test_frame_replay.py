@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.algorithms.apex import nstep_returns
+from distrl.algorithms.estimators import nstep_returns
 from distrl.config import override
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes

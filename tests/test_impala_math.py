@@ -17,7 +17,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.algorithms.impala import impala_loss, vtrace_targets
+from distrl.algorithms.estimators import vtrace_targets
+from distrl.algorithms.impala import impala_loss
 from distrl.data import keys
 from distrl.nn.models import ActorCritic
 from references import slow_vtrace_targets

@@ -15,7 +15,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.algorithms.appo import appo_loss, vtrace_pg_advantage
+from distrl.algorithms.appo import appo_loss
+from distrl.algorithms.estimators import vtrace_pg_advantage
 from distrl.recipes import get_recipe
 from distrl.runtime.context import RoleContext
 from distrl.config import override
@@ -126,7 +127,7 @@ def test_next_values_equal_the_critic_on_every_next_observation_of_a_real_unroll
     import numpy as np
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-    from distrl.algorithms.appo import next_values
+    from distrl.algorithms.estimators import next_values
     from distrl.envs.gym import final_observations
 
     B, T = 8, 40

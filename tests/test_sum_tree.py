@@ -18,7 +18,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-from distrl.algorithms.apex import annealed_beta
+from distrl.replay.weights import annealed_beta
 from distrl.replay.sum_tree import SumTree, SumTreeSampler
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.algorithms.ppo import allreduce_gradients, normalize_advantage, ppo_update
 from distrl.data import keys
 from distrl.nn.policies import CategoricalActorCritic, GaussianActorCritic
+from distrl.recipes.vecenv.update import allreduce_gradients, normalize_advantage, ppo_update
 from helpers import train_cmd
 
 HP = SimpleNamespace(epochs=3, num_minibatches=1, clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, max_grad_norm=0.5,

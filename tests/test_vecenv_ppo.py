@@ -13,7 +13,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.algorithms.ppo import gae, normalize_advantage, ppo_loss, ppo_update
+from distrl.algorithms.estimators import gae
+from distrl.algorithms.ppo import minibatches, ppo_loss
 from distrl.recipes import get_recipe
 from distrl.runtime.context import RoleContext
 from distrl.config import NetConfig, override
@@ -21,6 +22,7 @@ from distrl.data import keys
 from distrl.nn.policies import CategoricalActorCritic, GaussianActorCritic
 from distrl.recipes.vecenv.learner import VecEnvLearner
 from distrl.recipes.vecenv.rollout import EpisodeStats
+from distrl.recipes.vecenv.update import normalize_advantage, ppo_update
 
 
 def slow_gae(gamma, lmbda, value, next_value, reward, done, terminated):
@@ -97,6 +99,27 @@ def test_loss_matches_torchrl_clip_ppo_loss():
     torch.testing.assert_close(out["loss_policy"], r["loss_objective"], atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(0.5 * out["loss_value"], r["loss_critic"], atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(-0.01 * out["entropy"], r["loss_entropy"], atol=1e-6, rtol=1e-5)
+
+
+def test_minibatches_cover_every_row_once_per_epoch_and_keep_rows_whole():
+    """PPO's epoch loop (vecenv's update and sf's learner both run it): each epoch a new permutation
+    of the rows, cut as ``chunk`` cuts (the last piece smaller); a ``[N, T]`` row moves whole, nested
+    keys with it; one minibatch is the batch itself, unshuffled."""
+    n, t = 10, 3
+    x = torch.arange(n * t).reshape(n, t)
+    batch = TensorDict({"x": x, "next": {"y": x.float() + 0.5}}, [n, t])
+    torch.manual_seed(0)
+    seen = list(minibatches(batch, epochs=2, num_minibatches=3))
+    assert [mb.batch_size for mb in seen] == [torch.Size([4, t]), torch.Size([4, t]), torch.Size([2, t])] * 2
+    orders = []
+    for epoch in (seen[:3], seen[3:]):
+        rows = torch.cat([mb["x"] for mb in epoch])
+        assert sorted(rows[:, 0].tolist()) == list(range(0, n * t, t))  # every row, once
+        assert torch.equal(rows - rows[:, :1], torch.arange(t).expand(n, t))  # whole rows
+        assert torch.equal(torch.cat([mb["next", "y"] for mb in epoch]), rows.float() + 0.5)
+        orders.append(rows[:, 0])
+    assert not torch.equal(orders[0], orders[1]) and not torch.equal(orders[0], x[:, 0])
+    assert all(mb is batch for mb in minibatches(batch, epochs=2, num_minibatches=1))
 
 
 def test_gaussian_policy_log_prob_and_entropy():

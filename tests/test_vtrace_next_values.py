@@ -1,8 +1,9 @@
-"""impala_loss's next values: reused from the observations' values where the unroll continues,
-equal to a forward of every next observation."""
+"""The next values impala_loss and appo_loss take (distrl/algorithms/estimators.py): reused from
+the observations' values where the unroll continues, equal to a forward of every next observation."""
 import torch
 
-from distrl.algorithms.impala import impala_loss, next_values
+from distrl.algorithms.estimators import next_values
+from distrl.algorithms.impala import impala_loss
 from distrl.config import NetConfig
 from distrl.data import keys
 from distrl.nn.models import ActorCritic
@@ -16,7 +17,8 @@ def test_reused_values_equal_a_forward_of_every_next_observation():
     batch[keys.ACTION] = batch[keys.ACTION] % 3
     with torch.no_grad():
         _, value = model(batch[keys.OBSERVATION])
-        fast = next_values(model, batch, value)
+        fast = next_values(model.value, value, batch[keys.NEXT_OBSERVATION], batch[keys.DONE],
+                           obs=batch[keys.OBSERVATION])
         slow = model.value(batch[keys.NEXT_OBSERVATION])
     assert int(batch[keys.DONE][:, :-1].sum()) > 0  # some episodes ended inside the unroll
     # the same rows through the same layers, but in batches of other sizes: float32 reduction order
@@ -29,7 +31,9 @@ def test_a_batch_whose_next_observations_are_not_the_following_ones_is_evaluated
     batch[keys.NEXT_OBSERVATION] = ~batch[keys.NEXT_OBSERVATION]  # not a contiguous unroll
     with torch.no_grad():
         _, value = model(batch[keys.OBSERVATION])
-        torch.testing.assert_close(next_values(model, batch, value), model.value(batch[keys.NEXT_OBSERVATION]))
+        got = next_values(model.value, value, batch[keys.NEXT_OBSERVATION], batch[keys.DONE],
+                          obs=batch[keys.OBSERVATION])
+        torch.testing.assert_close(got, model.value(batch[keys.NEXT_OBSERVATION]))
 
 
 def test_the_loss_is_unchanged():

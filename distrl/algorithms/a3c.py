@@ -11,11 +11,11 @@ restarts the sum there: a termination adds nothing after ``r_i``, a truncation a
 ``gamma V(s'_i)`` of the true final observation (the episode did not end, the clock did).
 
 That is TD(lambda) with ``lambda = 1``: ``R_i = r_i + gamma R_{i+1}``, bootstrapped from
-``V(s'_i)`` at the segment's end and at truncations. So the estimator is TorchRL's
-``td_lambda_return_estimate`` (not GAE with lambda 1, which equals it only when ``V(s'_i)`` and
-``V(s_{i+1})`` agree bit for bit); ``tests/test_a3c_math.py`` checks it and the loss against a
-slow loop in the paper's notation. The loss is written as a pure function for the same reason as IMPALA's
-(:mod:`distrl.algorithms.impala`): TorchRL's ``A2CLoss`` wants ``TensorDictModule`` actors.
+``V(s'_i)`` at the segment's end and at truncations
+(:func:`distrl.algorithms.estimators.n_step_advantage`); ``tests/test_a3c_math.py`` checks it and
+the loss against a slow loop in the paper's notation. The loss is written as a pure function for
+the same reason as IMPALA's (:mod:`distrl.algorithms.impala`): TorchRL's ``A2CLoss`` wants
+``TensorDictModule`` actors.
 
 The paper sums the per-step terms; here they are averaged over the ``B * T`` steps, so the
 learning rate does not scale with ``envs_per_worker * t_max``.
@@ -24,35 +24,9 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict
-from torchrl.objectives.value.functional import td_lambda_return_estimate
 
+from distrl.algorithms.estimators import n_step_advantage
 from distrl.data import keys
-
-
-def n_step_advantage(
-    gamma: float,
-    value: torch.Tensor,
-    next_value: torch.Tensor,
-    reward: torch.Tensor,
-    done: torch.Tensor,
-    terminated: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A3C's advantages ``R_i - V(s_i)`` and n-step returns ``R_i`` of a batch of segments.
-
-    Args:
-        value: ``V(s_i)`` ``[B, T, 1]``.
-        next_value: ``V(s'_i)`` ``[B, T, 1]``, the value of the observation after step ``i`` (the
-            true final one where an episode ended); read only at the segment's last step (the
-            bootstrap) and at truncations.
-        reward: ``r_i`` ``[B, T, 1]``.
-        done: ``[B, T, 1]`` bool, any episode end (restarts the return).
-        terminated: ``[B, T, 1]`` bool, a true terminal state (nothing is bootstrapped after it).
-
-    Returns:
-        ``(advantage [B, T, 1], returns [B, T, 1])`` with ``returns = advantage + value``.
-    """
-    returns = td_lambda_return_estimate(gamma, 1.0, next_value, reward, done, terminated, time_dim=-2)
-    return returns - value, returns
 
 
 def a3c_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:

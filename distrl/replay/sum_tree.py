@@ -3,7 +3,8 @@
 TorchRL's ``PrioritizedSampler`` keeps its trees in torchrl's C++ extension, which does not load
 with torch 2.13.0+cpu (an undefined symbol at import, every torchrl from 0.10 to 0.14.1).
 :class:`SumTreeSampler` is a drop-in ``Sampler`` for any TorchRL ``ReplayBuffer`` that needs no
-extension: ``P(i) = p_i^alpha / sum_k p_k^alpha`` with ``p_i = |delta_i| + eps``, importance weights ``(N P(i))^-beta`` normalised by their maximum.
+extension: ``P(i) = p_i^alpha / sum_k p_k^alpha`` with ``p_i = |delta_i| + eps``, importance weights
+``(N P(i))^-beta`` normalised by their maximum (:mod:`distrl.replay.weights`).
 
 Why a K-ary tree: every operation is a handful of whole-batch torch ops per level, and on CPU the
 cost of an op is mostly its fixed overhead. A binary tree over 2^20 items needs 20 levels; with a
@@ -19,8 +20,8 @@ from typing import Any
 import torch
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler
 
-from distrl.algorithms.apex import importance_weights, priority_weights
 from distrl.data import keys
+from distrl.replay.weights import importance_weights, priority_weights
 
 _BELOW_ONE = 1.0 - 2.0 ** -50  # x * this < x for every positive float64 x: "just below the row's total"
 

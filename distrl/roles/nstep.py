@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 from tensordict import TensorDict
 
-from distrl.algorithms.apex import nstep_returns
+from distrl.algorithms.estimators import nstep_returns
 from distrl.data import keys
 from distrl.data.transitions import pack_transitions
 from distrl.data.unrolls import GroupTrajectories

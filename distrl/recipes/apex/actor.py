@@ -22,7 +22,8 @@ import torch
 from tensordict import TensorDict
 
 from distrl.runtime import faults
-from distrl.algorithms.apex import epsilon_ladder, nstep_returns
+from distrl.algorithms.apex import epsilon_ladder
+from distrl.algorithms.estimators import nstep_returns
 from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.nn.models import QNetwork

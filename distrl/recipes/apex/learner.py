@@ -26,13 +26,14 @@ import torch
 from tensordict import TensorDict
 
 from distrl.runtime import faults
-from distrl.algorithms.apex import annealed_beta, double_dqn_loss, epsilon_ladder
+from distrl.algorithms.apex import double_dqn_loss, epsilon_ladder
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.nn.models import QNetwork
 from distrl.runtime.context import RoleContext
 from distrl.replay.client import ShardedReplayClient
+from distrl.replay.weights import annealed_beta
 from distrl.roles.board import ParameterBoard
 from distrl.roles.session import LearnerSession
 

@@ -34,6 +34,7 @@ from tensordict import TensorDict
 from distrl.runtime import faults
 from distrl.runtime.affinity import pin_rank
 from distrl.algorithms.appo import appo_loss
+from distrl.algorithms.ppo import minibatches
 from distrl.data import keys, shm
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
@@ -244,15 +245,13 @@ class SFLearner:
         tracker, a = self.session.tracker, self.algo
         tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
         last = None  # (loss terms, gradient norm) of the last step taken
-        for _ in range(a.num_epochs):
-            order = torch.randperm(batch.shape[0], device=batch.device) if a.num_minibatches > 1 else None
-            for rows in (batch[order].chunk(a.num_minibatches) if order is not None else (batch,)):
-                faults.maybe_signal(self.ctx.rank, tracker.updates)
-                out = appo_loss(self.model, rows, a)
-                grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm,
-                                                    out[keys.LOSS])
-                if grad_norm is not None:
-                    last = out, grad_norm
+        for rows in minibatches(batch, a.num_epochs, a.num_minibatches):
+            faults.maybe_signal(self.ctx.rank, tracker.updates)
+            out = appo_loss(self.model, rows, a)
+            grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm,
+                                                out[keys.LOSS])
+            if grad_norm is not None:
+                last = out, grad_norm
         if last is None:
             return
         out, grad_norm = last

@@ -37,6 +37,7 @@ from distrl.nn.models import resolve_device, wants_obs_norm
 from distrl.nn.policies import make_actor_critic
 from distrl.roles.session import LearnerSession
 from distrl.recipes.vecenv.rollout import EpisodeStats, Rollout
+from distrl.recipes.vecenv.update import UPDATE_STATS, normalize_advantage, ppo_update, world_size
 
 VALUE_CHUNK = 4096  #: rows per value-network call when computing GAE's values
 
