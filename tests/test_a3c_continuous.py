@@ -52,7 +52,9 @@ def stats(norm: ObsNorm) -> tuple[torch.Tensor, ...]:
 
 def test_mujoco_preset_serves_every_mujoco_id():
     cfg = a3c.mujoco()
-    assert all(a3c.ENV_EXPERIMENTS[e] == "mujoco" for e in MUJOCO_ENVS)
+    from distrl.cli.options import default_experiment
+
+    assert all(default_experiment("a3c", e) == "mujoco" for e in MUJOCO_ENVS)
     assert cfg.run.env == "HalfCheetah-v5" and cfg.algo.wire_dtype == "float32" and cfg.algo.normalize_advantage
     assert cfg.algo.entropy_coef == 0.0 and cfg.algo.optimizer == "adam"
 

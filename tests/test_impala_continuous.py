@@ -166,7 +166,9 @@ def actor(hub, tmp_path):
 
 
 def test_the_mujoco_preset_serves_every_mujoco_id():
-    assert all(impala.ENV_EXPERIMENTS[e] == "mujoco" for e in MUJOCO_ENVS)
+    from distrl.cli.options import default_experiment
+
+    assert all(default_experiment("impala", e) == "mujoco" for e in MUJOCO_ENVS)
     cfg = override(impala.mujoco(), **{"run.env": "InvertedPendulum-v5"})
     impala.RECIPE.check_config(cfg)  # continuous actions are accepted
     assert cfg.algo.normalize_advantage and cfg.algo.entropy_coef == 0.0

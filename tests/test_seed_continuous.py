@@ -202,7 +202,9 @@ def test_env_worker_steps_pendulum_with_the_servers_float_actions(tmp_path):
 
 
 def test_mujoco_ids_start_from_the_mujoco_preset():
-    assert all(seed_recipe.ENV_EXPERIMENTS[e] == "mujoco" for e in MUJOCO_ENVS)
+    from distrl.cli.options import default_experiment
+
+    assert all(default_experiment("seed", e) == "mujoco" for e in MUJOCO_ENVS)
     cfg = seed_recipe.mujoco()
     assert cfg.run.env == "HalfCheetah-v5" and cfg.net.obs_norm == "auto" and cfg.algo.normalize_advantage
     assert cfg.algo.envs_per_group * cfg.algo.groups_per_worker == cfg.algo.envs_per_worker

@@ -276,7 +276,9 @@ def test_rollout_worker_steps_its_envs_with_the_float_actions_inference_wrote():
 # ---------------------------------------------------------------- the preset
 
 def test_every_mujoco_id_starts_from_the_mujoco_preset_and_it_passes_the_recipe_checks():
-    assert all(sf_recipe.ENV_EXPERIMENTS[e] == "mujoco" for e in MUJOCO_ENVS)
+    from distrl.cli.options import default_experiment
+
+    assert all(default_experiment("sf", e) == "mujoco" for e in MUJOCO_ENVS)
     cfg = sf_recipe.mujoco()
     a = cfg.algo
     assert cfg.run.env == "HalfCheetah-v5" and a.lr == 3e-4 and a.gamma == 0.99 and a.normalize_advantage

@@ -106,12 +106,17 @@ def recipe_help(argv: list[str]) -> str:
 def default_experiment(recipe: str, env: str | None) -> str:
     """The experiment to start from when ``--experiment`` is not given.
 
-    A recipe module may map env ids to the experiment tuned for them (``ENV_EXPERIMENTS``),
-    so that ``vecenv --env Pendulum-v1`` gets Pendulum's settings rather than CartPole's with
-    Pendulum swapped in; any other env starts from ``default``. A key may be a pattern
-    (``"ALE/*"``: every Atari game); an exact id wins over a pattern.
+    :data:`distrl.recipes.base.ENV_PRESETS` maps env ids to the preset tuned for them (``atari`` for
+    ``ALE/*``, ``mujoco`` for gymnasium's MuJoCo ids, ``minatar``), for every recipe module that defines
+    that preset; a module's own ``ENV_EXPERIMENTS`` adds to it or overrides it, so that ``vecenv --env
+    Pendulum-v1`` gets Pendulum's settings rather than CartPole's with Pendulum swapped in. Any other env
+    starts from ``default``. A key may be a pattern (``"ALE/*"``: every Atari game); an exact id wins.
     """
-    table = getattr(recipe_module(recipe), "ENV_EXPERIMENTS", {})
+    from distrl.recipes.base import ENV_PRESETS
+
+    module = recipe_module(recipe)
+    table = {env: name for env, name in ENV_PRESETS.items() if callable(getattr(module, name, None))}
+    table |= getattr(module, "ENV_EXPERIMENTS", {})
     if env is None or env in table:
         return table.get(env, "default")
     return next((name for pattern, name in table.items() if fnmatch.fnmatchcase(env, pattern)), "default")

@@ -14,7 +14,7 @@ from distrl.config import Config
 from distrl.runtime.context import Recipe, Role, RoleContext, RoleFactory
 
 __all__ = ["Recipe", "Role", "RoleContext", "RoleFactory", "role", "ATARI_RUN", "MUJOCO_ENVS", "MUJOCO_RUN",
-           "require_discrete_actions", "check_action_space"]
+           "MUJOCO_AC", "DEBUG_RUN", "ENV_PRESETS", "require_discrete_actions", "check_action_space"]
 
 
 def role(path: str) -> RoleFactory:
@@ -49,6 +49,19 @@ MUJOCO_ENVS = ("Ant-v5", "HalfCheetah-v5", "Hopper-v5", "Humanoid-v5", "Humanoid
 #: evaluation of 5 episodes (1,000 steps each) every 30 s, 20 minutes.
 MUJOCO_RUN = {"run.env": "HalfCheetah-v5", "run.total_frames": 20_000_000, "run.max_time_s": 1200.0,
               "run.eval_episodes": 5, "run.eval_interval_s": 30.0}
+#: The actor-critic recipes' MuJoCo habits (PPO's, Schulman et al. 2017): Adam 3e-4, gamma 0.99, no entropy
+#: bonus (the learned std explores), advantages normalised, rewards x 0.1 in the loss (HalfCheetah's ~5 a
+#: step is a value of ~500 at gamma 0.99, 50 scaled), tanh (64, 64) MLPs. Each preset adds its batching.
+MUJOCO_AC = {**MUJOCO_RUN, "algo.lr": 3e-4, "algo.gamma": 0.99, "algo.entropy_coef": 0.0, "algo.normalize_advantage": True,
+             "algo.reward_scale": 0.1, "net.hidden": (64, 64), "net.activation": "tanh"}
+
+#: The run settings of every recipe's ``debug`` preset: the deterministic toy env, a budget of seconds.
+DEBUG_RUN = {"run.env": "distrl/MatchSign-v0", "run.total_frames": 20_000, "run.max_time_s": 60.0,
+             "run.eval_episodes": 10, "run.logger": "none"}
+
+#: Env ids -> the preset tuned for them: ``--env`` picks it in every recipe module that defines a preset of
+#: that name (a pattern such as ``ALE/*`` matches every game); a module's own ``ENV_EXPERIMENTS`` adds to it.
+ENV_PRESETS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari", **{e: "mujoco" for e in MUJOCO_ENVS}}
 
 
 def require_discrete_actions(cfg: Config) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.recipes.base import ATARI_RUN, MUJOCO_ENVS, MUJOCO_RUN, Recipe, role, check_action_space
+from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_AC, Recipe, role, check_action_space
 
 OPTIMIZERS = ("rmsprop", "adam")
 WIRE_DTYPES = ("float32", "bfloat16")  #: names of ``torch`` dtypes (this module does not import torch)
@@ -128,9 +128,8 @@ def mujoco() -> Config:
     updates, staleness 2.1 on average), 2,800 frames/s, 276 bytes on the wire per env step."""
     return override(
         default(),
-        **{**MUJOCO_RUN, "algo.envs_per_worker": 16, "algo.t_max": 16, "algo.optimizer": "adam", "algo.lr": 3e-4,
-           "algo.optim_eps": 1e-5, "algo.entropy_coef": 0.0, "algo.normalize_advantage": True, "algo.reward_scale": 0.1,
-           "algo.gamma": 0.99, "algo.max_grad_norm": 0.5, "net.hidden": (64, 64), "net.activation": "tanh"},
+        **{**MUJOCO_AC, "algo.envs_per_worker": 16, "algo.t_max": 16, "algo.optimizer": "adam",
+           "algo.optim_eps": 1e-5, "algo.max_grad_norm": 0.5},
     )
 
 
@@ -138,18 +137,13 @@ def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
         default(),
-        **{"run.env": "distrl/MatchSign-v0", "run.total_frames": 20_000, "run.max_time_s": 60.0,
-           "run.eval_episodes": 10, "run.logger": "none", "algo.envs_per_worker": 8, "algo.t_max": 20},
+        **{**DEBUG_RUN, "algo.envs_per_worker": 8, "algo.t_max": 20},
     )
 
 
 def debug_a2c() -> Config:
     """``debug`` with ``algo.sync``."""
     return override(debug(), **{"algo.sync": True})
-
-
-#: The experiment ``launch/train.py a3c --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari", **{e: "mujoco" for e in MUJOCO_ENVS}}
 
 
 def _check_config(cfg: Config) -> None:

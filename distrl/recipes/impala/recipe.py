@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.recipes.base import ATARI_RUN, MUJOCO_ENVS, MUJOCO_RUN, Recipe, role, check_action_space
+from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_AC, Recipe, role, check_action_space
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,7 @@ def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
         default(),
-        **{"run.env": "distrl/MatchSign-v0", "run.total_frames": 20_000, "run.max_time_s": 60.0,
-           "run.eval_episodes": 10, "run.logger": "none", "algo.envs_per_actor": 8, "algo.unroll_length": 20},
+        **{**DEBUG_RUN, "algo.envs_per_actor": 8, "algo.unroll_length": 20},
     )
 
 
@@ -110,14 +109,8 @@ def mujoco() -> Config:
     the target in 17.5 s (171k frames, 668 updates), greedy evaluation 1000."""
     return override(
         default(),
-        **{**MUJOCO_RUN, "algo.envs_per_actor": 8, "algo.unroll_length": 32, "algo.batch_trajectories": 1,
-           "algo.lr": 3e-4, "algo.gamma": 0.99, "algo.reward_scale": 0.1, "algo.entropy_coef": 0.0,
-           "algo.normalize_advantage": True, "net.hidden": (64, 64), "net.activation": "tanh"},
+        **{**MUJOCO_AC, "algo.envs_per_actor": 8, "algo.unroll_length": 32, "algo.batch_trajectories": 1},
     )
-
-
-#: The experiment ``launch/train.py impala --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari", **{e: "mujoco" for e in MUJOCO_ENVS}}
 
 
 def _check_config(cfg: Config) -> None:

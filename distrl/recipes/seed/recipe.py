@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
 from distrl.envs import partial  # noqa: F401  (registers distrl/CartPoleNoVel-v1)
-from distrl.recipes.base import ATARI_RUN, MUJOCO_ENVS, MUJOCO_RUN, Recipe, role, check_action_space
+from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_AC, Recipe, role, check_action_space
 
 CORES = ("mlp", "lstm")
 
@@ -117,9 +117,8 @@ def mujoco() -> Config:
     """
     return override(
         default(),
-        **{**MUJOCO_RUN, "algo.envs_per_worker": 32, "algo.unroll_length": 32, "algo.batch_size": 32,
-           "algo.lr": 3e-4, "algo.gamma": 0.99, "algo.normalize_advantage": True, "algo.entropy_coef": 0.0,
-           "algo.reward_scale": 0.1, "algo.max_grad_norm": 0.5, "net.hidden": (64, 64), "net.activation": "tanh"},
+        **{**MUJOCO_AC, "algo.envs_per_worker": 32, "algo.unroll_length": 32, "algo.batch_size": 32,
+           "algo.max_grad_norm": 0.5},
     )
 
 
@@ -127,9 +126,7 @@ def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
         default(),
-        **{"run.env": "distrl/MatchSign-v0", "run.total_frames": 20_000, "run.max_time_s": 60.0,
-           "run.eval_episodes": 10, "run.logger": "none", "algo.envs_per_worker": 16, "algo.unroll_length": 20,
-           "algo.batch_size": 16},
+        **{**DEBUG_RUN, "algo.envs_per_worker": 16, "algo.unroll_length": 20, "algo.batch_size": 16},
     )
 
 
@@ -162,10 +159,6 @@ def lstm_cartpole() -> Config:
            "algo.core": "lstm", "algo.core_size": 64, "net.hidden": (64,), "algo.gamma": 0.995,
            "algo.entropy_coef": 0.01, "algo.lr": 1e-3, "algo.reward_scale": 1.0},
     )
-
-
-#: The experiment ``launch/train.py seed --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari", **{e: "mujoco" for e in MUJOCO_ENVS}}
 
 
 def _check_config(cfg: Config) -> None:

@@ -9,18 +9,16 @@ signals go through named pipes beside it (``distrl/recipes/sf/doorbell.py``), th
 transport, and both carry slot numbers only. One node: shared memory does not cross machines. At world size 1 the
 learner, one inference worker and ``algo.local_workers`` rollout workers share one process.
 
-Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds; ``minatar`` learns MinAtar Breakout
-from its ``[4, 10, 10]`` bool images; ``mujoco`` (every MuJoCo id) a Gaussian policy on HalfCheetah.
-Continuous action spaces act through a Gaussian head (``distrl/nn/heads.py``) with observation
-normalisation (``distrl/nn/obs_norm.py``): float32 ``[A]`` actions in the slots, the statistics in the
-parameter vector inference reads.
+Presets (``--experiment NAME``): ``default`` (CartPole), ``debug`` (seconds), ``minatar``, ``atari`` and
+``mujoco``: a Gaussian head (``distrl/nn/heads.py``) over normalised observations (``distrl/nn/obs_norm.py``),
+float32 ``[A]`` actions in the slots, the statistics in the parameter vector inference reads.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from distrl.config import Config, RunConfig, check, override
-from distrl.recipes.base import ATARI_RUN, MUJOCO_ENVS, MUJOCO_RUN, Recipe, role, check_action_space
+from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_AC, Recipe, role, check_action_space
 
 
 @dataclass(frozen=True)
@@ -67,9 +65,8 @@ class SFConfig:
                f"algo.num_minibatches ({self.num_minibatches}) must be <= algo.batch_size ({self.batch_size}): "
                "a minibatch holds whole rows")
         check(self.slots_per_group >= 2, "algo.slots_per_group must be >= 2 (one filling, one spare)")
-        check(self.max_policy_lag >= 0, "algo.max_policy_lag must be >= 0")
-        check(self.learner_cores >= 0, f"algo.learner_cores must be >= 0, got {self.learner_cores}")
-        check(self.max_wait_ms >= 0, "algo.max_wait_ms must be >= 0")
+        for name in ("max_policy_lag", "learner_cores", "max_wait_ms"):
+            check(getattr(self, name) >= 0, f"algo.{name} must be >= 0, got {getattr(self, name)}")
         check(self.request_timeout_s > 0 and self.slot_timeout_s > 0, "algo timeouts must be > 0")
         check(self.lr > 0 and 0 < self.gamma <= 1, "algo.lr must be > 0 and algo.gamma in (0, 1]")
         check(0 <= self.gae_lambda <= 1 and self.clip_eps > 0, "algo.gae_lambda in [0, 1], algo.clip_eps > 0")
@@ -88,8 +85,7 @@ def default() -> Config:
 
 
 def minatar() -> Config:
-    """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10:
-    fewer envs per worker than CartPole (a conv forward per observation costs more than the env)."""
+    """MinAtar/Breakout-v1 to a greedy 10: fewer envs than CartPole's (a conv forward costs more than the env)."""
     return override(
         default(),
         **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 900.0,
@@ -134,8 +130,7 @@ def atari() -> Config:
 
 def mujoco() -> Config:
     """MuJoCo (HalfCheetah-v5 by default; every id of ``MUJOCO_ENVS``): a Gaussian policy (a learned
-    log-std vector, std 1 at the start) over ObsNorm'd observations, tanh (64, 64) MLPs; the PPO
-    MuJoCo habits (Schulman et al. 2017; Sample Factory's mujoco preset):
+    log-std vector, std 1 at the start) over ObsNorm'd observations; ``MUJOCO_AC``'s PPO habits, and:
 
     - 2 groups of 16 envs per worker: a MuJoCo step (~0.1 ms) is as cheap as CartPole's, but 64
       envs in all (two workers) keep each update's 1,024 samples (32 rows of 32 steps) from few
@@ -146,20 +141,14 @@ def mujoco() -> Config:
       and PPO's clipped ratio corrects the policy term for it;
     - 4 passes over each batch (``algo.num_epochs``), PPO's habit: one step per batch left the
       learner waiting for rows 80% of the time and HalfCheetah at 1,500 only after ~550 s; the lag
-      cap counts steps, so it is 4 x 10;
-    - lr 3e-4, gamma 0.99, advantages normalised per batch, no entropy bonus (the learned std
-      explores; a bonus on it keeps the std from shrinking where precision pays);
-    - rewards x 0.1 in the loss: HalfCheetah's ~5 a step is a value of ~500 at gamma 0.99, 50
-      scaled, which the value MLP tracks (InvertedPendulum's 100 becomes 10).
+      cap counts steps, so it is 4 x 10.
 
     Measured: docs/continuous.md (InvertedPendulum-v5 and HalfCheetah-v5 over seeds, with commands).
     """
     return override(
         default(),
-        **{**MUJOCO_RUN, "algo.envs_per_worker": 32, "algo.unroll_length": 32, "algo.batch_size": 32,
-           "algo.lr": 3e-4, "algo.gamma": 0.99, "algo.vtrace": False, "algo.gae_lambda": 0.95,
-           "algo.normalize_advantage": True, "algo.entropy_coef": 0.0, "algo.reward_scale": 0.1,
-           "algo.num_epochs": 4, "algo.max_policy_lag": 40, "net.hidden": (64, 64), "net.activation": "tanh"},
+        **{**MUJOCO_AC, "algo.envs_per_worker": 32, "algo.unroll_length": 32, "algo.batch_size": 32,
+           "algo.vtrace": False, "algo.gae_lambda": 0.95, "algo.num_epochs": 4, "algo.max_policy_lag": 40},
     )
 
 
@@ -167,19 +156,12 @@ def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
         default(),
-        **{"run.env": "distrl/MatchSign-v0", "run.total_frames": 20_000, "run.max_time_s": 60.0,
-           "run.eval_episodes": 10, "run.logger": "none", "algo.envs_per_worker": 16, "algo.unroll_length": 20,
-           "algo.batch_size": 16},
+        **{**DEBUG_RUN, "algo.envs_per_worker": 16, "algo.unroll_length": 20, "algo.batch_size": 16},
     )
 
 
 def _roles(n: int, cfg: Config) -> list[str]:
-    r = cfg.algo.inference_ranks
-    return ["learner"] + ["inference"] * r + ["rollout_worker"] * (n - 1 - r)
-
-
-#: The experiment ``launch/train.py sf --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari", **{e: "mujoco" for e in MUJOCO_ENVS}}
+    return ["learner"] + ["inference"] * cfg.algo.inference_ranks + ["rollout_worker"] * (n - 1 - cfg.algo.inference_ranks)
 
 
 def _check_config(cfg: Config) -> None:
