@@ -20,7 +20,6 @@ from distrl.nn.encoders import ENCODERS, ImageEncoder, as_shape, make_encoder, r
 from distrl.nn.models import ActorCritic, QNetwork, clip_towers
 from distrl.nn.recurrent import RecurrentActorCritic, UnrolledCore
 from distrl.nn.numpy_policy import NumpyPolicy
-from distrl.nn.policies import CategoricalActorCritic, GaussianActorCritic, make_actor_critic
 
 MINATAR = (4, 10, 10)  # MinAtar's Breakout, channels first
 ATARI = (4, 84, 84)  # four stacked 84x84 frames
@@ -226,26 +225,26 @@ def test_recurrent_core(name):
 
 
 @pytest.mark.parametrize("name", list(IMAGE))
-def test_ppo_policies(name):
-    shape, net = IMAGE[name], NetConfig(encoder=name)
+def test_act_and_evaluate_agree_for_both_heads(name):
+    """What an on-policy learner calls (vecenv's PPO: ``act`` in the rollout, ``evaluate`` in the
+    update), over a shared torso, for logits and for the Gaussian."""
+    shape, net = IMAGE[name], NetConfig(encoder=name, init_log_std=-0.5)
     obs = images(10, shape=shape)
-    discrete = CategoricalActorCritic(shape, 3, net)
+    discrete = ActorCritic(shape, 3, net)
     with torch.no_grad():
         action, log_prob = discrete.act(obs)
     new_log_prob, entropy, _ = discrete.evaluate(obs, action)
     torch.testing.assert_close(new_log_prob, log_prob)
     (new_log_prob.sum() + entropy.sum() + discrete.value(obs).sum()).backward()
     assert grads_everywhere(discrete) and discrete.greedy(obs).shape == (10,)
-    continuous = GaussianActorCritic(shape, 2, net, init_log_std=-0.5)
+    continuous = ActorCritic(shape, None, net, action_dim=2)
     with torch.no_grad():  # as a rollout stores them
         action, log_prob = continuous.act(obs)
     new_log_prob, entropy, _ = continuous.evaluate(obs, action)
     torch.testing.assert_close(new_log_prob, log_prob)
     (new_log_prob.sum() + continuous.value(obs).sum()).backward()
     assert grads_everywhere(continuous) and continuous.greedy(obs).shape == (10, 2)
-    assert type(make_actor_critic(shape, None, 2, net)) is GaussianActorCritic
-    with pytest.raises(ValueError, match="normalize_obs standardises flat observations"):
-        make_actor_critic(shape, 3, 1, net, normalize_obs=True)
+    assert continuous.obs_norm is None  # images are scaled by their encoder
 
 
 def test_the_numpy_policy_refuses_an_image_policy_in_one_line():
@@ -263,8 +262,6 @@ def test_load_policy_rebuilds_an_image_network(tmp_path, recipe, name):
     torch.manual_seed(3)
     net = NetConfig(encoder=name)
     model = QNetwork(MINATAR, 3, net, dueling=True) if recipe == "apex" else ActorCritic(MINATAR, 3, net)
-    if recipe == "vecenv":
-        model = make_actor_critic(MINATAR, 3, 1, net)
     head = model.q[-1].advantage if recipe == "apex" else model.policy[-1]  # apex's default head is dueling
     with torch.no_grad():
         head.weight.mul_(300)  # decisive, so a wrong network would pick other actions

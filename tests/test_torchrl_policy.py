@@ -24,7 +24,6 @@ from distrl.cli.options import experiment_config
 from distrl.config import override
 from distrl.envs.gym import evaluate
 from distrl.nn.models import ActorCritic, QNetwork
-from distrl.nn.policies import make_actor_critic
 from distrl.roles.session import LearnerSession
 from distrl.recipes.vecenv.learner import VecEnvLearner
 from distrl.train import console
@@ -195,23 +194,30 @@ def test_vecenv_records_its_torchrl_env_encoding(tmp_path):
 
 def test_vecenv_policy_includes_its_observation_normalisation(tmp_path):
     torch.manual_seed(2)
-    model = make_actor_critic(4, 2, 1, experiment_config("vecenv", "debug").net, normalize_obs=True)
+    model = ActorCritic(4, 2, override(experiment_config("vecenv", "debug"), **{"net.obs_norm": "on"}).net)
     sharpen(model.policy[1][-1])
     with torch.no_grad():  # statistics far from the identity, so a policy without them plays differently
-        model.obs_norm.mean.copy_(torch.tensor([0.5, -1.0, 0.05, 0.3], dtype=torch.float64))
-        model.obs_norm.var.copy_(torch.tensor([0.01, 4.0, 0.001, 0.5], dtype=torch.float64))
-    policy = distrl.load_policy(fake_run(tmp_path, "vecenv", model, **{"algo.normalize_obs": True}))
+        model.obs_norm.mean.copy_(torch.tensor([0.5, -1.0, 0.05, 0.3]))
+        model.obs_norm.var.copy_(torch.tensor([0.01, 4.0, 0.001, 0.5]))
+    policy = distrl.load_policy(fake_run(tmp_path, "vecenv", model, **{"net.obs_norm": "on"}))
     expected = evaluate(lambda o: model.policy(o), "CartPole-v1", 3, EVAL_SEED, torch.device("cpu"))
     assert torchrl_returns(policy, "CartPole-v1", 3) == expected
 
 
-def test_vecenv_gaussian_policy_is_greedy_and_clipped_to_the_bounds(tmp_path):
+def vecenv_gaussian(init_log_std: float = -0.5) -> ActorCritic:
+    """vecenv's Pendulum network (ObsNorm, then the mean MLP and its log-std) with means outside [-2, 2]."""
     torch.manual_seed(3)
-    cfg = experiment_config("vecenv", "pendulum")
-    model = make_actor_critic(3, None, 1, cfg.net, init_log_std=-0.5, normalize_obs=True)
+    cfg = override(experiment_config("vecenv", "pendulum"), **{"net.init_log_std": init_log_std})
+    model = ActorCritic(3, None, cfg.net, action_dim=1)
+    assert model.obs_norm is not None  # auto: flat observations, continuous actions
     with torch.no_grad():
-        model.policy[1][-1].weight.normal_(0.0, 1.0)  # means outside [-2, 2] in some states
-    run = fake_run(tmp_path, "vecenv", model, **{"run.env": "Pendulum-v1", "algo.normalize_obs": True})
+        model.policy[1][0][-1].weight.normal_(0.0, 1.0)  # means outside [-2, 2] in some states
+    return model
+
+
+def test_vecenv_gaussian_policy_is_greedy_and_clipped_to_the_bounds(tmp_path):
+    model = vecenv_gaussian()
+    run = fake_run(tmp_path, "vecenv", model, **{"run.env": "Pendulum-v1"})
     env = GymEnv("Pendulum-v1")
     td = env.rollout(30, distrl.load_policy(run), auto_reset=False, tensordict=env.reset(seed=5))
     want = model.greedy(td["observation"]).clamp(-2.0, 2.0)
@@ -219,7 +225,34 @@ def test_vecenv_gaussian_policy_is_greedy_and_clipped_to_the_bounds(tmp_path):
     assert (td["action"].abs() == 2.0).any() and (td["action"].abs() < 2.0).any()
     sampled = env.rollout(30, distrl.load_policy(run, sample=True), auto_reset=False, tensordict=env.reset(seed=5))
     assert (sampled["action"].abs() <= 2.0).all() and not torch.equal(sampled["action"], td["action"])
-    assert torch.allclose(sampled["scale"], model.log_std.exp().expand_as(sampled["scale"]))
+    torch.testing.assert_close(sampled["scale"], torch.full_like(sampled["scale"], -0.5).exp())  # the learned log-std
+
+
+def test_a_vecenv_checkpoint_from_before_actor_critic_loads_as_it_played(tmp_path):
+    """vecenv's own Gaussian actor-critic (0.2.0 until vecenv built ``ActorCritic``) kept its log-std
+    vector at the top and the mean MLP as the policy: ``log_std``, ``policy.0`` (ObsNorm),
+    ``policy.1.{0,2,4}``. Its checkpoints load (distrl/nn/models.py renames them) and play the same
+    greedy actions with the same scale, and ``--resume`` gets every tensor back."""
+    model = vecenv_gaussian(init_log_std=-0.7)
+    old = {}
+    for k, v in model.state_dict().items():
+        if k == "policy.1.1.log_std":
+            old["log_std"] = v
+        elif k.startswith("policy.1.0."):
+            old["policy.1." + k[len("policy.1.0."):]] = v
+        else:
+            old[k] = v
+    cfg = override(experiment_config("vecenv", "pendulum"), **{"run.env": "Pendulum-v1"})
+    (tmp_path / "config.json").write_text(cfg.to_json())
+    save_checkpoint(tmp_path, 1, {"model": old, "config": cfg.to_dict()})
+    env = GymEnv("Pendulum-v1")
+    td = env.rollout(30, distrl.load_policy(tmp_path), auto_reset=False, tensordict=env.reset(seed=5))
+    torch.testing.assert_close(td["action"], model.greedy(td["observation"]).clamp(-2.0, 2.0))
+    torch.testing.assert_close(td["scale"], torch.full_like(td["scale"], -0.7).exp())
+    resumed = ActorCritic(3, None, cfg.net, action_dim=1)
+    resumed.load_state_dict(old)  # the learner's --resume loads the same way
+    for k, v in model.state_dict().items():
+        assert torch.equal(resumed.state_dict()[k], v), k
 
 
 @pytest.mark.parametrize("recipe,log_std", [("sf", "param"), ("impala", "state")])

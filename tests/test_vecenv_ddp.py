@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from distrl.data import keys
-from distrl.nn.policies import CategoricalActorCritic, GaussianActorCritic
+from distrl.nn.models import ActorCritic
 from distrl.recipes.vecenv.update import allreduce_gradients, normalize_advantage, ppo_update
 from helpers import train_cmd
 
@@ -39,7 +39,7 @@ def fixed_batch(continuous: bool) -> TensorDict:
 def update_on(batch: TensorDict, continuous: bool) -> torch.Tensor:
     """One PPO update (3 epochs, Adam) from a fixed initialisation; the flat parameters after it."""
     torch.manual_seed(0)
-    model = GaussianActorCritic(4, 2) if continuous else CategoricalActorCritic(4, 3)
+    model = ActorCritic(4, None, action_dim=2) if continuous else ActorCritic(4, 3)
     optim = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-5)
     batch = batch.clone()
     batch[keys.ADVANTAGE] = normalize_advantage(batch[keys.ADVANTAGE])
@@ -119,7 +119,7 @@ def _worker(out: Path) -> None:
 
     cfg = override(get_recipe("vecenv").default_config(), **{
         "run.logger": "none", "run.eval_episodes": 2, "run.total_frames": 3 * 2 * 16 * 8, "run.target_return": None,
-        "algo.num_envs": 16, "algo.rollout_length": 8, "algo.num_minibatches": 2, "algo.normalize_obs": True,
+        "algo.num_envs": 16, "algo.rollout_length": 8, "algo.num_minibatches": 2, "net.obs_norm": "on",
         "algo.allreduce_dtype": "bfloat16"})
     (out / "run").mkdir(exist_ok=True)
     learner = VecEnvLearner(RoleContext(cfg, None, rank, {0: "learner", 1: "learner"}, out / "run"))

@@ -61,7 +61,7 @@ def test_resume_restores_model_optimizer_and_counters(tmp_path, training):
 
     cfg = override(get_recipe("vecenv").default_config(), **{
         "run.logger": "none", "run.eval_episodes": 0, "run.total_frames": 3 * 64 * 8, "run.target_return": None,
-        "algo.num_envs": 64, "algo.normalize_obs": True, "algo.anneal_lr": True})
+        "algo.num_envs": 64, "net.obs_norm": "on", "algo.anneal_lr": True})
     first = VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
     first.run()
     again = VecEnvLearner(RoleContext(override(cfg, **{"run.resume": True}), None, 0, {0: "learner"}, tmp_path))

@@ -19,7 +19,7 @@ from distrl.recipes import get_recipe
 from distrl.runtime.context import RoleContext
 from distrl.config import NetConfig, override
 from distrl.data import keys
-from distrl.nn.policies import CategoricalActorCritic, GaussianActorCritic
+from distrl.nn.models import ActorCritic
 from distrl.recipes.vecenv.learner import VecEnvLearner
 from distrl.recipes.vecenv.rollout import EpisodeStats
 from distrl.recipes.vecenv.update import normalize_advantage, ppo_update
@@ -83,7 +83,7 @@ def test_loss_matches_torchrl_clip_ppo_loss():
     from torchrl.objectives import ClipPPOLoss
 
     torch.manual_seed(0)
-    model = CategoricalActorCritic(4, 3)
+    model = ActorCritic(4, 3)
     n = 32
     obs, action = torch.randn(n, 4), torch.randint(0, 3, (n,))
     old, adv, target = -1.1 + 0.3 * torch.randn(n), torch.randn(n), torch.randn(n)
@@ -124,10 +124,12 @@ def test_minibatches_cover_every_row_once_per_epoch_and_keep_rows_whole():
 
 def test_gaussian_policy_log_prob_and_entropy():
     torch.manual_seed(0)
-    model = GaussianActorCritic(3, 2, NetConfig(), init_log_std=-0.3)
+    model = ActorCritic(3, None, NetConfig(init_log_std=-0.3), action_dim=2)
     obs = torch.randn(10, 3)
     action, log_prob = model.act(obs)
-    dist = torch.distributions.Normal(model.policy(obs), torch.exp(model.log_std))
+    mean, log_std = model.head.split(model.policy(obs))
+    torch.testing.assert_close(log_std, torch.full_like(log_std, -0.3))  # state-independent: net.log_std=param
+    dist = torch.distributions.Normal(mean, log_std.exp())
     torch.testing.assert_close(log_prob, dist.log_prob(action).sum(-1))
     lp, ent, _ = model.evaluate(obs, action)
     torch.testing.assert_close(lp, log_prob)
@@ -204,7 +206,7 @@ def test_config_invariants(field, value):
 
 
 def test_obs_norm_merges_batches_like_one_big_batch():
-    from distrl.nn.policies import ObsNorm
+    from distrl.nn.obs_norm import ObsNorm
 
     g = torch.Generator().manual_seed(4)
     batches = [torch.randn(n, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1]) + 2 for n in (50, 7, 300)]

@@ -1,9 +1,9 @@
 """Observation encoders, chosen by ``net.encoder``: ``forward(obs [*B, *obs_shape]) -> [*B, out_features]``.
 
 Every network head (:class:`distrl.nn.models.ActorCritic`, :class:`distrl.nn.models.QNetwork`, the
-recurrent core, :mod:`distrl.nn.policies`) starts with one. Each is a small named module with its
-paper's layer list in its docstring. ``*B`` is any number of leading dims (``[B]``, ``[B, T]``):
-an image encoder flattens them into one batch for its convolutions and restores them after.
+recurrent core) starts with one. Each is a small named module with its paper's layer list in its
+docstring. ``*B`` is any number of leading dims (``[B]``, ``[B, T]``): an image encoder flattens
+them into one batch for its convolutions and restores them after.
 
 ========  ========================  ======================================================
 name      observation               layers

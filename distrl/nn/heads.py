@@ -11,8 +11,9 @@ Bounds, one treatment everywhere: the sampled action is clipped to the box **at 
 (:func:`distrl.envs.gym.make_vector_env` wraps a ``Box`` env in gymnasium's ``ClipAction``) and the
 learner's log-probability is that of the unclipped sample, which is what the behaviour policy drew.
 This is the PPO/IMPALA MuJoCo habit (Schulman et al. 2017; SEED RL and sample-factory do the
-same): the log-probability stays exact and cheap, and the mean can sit at a bound. ``vecenv``'s
-:class:`distrl.nn.policies.GaussianActorCritic` does the same; tanh-squashing is not offered.
+same): the log-probability stays exact and cheap, and the mean can sit at a bound; tanh-squashing
+is not offered. Every recipe's Gaussian is this one (``vecenv``'s included), its log-std clamped to
+[LOG_STD_MIN, LOG_STD_MAX] by :class:`GaussianParams`.
 
 Why heads carry no parameters: the log-std lives in the policy tower (:class:`GaussianParams`),
 so everything that ships a policy (a state dict, a flat parameter vector, a checkpoint, an
@@ -167,3 +168,17 @@ class GaussianParams(nn.Module):
             mean, raw = x[..., :self.action_dim], x[..., self.action_dim:]
             return torch.cat([mean, (raw + self.init_log_std).clamp(LOG_STD_MIN, LOG_STD_MAX)], dim=-1)
         return torch.cat([x, self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).expand_as(x)], dim=-1)
+
+
+class LocScale(nn.Module):
+    """A Gaussian head's output ``cat(mean, log_std) [*B, 2A]`` as TorchRL's ``(loc [*B, A], scale [*B, A])``:
+    what an exported policy (:func:`distrl.nn.trained_policy.load_policy`) appends to the policy tower
+    so that TorchRL's ``IndependentNormal`` reads the distribution distrl trained."""
+
+    def __init__(self, action_dim: int):
+        super().__init__()
+        self.head = GaussianHead(action_dim)  # no parameters: a plain attribute, not a submodule
+
+    def forward(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.head.split(out)
+        return mean, log_std.exp()

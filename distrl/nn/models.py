@@ -143,6 +143,7 @@ class ActorCritic(nn.Module):
         if self.obs_norm is not None:
             policy, value = nn.Sequential(self.obs_norm, policy), nn.Sequential(self.obs_norm, value)
         self.policy, self.value = policy, value
+        self._register_load_state_dict_pre_hook(_vecenv_gaussian_layout, with_module=True)
 
     @classmethod
     def for_env(cls, info, net: NetConfig = NetConfig()) -> "ActorCritic":
@@ -174,6 +175,24 @@ class ActorCritic(nn.Module):
         """The groups :func:`clip_towers` clips apart (:func:`tower_groups`): the policy tower's
         parameters, then the value tower's; over a conv torso: the torso's, the policy head's, the value head's."""
         return tower_groups(self.policy, self.value)
+
+
+def _vecenv_gaussian_layout(model: ActorCritic, state: dict, prefix: str, *_) -> None:
+    """Renames a checkpoint of ``vecenv``'s own Gaussian actor-critic (distrl 0.2.0 until it built this
+    class) to this layout, in place: it kept the log-std vector at the top (``log_std``) and the mean
+    tower as the policy, where this class ends the policy tower with :class:`GaussianParams`
+    (``policy.1.log_std``, the mean MLP as ``policy.0``; behind an ObsNorm ``policy.1.1`` and
+    ``policy.1.0``; an image policy's layers keep their names). So its runs load and resume."""
+    params = next((name for name, m in model.named_modules() if isinstance(m, GaussianParams)), None)
+    if prefix + "log_std" not in state or params is None:
+        return
+    log_std = state.pop(prefix + "log_std")
+    parent = params.rpartition(".")[0]  # the Sequential(mean tower, GaussianParams) holding it
+    if len(model.get_submodule(parent)) == 2:  # the mean tower was this Sequential's place: one level down now
+        old = f"{prefix}{parent}."
+        for key in [k for k in state if k.startswith(old)]:
+            state[f"{old}0.{key[len(old):]}"] = state.pop(key)
+    state[f"{prefix}{params}.log_std"] = log_std
 
 
 def clip_towers(towers: list[list[nn.Parameter]], max_norm: float) -> torch.Tensor:

@@ -6,10 +6,11 @@ rebuilds the recipe's network from them and wraps it in TorchRL modules, so it r
 TorchRL policy does (``env.rollout(policy=...)``, a ``Collector``):
 
 * actor-critic recipes (``impala``, ``seed`` with the MLP core, ``sf``, ``a3c``, ``vecenv``): a
-  ``ProbabilisticActor`` over the policy network; observation normalisation (``vecenv`` with
-  ``algo.normalize_obs``) is inside it, as the learner evaluated it. Discrete actions are a
-  ``Categorical`` (indices) or a ``OneHotCategorical``; continuous ones an ``IndependentNormal``
-  with the learned state-independent scale, projected into a ``Bounded`` spec as distrl's own env
+  ``ProbabilisticActor`` over the policy network; observation normalisation (``net.obs_norm``,
+  present when the checkpoint holds its statistics) is inside it, as the learner evaluated it.
+  Discrete actions are a ``Categorical`` (indices) or a ``OneHotCategorical``; continuous ones an
+  ``IndependentNormal`` over the Gaussian head's mean and clamped log-std
+  (:class:`distrl.nn.heads.LocScale`), projected into a ``Bounded`` spec as distrl's own env
   adapter clips them.
 * ``apex``: TorchRL's ``QValueActor`` over the Q-network (greedy; no sampling).
 
@@ -31,13 +32,14 @@ evaluation plays. As with any TorchRL actor, a ``set_exploration_type`` context 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import NoReturn, Optional
 
 import torch
-from tensordict.nn import AddStateIndependentNormalScale, InteractionType, TensorDictModule
+from tensordict.nn import InteractionType, TensorDictModule
 from torch import nn
 from torchrl.data import Bounded, Categorical, Composite, OneHot, TensorSpec, Unbounded
 from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticActor, QValueActor
@@ -45,6 +47,7 @@ from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticA
 from distrl.runtime.checkpoint import best_checkpoint_path, list_checkpoints, load_checkpoint, load_latest_checkpoint
 from distrl.data import keys
 from distrl.envs import mock, partial  # noqa: F401  (distrl's own env ids resolve in a TorchRL GymEnv too)
+from distrl.nn.heads import LocScale
 
 CHECKPOINTS = ("best", "last")
 ACTION_ENCODINGS = ("one_hot", "categorical")  #: a checkpoint's ``action_encoding``, when it has one
@@ -121,7 +124,6 @@ def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]
     """The recipe's network with the checkpoint's weights: ``(model, num_actions or None, action_dim)``."""
     from distrl.config import NetConfig, from_dict
     from distrl.nn.models import ActorCritic, QNetwork
-    from distrl.nn.policies import make_actor_critic
 
     recipe, algo = cfg["recipe"], cfg.get("algo", {})
     net = from_dict(NetConfig, cfg["net"])  # fields it lacks (encoder, before encoders) keep their defaults
@@ -132,20 +134,16 @@ def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]
         obs_shape, num_actions = _dims(state, "q.")
         model = QNetwork(obs_shape, num_actions, net, bool(algo.get("dueling", False)))
         action_dim = 1
-    elif recipe == "vecenv":
-        obs_shape, out = _dims(state, "policy.")
-        continuous = "log_std" in state
-        num_actions, action_dim = (None, out) if continuous else (out, 1)
-        # normalised if the checkpoint holds statistics (algo.normalize_obs, or net.obs_norm's default for a box)
-        model = make_actor_critic(obs_shape, num_actions, action_dim, net,
-                                  normalize_obs=any(k.startswith("obs_norm.") for k in state))
-    elif recipe in ("impala", "seed", "sf", "a3c"):
+    elif recipe in ("impala", "seed", "sf", "a3c", "vecenv"):
         obs_shape, out = _dims(state, "policy.")
         if _gaussian(state, net, cfg["run"]["env"]):  # a Gaussian head: out is A (log-std vector) or 2A
             num_actions, action_dim = None, out if net.log_std == "param" else out // 2
         else:
             num_actions, action_dim = out, 1
-        model = ActorCritic(obs_shape, num_actions, net, action_dim)
+        # normalised as the checkpoint says: its statistics are there or not (older vecenv runs
+        # switched it with algo.normalize_obs, which net.obs_norm alone does now)
+        obs_norm = "on" if any(k.startswith("obs_norm.") for k in state) else "off"
+        model = ActorCritic(obs_shape, num_actions, dataclasses.replace(net, obs_norm=obs_norm), action_dim)
     else:
         _fail(f"load_policy does not know recipe {recipe!r}")
     model.load_state_dict(state)
@@ -156,7 +154,7 @@ def _gaussian(state: dict, net, env_id: str) -> bool:
     """Whether an actor-critic checkpoint's policy is a Gaussian (distrl/nn/heads.py): its learned
     log-std vector is in the state dict, or (``net.log_std=state``: a head output, no parameter of its
     own) the training env's actions are a box."""
-    if any(k.endswith(".log_std") for k in state):
+    if any(k == "log_std" or k.endswith(".log_std") for k in state):  # bare: vecenv's before ActorCritic
         return True
     if net.log_std != "state":
         return False
@@ -166,17 +164,6 @@ def _gaussian(state: dict, net, env_id: str) -> bool:
         return isinstance(gym.spec(env_id).make().action_space, gym.spaces.Box)
     except Exception:  # an id only the user's env factory knows: distrl's recipes take its discrete actions only
         return False
-
-
-class _LocScale(nn.Module):
-    """A Gaussian head's output ``cat(mean, log_std) [*B, 2A]`` as TorchRL's ``(loc, scale)``."""
-
-    def __init__(self, action_dim: int):
-        super().__init__()
-        self.action_dim = action_dim
-
-    def forward(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return out[..., :self.action_dim], out[..., self.action_dim:].exp()
 
 
 def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool = False,
@@ -218,17 +205,9 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
         module = TensorDictModule(model.policy, in_keys=[obs_key], out_keys=[keys.LOGITS])
         return ProbabilisticActor(module, in_keys=[keys.LOGITS], spec=spec, distribution_class=dist,
                                   default_interaction_type=interaction, return_log_prob=True)
-    if hasattr(model, "head"):  # impala, seed, sf, a3c: the policy writes cat(mean, log_std) (distrl/nn/heads.py)
-        module = TensorDictModule(nn.Sequential(model.policy, _LocScale(action_dim)), in_keys=[obs_key],
-                                  out_keys=[keys.LOC, keys.SCALE])
-        return ProbabilisticActor(module, in_keys=[keys.LOC, keys.SCALE], spec=spec,
-                                  distribution_class=IndependentNormal, default_interaction_type=interaction,
-                                  return_log_prob=True, safe=isinstance(spec, Bounded))
-    # vecenv: the Gaussian's scale is a parameter, not a network output: TensorDict's state-independent
-    # scale module carries it, holding the learned log-std behind an exp mapping as distrl does.
-    scale = AddStateIndependentNormalScale(action_dim, scale_mapping="exp", scale_lb=1e-8, device=device)
-    scale.state_independent_scale.data.copy_(model.log_std)
-    module = TensorDictModule(nn.Sequential(model.policy, scale), in_keys=[obs_key], out_keys=[keys.LOC, keys.SCALE])
+    # the policy writes cat(mean, log_std) (distrl/nn/heads.py), read as TorchRL's (loc, scale)
+    module = TensorDictModule(nn.Sequential(model.policy, LocScale(action_dim)), in_keys=[obs_key],
+                              out_keys=[keys.LOC, keys.SCALE])
     return ProbabilisticActor(module, in_keys=[keys.LOC, keys.SCALE], spec=spec, distribution_class=IndependentNormal,
                               default_interaction_type=interaction, return_log_prob=True,
                               safe=isinstance(spec, Bounded))

@@ -33,8 +33,7 @@ from distrl.runtime.context import RoleContext
 from distrl.envs.batched import NativeEnv, TorchRLEnv, evaluate_greedy, make_batched_env
 from distrl.envs.torchrl_env import action_encoding
 from distrl.logging.timing import TimeBudget
-from distrl.nn.models import resolve_device, wants_obs_norm
-from distrl.nn.policies import make_actor_critic
+from distrl.nn.models import ActorCritic, resolve_device
 from distrl.roles.session import LearnerSession
 from distrl.recipes.vecenv.rollout import EpisodeStats, Rollout
 from distrl.recipes.vecenv.update import UPDATE_STATS, normalize_advantage, ppo_update, world_size
@@ -81,10 +80,8 @@ class VecEnvLearner:
         self.env = make_batched_env(self.cfg.run.env, a.num_envs, self.device, env_seed, a.env_factory, a.obs_key,
                                     self.cfg.atari)
         env = self.env
-        # normalised when asked, and by default for flat observations with continuous actions (net.obs_norm=auto)
-        normalize = a.normalize_obs or wants_obs_norm(env.obs_shape, env.num_actions is None, self.cfg.net)
-        self.model = make_actor_critic(env.obs_shape, env.num_actions, env.action_dim, self.cfg.net,
-                                       a.init_log_std, normalize).to(self.device)
+        # observations normalised as net.obs_norm says (auto: flat observations with continuous actions)
+        self.model = ActorCritic(env.obs_shape, env.num_actions, self.cfg.net, env.action_dim).to(self.device)
         # fused: one kernel for all parameters; the per-tensor loop cost 5x more per step (318 vs
         # 64 us on these CPUs), a tenth of a minibatch's whole cost for CartPole's small MLPs.
         # trainable parameters only: ObsNorm's statistics are frozen parameters (distrl/nn/obs_norm.py)

@@ -40,10 +40,6 @@ class VecEnvConfig:
     max_grad_norm: float = 0.5  #: global gradient-norm clip, applied after the all-reduce
     allreduce_dtype: str = "float32"  #: dtype gradients are all-reduced in: float32, or bfloat16 (half the bytes)
     reward_scale: float = 1.0  #: rewards are multiplied by this before GAE (Pendulum's costs want ~0.1)
-    init_log_std: float = 0.0  #: initial log standard deviation of the Gaussian policy (continuous actions)
-    #: normalise observations by running mean and std over every rank's rollouts; also on whenever
-    #: ``net.obs_norm`` asks (its default ``auto``: flat observations with continuous actions)
-    normalize_obs: bool = False
     env_factory: str = ""  #: "module:function" building a batched TorchRL env; empty: the torch-native suite
     obs_key: str = keys.OBSERVATION  #: observation key of a factory-built TorchRL env
     compile: bool = False  #: torch.compile the policy's sampling and the torch-native env's dynamics
@@ -86,7 +82,8 @@ def default() -> Config:
 
 def pendulum() -> Config:
     """Torch Pendulum-v1 (continuous torque) for 2M frames: a short horizon (gamma 0.95), costs
-    scaled by 0.1, running observation normalisation (theta_dot spans +-8, the rest +-1) and a
+    scaled by 0.1, running observation normalisation (``net.obs_norm``'s ``auto`` for continuous
+    actions: theta_dot spans +-8, the rest +-1), an initial log-std of -0.5 and a
     learning rate annealed to 0, which turn a greedy return that wandered in -190..-260 into one
     that settles at -144..-167 (seeds 0-3, measured: docs/vecenv.md)."""
     return override(
@@ -94,7 +91,7 @@ def pendulum() -> Config:
         **{"run.env": "Pendulum-v1", "run.target_return": None, "run.total_frames": 2_000_000, "run.max_time_s": 280.0,
            "run.eval_episodes": 32, "algo.num_envs": 512, "algo.rollout_length": 32, "algo.epochs": 4,
            "algo.num_minibatches": 8, "algo.lr": 1e-3, "algo.anneal_lr": True, "algo.gamma": 0.95,
-           "algo.reward_scale": 0.1, "algo.init_log_std": -0.5, "algo.normalize_obs": True},
+           "algo.reward_scale": 0.1, "net.init_log_std": -0.5},
     )
 
 
@@ -144,16 +141,16 @@ def mujoco() -> Config:
     """gymnasium's MuJoCo ids (HalfCheetah-v5 by default) in gymnasium's vector env on the CPU, with
     PPO's MuJoCo settings (Schulman et al. 2017; cleanrl's ppo_continuous_action): a 64x64 tanh MLP,
     a state-independent log-std from 0, lr 3e-4, GAE(0.99, 0.95), 10 epochs, clip 0.2, no entropy
-    bonus, observations normalised. 16 envs x 128 steps (2,048 samples an update, as PPO's 1 x
-    2,048) in 8 minibatches of 256: on CPU a minibatch of 64 costs as much as one of 256. Rewards
-    x0.1: HalfCheetah's returns reach 1,000s, and a critic that must travel 1/(1-gamma) = 100x
-    a step's reward learns sooner in smaller units."""
+    bonus, observations normalised (``net.obs_norm``'s ``auto``). 16 envs x 128 steps (2,048
+    samples an update, as PPO's 1 x 2,048) in 8 minibatches of 256: on CPU a minibatch of 64 costs
+    as much as one of 256. Rewards x0.1: HalfCheetah's returns reach 1,000s, and a critic that must
+    travel 1/(1-gamma) = 100x a step's reward learns sooner in smaller units."""
     return override(
         default(),
         **{**MUJOCO_RUN, "run.target_return": None, "algo.num_envs": 16, "algo.rollout_length": 128,
            "algo.epochs": 10, "algo.num_minibatches": 8, "algo.lr": 3e-4, "algo.anneal_lr": True,
-           "algo.gamma": 0.99, "algo.gae_lambda": 0.95, "algo.reward_scale": 0.1, "algo.init_log_std": 0.0,
-           "algo.normalize_obs": True, "net.hidden": (64, 64), "net.activation": "tanh"},
+           "algo.gamma": 0.99, "algo.gae_lambda": 0.95, "algo.reward_scale": 0.1, "net.init_log_std": 0.0,
+           "net.hidden": (64, 64), "net.activation": "tanh"},
     )
 
 
