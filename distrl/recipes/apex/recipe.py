@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distrl.config import Config, NetConfig, RunConfig, check, override
-from distrl.recipes.base import ATARI_RUN, Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, Recipe, role, require_discrete_actions
 from distrl.replay.config import ReplayConfig
 
 
