@@ -40,7 +40,25 @@ def _bundled_glfw() -> None:
 
 _bundled_glfw()
 
-from helpers import Jobs, alive, descendants, live_threads, read_summary, shm_files
+from helpers import TEST_EXTRA_MODULES, Jobs, alive, descendants, in_ci, live_threads, read_summary, shm_files
+
+
+def _importorskip_or_fail(importorskip):
+    """``pytest.importorskip`` that fails instead of skipping for a module of pyproject's test extra:
+    CI installs ``.[test]``, so there a missing one is a broken install, not an optional feature."""
+    def wrapped(modname: str, *args, **kwargs):
+        try:
+            return importorskip(modname, *args, **kwargs)
+        except pytest.skip.Exception as e:
+            if modname.partition(".")[0] not in TEST_EXTRA_MODULES.values():
+                raise
+            reason = e.msg
+        pytest.fail(f"{modname} comes with pyproject's test extra, which CI installs; here: {reason}", pytrace=False)
+    return wrapped
+
+
+if in_ci():  # before any test module imports: their importorskip calls run at collection
+    pytest.importorskip = _importorskip_or_fail(pytest.importorskip)
 
 #: fixtures that make a test ``integration``, and what each is for
 INTEGRATION_FIXTURES = {

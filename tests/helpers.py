@@ -15,6 +15,20 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "launch" / "train.py"
+#: every distribution of pyproject's ``test`` extra and the module it installs (checked against the extra
+#: by tests/test_packaging.py): CI installs the extra, so there an importorskip of one fails (conftest.py)
+TEST_EXTRA_MODULES = {
+    "pytest": "pytest", "pytest-timeout": "pytest_timeout", "minatar": "minatar", "ale-py": "ale_py",
+    "opencv-python-headless": "cv2", "mujoco": "mujoco", "imageio": "imageio", "packaging": "packaging",
+    "mkdocs": "mkdocs", "mkdocs-material": "material", "mkdocstrings": "mkdocstrings",
+}
+#: environment variables that say "this is CI" (GitHub Actions sets ``CI``; .ci/run sets ``DISTRL_CI``)
+CI_VARIABLES = ("CI", "DISTRL_CI")
+
+
+def in_ci() -> bool:
+    """Whether a :data:`CI_VARIABLES` variable is set to something other than empty, ``0`` or ``false``."""
+    return any(os.environ.get(name, "").strip().lower() not in ("", "0", "false") for name in CI_VARIABLES)
 
 
 def free_port() -> int:
@@ -283,6 +297,47 @@ def read_summary(run_dir: Path, extra_keys: set[str] = frozenset()) -> dict:
 def read_metrics(run_dir: Path) -> list[dict]:
     """The rows of ``run_dir/metrics.jsonl``."""
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line]
+
+
+def random_policy_returns(env_id: str, episodes: int, seed: int) -> list[float]:
+    """Returns of ``episodes`` episodes of uniformly random actions on gymnasium's ``env_id``, episode
+    ``i`` from ``reset(seed=seed + i)`` (its actions from ``action_space.seed(seed + i)``): the
+    initial states of a greedy evaluation seeded ``seed``, whose vector env seeds its env ``i`` so."""
+    import gymnasium as gym
+
+    out = []
+    for i in range(episodes):
+        env = gym.make(env_id)
+        try:
+            env.reset(seed=seed + i)
+            env.action_space.seed(seed + i)
+            total, done = 0.0, False
+            while not done:
+                _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+                total, done = total + float(reward), terminated or truncated
+        finally:
+            env.close()
+        out.append(total)
+    return out
+
+
+def assert_beats_random(summary: dict, margin: float, seed: int = 0) -> float:
+    """The last policy's greedy evaluation (``summary``'s) beats uniformly random actions by
+    ``margin``, on the same env from the same initial states (run seed ``seed``). Returns the
+    random policy's mean.
+
+    Pick the margin so that the bar also clears an untrained policy, which a greedy evaluation runs
+    at its mean action: on InvertedPendulum-v5's 10 evaluation episodes random actions score 8.5, an
+    untrained Gaussian policy 25.4-26.2 (8 initialisations; doing nothing, 25.6), so a margin of 30
+    (a bar of 38.5) takes learning."""
+    from distrl.roles.session import EVAL_SEED_OFFSET
+
+    random = random_policy_returns(summary["env"], summary["eval_episodes"], seed + EVAL_SEED_OFFSET)
+    mean = sum(random) / len(random)
+    print(f"\n{summary['recipe']} on {summary['env']}: greedy {summary['eval_return_mean']:.1f} after "
+          f"{summary['env_frames']} frames, random {mean:.1f} ({len(random)} episodes), margin {margin:g}")
+    assert summary["eval_return_mean"] >= mean + margin, (summary["eval_return_mean"], mean, margin)
+    return mean
 
 
 def hold_args(target: float = 475.0) -> list[str]:

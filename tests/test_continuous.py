@@ -1,7 +1,7 @@
 """The pieces every continuous-action recipe shares: the Gaussian head (distrl/nn/heads.py) against
 ``torch.distributions``, its bound treatment, observation normalisation (distrl/nn/obs_norm.py) merged
-across actors, and its statistics surviving a checkpoint. Each recipe's own path has its own file
-(tests/test_{impala,seed,sf,a3c}_continuous.py)."""
+across actors and across real processes, and its statistics surviving a checkpoint. Each recipe's
+own path has its own file (tests/test_{impala,seed,sf,a3c}_continuous.py)."""
 from __future__ import annotations
 
 import gymnasium as gym
@@ -88,6 +88,68 @@ def test_merged_statistics_equal_those_of_the_concatenated_data():
     both.update_moments(batch_moments(parts[0]) + batch_moments(parts[1]) + batch_moments(parts[2]) + batch_moments(parts[3]))
     torch.testing.assert_close(both.mean, norm.mean, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(both.var, norm.var, rtol=1e-4, atol=1e-5)
+
+
+RANK_DATA = {0: ((12, 25), 5.0, (0.01, 1.0, 30.0, 3.0)), 1: ((7, 11), -2.0, (2.0, 0.5, 4.0, 0.001))}
+
+
+def rank_observations(rank: int) -> torch.Tensor:
+    """Rank ``rank``'s rollout observations ``[T, B, F]`` (float32, as a learner's buffer holds them):
+    different sizes, means and spreads on the two ranks."""
+    shape, offset, scale = RANK_DATA[rank]
+    g = torch.Generator().manual_seed(100 + rank)
+    return torch.randn(*shape, 4, generator=g) * torch.tensor(scale) + offset
+
+
+def _merge_on_rank(rank: int, world: int, store: str, out: str) -> None:
+    """A forked rank: its own observations through vecenv's merge (an all-reduce of the moments on a
+    gloo group), then the statistics it ends with, saved for the test."""
+    import torch.distributed as dist
+    from types import SimpleNamespace
+
+    from distrl.recipes.vecenv.learner import VecEnvLearner
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        learner = SimpleNamespace(buf=SimpleNamespace(obs=rank_observations(rank)), world=world,
+                                  model=SimpleNamespace(obs_norm=ObsNorm(4)))
+        VecEnvLearner._update_obs_norm(learner)
+        norm = learner.model.obs_norm
+        torch.save({k: getattr(norm, k).detach().clone() for k in ("count", "mean", "var")}, f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_statistics_merged_across_two_processes_equal_those_of_the_concatenated_data(tmp_path, no_leaked_processes):
+    """Two real processes on a gloo group, each with its own observations, merge them as vecenv's
+    learner does; both end with the statistics of ``torch.cat`` of all the data.
+
+    Tolerance, from the arithmetic: the prior (count ``c0 = 1e-4``, mean 0, var 1) moves the mean by
+    ``c0 |m| / N`` and the variance by at most ``c0 (|1 - v| + m^2) / N``; float32 storage rounds each
+    to within ``2^-24`` of itself (the moments are summed and merged in float64)."""
+    import torch.multiprocessing as mp
+
+    # forked, not spawned: the ranks start with this process's modules imported (spawned ones import
+    # torch and torchrl again: 22 s against 2 on a loaded 2-core machine); each sets one torch thread first
+    mp.start_processes(_merge_on_rank, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True,
+                       start_method="fork")
+    got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    for name in ("count", "mean", "var"):
+        assert torch.equal(got[0][name], got[1][name]), name  # one all-reduce: the same on both ranks
+    every = torch.cat([rank_observations(r).reshape(-1, 4) for r in range(2)]).double()
+    N, m, v = every.shape[0], every.mean(0), every.var(0, unbiased=False)
+    c0, u = 1e-4, 2.0 ** -24
+    mean_tol = c0 * m.abs() / N + u * m.abs()
+    var_tol = c0 * ((1 - v).abs() + m.square()) / N + u * v
+    count, mean, var = (got[0][k].double() for k in ("count", "mean", "var"))
+    assert abs(float(count) - N) <= c0 + u * N
+    assert ((mean - m).abs() <= 2 * mean_tol).all(), ((mean - m).abs() / mean_tol)
+    assert ((var - v).abs() <= 2 * var_tol).all(), ((var - v).abs() / var_tol)
+    # not one rank's statistics alone: a merge that skipped the other rank is far outside the bounds
+    own = rank_observations(0).reshape(-1, 4).double()
+    assert ((own.mean(0) - m).abs() > 1000 * mean_tol).all() and ((own.var(0, unbiased=False) - v).abs() > 1000 * var_tol).all()
 
 
 def test_merge_moments_is_the_pooled_population_variance():

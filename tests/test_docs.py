@@ -18,7 +18,6 @@ import io
 import re
 import runpy
 import shlex
-import shutil
 import sys
 
 import pytest
@@ -344,8 +343,7 @@ def test_the_api_reference_has_every_recipe():
 def test_mkdocs_build_strict(jobs, tmp_path):
     """``mkdocs build --strict``, as .ci/run runs it: no broken link, no missing page, every API
     object the reference names still exists."""
-    if shutil.which("mkdocs") is None:
-        pytest.skip('mkdocs is not installed (pip install -e ".[docs]")')
+    pytest.importorskip("mkdocs", reason='mkdocs is not installed (pip install -e ".[docs]")')
     job = jobs.start([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", tmp_path / "site"],
                      env=child_env(NO_MKDOCS_2_WARNING="1"))
     assert job.wait(180) == 0, job.tail()

@@ -1,5 +1,6 @@
 """IMPALA on continuous actions: a Gaussian policy's actions, log-probabilities and observation
-statistics through the recipe's actor, wire, learner and loss.
+statistics through the recipe's actor, wire, learner and loss; and one short run on
+InvertedPendulum-v5 that must beat a random policy.
 
 V-trace is checked against the slow loop of Espeholt et al. (2018), eq. (1):
     v_s = V(x_s) + sum_{t>=s} gamma^{t-s} (prod_{i=s}^{t-1} c_i) delta_t V
@@ -248,17 +249,28 @@ def test_continuous_env_info_builds_the_gaussian_network():
 
 # ---- end to end -------------------------------------------------------------------------------
 
-@pytest.mark.timeout(150)
-def test_pendulum_runs_to_the_end_with_finite_returns(tmp_path, jobs):
-    """The mujoco preset on Pendulum-v1 (continuous, no MuJoCo needed) in one process, 5 s of training
-    (the first episodes end and the first updates land within ~1-2 s)."""
-    from helpers import read_summary
+#: what the run must beat random actions by, above an untrained policy's score (helpers.assert_beats_random):
+#: 25k frames at unrolls of 16 scored 539, 240, 290, 129, 182 and 132 in 6 runs (2 cores, load 5-9)
+MARGIN = 30.0
 
+
+@pytest.mark.timeout(180)
+def test_inverted_pendulum_learns_past_a_random_policy(tmp_path, jobs):
+    """The mujoco preset on InvertedPendulum-v5 in one process for 25k frames, unrolls of 16 steps
+    instead of 32 (twice the updates). Pendulum-v1 learns nothing in a test's budget: in 5 s every
+    recipe's greedy policy stayed at random's -1100. It ends on its frame budget, writes its
+    summary, and its last policy's greedy return beats uniformly random actions from the same
+    initial states by :data:`MARGIN`."""
+    from helpers import assert_beats_random, read_summary
+
+    pytest.importorskip("mujoco")
     run = tmp_path / "run"
-    proc = jobs.train(["impala", "--experiment", "mujoco", "--env", ENV, "--max-time-s", "5", "--run-dir", str(run),
-                       "--logger", "none", "--set", "run.eval_episodes=2"], timeout=120)
+    proc = jobs.train(["impala", "--experiment", "mujoco", "--env", "InvertedPendulum-v5", "--total-frames", "25000",
+                       "--max-time-s", "60", "--run-dir", str(run), "--logger", "none",
+                       "--set", "algo.unroll_length=16", "--set", "run.eval_episodes=10",
+                       "--set", "run.eval_interval_s=0"], timeout=150)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
-    assert s["stop_reason"] == "max_time" and s["learner_updates"] > 0 and s["env_frames"] > 0
-    assert math.isfinite(s["eval_return_mean"]) and -2000 < s["eval_return_mean"] <= 0  # Pendulum's returns are <= 0
+    assert s["stop_reason"] == "total_frames" and s["learner_updates"] > 0 and s["episodes"] > 0, s
     assert math.isfinite(s["return_mean_100"])
+    assert_beats_random(s, MARGIN)

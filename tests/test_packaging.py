@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, Jobs, child_env
+from helpers import ROOT, TEST_EXTRA_MODULES, Jobs, child_env
 
 # What a build must not see or write: the checkout's own outputs and caches.
 NOT_SOURCE = shutil.ignore_patterns(".git", "build", "dist", "runs", "wandb", "*.egg-info", "__pycache__",
@@ -80,6 +80,23 @@ def test_license_version_and_pins():
     # AutoresetMode, which distrl.envs.batched imports, is new in gymnasium 1.1
     assert any(d.replace(" ", "").startswith("gymnasium>=1.1") for d in meta["dependencies"])
     from gymnasium.vector import AutoresetMode  # noqa: F401
+
+
+def test_every_package_of_the_test_extra_is_known_to_the_ci_import_check():
+    """conftest.py fails an importorskip of a test-extra module under CI; its list is the extra's."""
+    import importlib.metadata
+    import re
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    names = {re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower() for req in extra}
+    assert names == set(TEST_EXTRA_MODULES), names ^ set(TEST_EXTRA_MODULES)
+    installed = importlib.metadata.packages_distributions()  # module -> the distributions that provide it
+    for dist, module in TEST_EXTRA_MODULES.items():
+        try:
+            importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # not installed here: its module name cannot be checked
+        assert dist in {d.lower() for d in installed.get(module, [])}, (dist, module)
 
 
 def test_nothing_in_distrl_needs_torchrls_cpp_extension():
