@@ -43,9 +43,9 @@ def worker_of(server: ParameterServer, rank: int, tmp_path) -> A3CWorker:
 
 def step(server: ParameterServer) -> None:
     """One iteration of the server's loop."""
-    batch = server.next_gradients()
+    batch = server.next_batch()
     if batch is not None:
-        server.apply(batch)
+        server.update(batch)
 
 
 def stats(norm: ObsNorm) -> tuple[torch.Tensor, ...]:

@@ -60,9 +60,9 @@ def gradient_msg(server: ParameterServer, rank: int, version: int, seed: int = 0
 
 def step(server: ParameterServer) -> None:
     """One iteration of the server's loop (what ``LearnerSession.train`` runs)."""
-    batch = server.next_gradients()
+    batch = server.next_batch()
     if batch is not None:
-        server.apply(batch)
+        server.update(batch)
 
 
 def test_staleness_is_counted_per_applied_gradient_and_the_cap_drops(make_server):
@@ -71,11 +71,11 @@ def test_staleness_is_counted_per_applied_gradient_and_the_cap_drops(make_server
         server._push(gradient_msg(server, rank, version))
     order = []
     for _ in range(4):
-        batch = server.next_gradients()
+        batch = server.next_batch()
         order.append((int(batch[0][keys.WORKER_RANK]), int(batch[0][keys.POLICY_VERSION])))
-        server.apply(batch)
+        server.update(batch)
     assert order == [(1, 0), (2, 0), (1, 1), (2, 0)]  # applied one by one, in arrival order
-    s = server.staleness_summary()
+    s = server.summary_extra()
     # server versions at apply: 0, 1, 2, then 3 for a version-0 gradient: 3 > cap, dropped
     assert s["staleness_hist"] == {"0": 1, "1": 2} and s["staleness_max"] == 1
     assert s["gradients_applied"] == 3 and s["dropped_stale_gradients"] == 1
@@ -158,23 +158,23 @@ def test_a2c_applies_the_mean_of_one_gradient_per_live_worker(make_server, optim
         for m in (a, b):  # round 2: the policy tower's norm ~0.07 < 0.5, the value tower's ~30
             m[keys.GRADIENT] = torch.where(tower == 0, policy_scale, value_scale) * m[keys.GRADIENT]
         server._push(a)
-        assert server.next_gradients() is None  # rank 2 has not sent its gradient of this version
+        assert server.next_batch() is None  # rank 2 has not sent its gradient of this version
         server._push(b)
-        batch = server.next_gradients()
+        batch = server.next_batch()
         assert sorted(int(m[keys.WORKER_RANK]) for m in batch) == [1, 2]
-        server.apply(batch)
+        server.update(batch)
         mean = (a[keys.GRADIENT].double() + b[keys.GRADIENT].double()) / 2
         hand.step(clipped_by_tower(mean, tower, server.algo.max_grad_norm))
         torch.testing.assert_close(parameters_to_vector(server.params).detach().double(), hand.theta,
                                    rtol=1e-6, atol=1e-8)
         assert server.version == version + 1
-    assert server.staleness_summary()["staleness_hist"] == {"0": 4}
+    assert server.summary_extra()["staleness_hist"] == {"0": 4}
     assert not torch.allclose(hand.theta, theta0.double())  # the parameters did move
 
     # rank 2 dies: the next round closes on rank 1's gradient alone, and rank 2 is told to stop
     server.ctx.transport.mark_lost(2, "killed")
     server._push(gradient_msg(server, 1, 2))
-    assert len(server.next_gradients()) == 1
+    assert len(server.next_batch()) == 1
     assert bool(server._push(gradient_msg(server, 2, 2))[keys.STOP])
     assert server.queue.empty()  # the lost rank's late gradient was not queued
 

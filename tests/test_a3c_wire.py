@@ -36,9 +36,9 @@ def worker_of(server: ParameterServer, tmp_path) -> A3CWorker:
 
 def step(server: ParameterServer) -> None:
     """One iteration of the server's loop."""
-    batch = server.next_gradients()
+    batch = server.next_batch()
     if batch is not None:
-        server.apply(batch)
+        server.update(batch)
 
 
 def gradient_msg(server: ParameterServer, rank: int, version: int, grad: torch.Tensor | None = None) -> TensorDict:

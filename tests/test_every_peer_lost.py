@@ -101,7 +101,7 @@ def test_every_apex_actor_lost_stops_though_a_replay_shard_lives(tmp_path, capsy
 
     session = LearnerSession(RoleContext(cfg, hub.endpoint(0), 0, roles, tmp_path, get_recipe("apex")))
     try:
-        assert session.sources == [2, 3]
+        assert session.peers.sources == [2, 3]
         peers[2].close()
         peers[3].close()
         deadline = time.monotonic() + 5.0

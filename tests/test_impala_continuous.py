@@ -211,12 +211,12 @@ def test_obs_statistics_merge_after_the_step_and_reach_the_actor(actor, learner)
     actor._load(learner._hello(TensorDict()))
     msg = actor._unroll()
     learner._put_trajectory(wire_message(msg))
-    batch = learner._next_batch()
+    batch = learner.next_batch()
     norm = learner.model.obs_norm
     count_at_step = []
     step = learner.optim.step
     learner.optim.step = lambda *a, **k: (count_at_step.append(float(norm.count)), step(*a, **k))[1]
-    learner._update(batch)
+    learner.update(batch)
     obs = batch[keys.OBSERVATION].reshape(-1, 3).double()
     assert count_at_step == [pytest.approx(1e-4)]  # not yet merged when the step ran
     assert float(norm.count) == pytest.approx(1e-4 + obs.shape[0])
@@ -237,7 +237,7 @@ def test_obs_statistics_merge_after_the_step_and_reach_the_actor(actor, learner)
 def test_evaluation_acts_with_the_gaussian_mean(learner, monkeypatch):
     seen = {}
     monkeypatch.setattr(learner.session, "greedy_returns", lambda policy, head=None: seen.update(head=head) or [0.0])
-    learner._evaluate()
+    learner.evaluate()
     assert seen["head"] is learner.model.head and seen["head"].continuous
 
 

@@ -117,6 +117,9 @@ def test_no_import_cycles():
 def test_the_top_of_the_package_stays_small():
     top = sorted(p.name for p in ROOT.glob("*.py"))
     assert len(top) <= 8, f"{len(top)} modules at the top of distrl/ (at most 8): {top}"
+    long = [f"{p.relative_to(ROOT.parent)}: {n}" for p in ROOT.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 350]
+    assert not long, "files over 350 lines:\n" + "\n".join(long)
     recipes = [f"{p.relative_to(ROOT.parent)}: {n}" for p in (ROOT / "recipes").glob("*/recipe.py")
                if (n := len(p.read_text().splitlines())) > 200]
     assert not recipes, "recipe.py files over 200 lines:\n" + "\n".join(recipes)

@@ -8,7 +8,7 @@ import torch
 from distrl.config import NetConfig, RunConfig
 from distrl.nn.encoders import autocast_dtype, make_encoder, native_bfloat16
 from distrl.nn.models import ActorCritic
-from distrl.roles.session import lr_factor, set_lr
+from distrl.roles.learner import lr_factor, set_lr
 
 ATARI = (4, 84, 84)
 

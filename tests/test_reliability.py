@@ -248,12 +248,12 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, jobs, traini
         _assert_rng_is(ckpt["rng"])  # nothing between restore() and here draws
         assert (a.session.tracker.updates, a.session.tracker.env_frames) == (k, ckpt["tracker"]["env_frames"])
         batches = [_fixed_batch(a, seed) for seed in (1, 2)]
-        a._update(batches[0])
+        a.update(batches[0])
         _draws()  # a learner draws between checkpoints: the next one must hold where its RNGs stand
         os.kill(os.getpid(), signal.SIGTERM)  # the session's handler only flags it
         assert a.session.should_stop() and a.session.stop_reason == "sigterm"
         assert list_checkpoints(resume)[-1].name == f"ckpt_{k + 1:010d}.pt"
-        a._update(batches[1])
+        a.update(batches[1])
         expected = {name: t.clone() for name, t in a.model.state_dict().items()}
         expected_optim = copy.deepcopy(a.optim.state_dict())
         expected_draws = _draws()
@@ -265,7 +265,7 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, jobs, traini
     b, close_b = _in_process_learner(in_proc)
     try:
         assert b.session.tracker.updates == k + 1
-        b._update(batches[1])
+        b.update(batches[1])
         assert b.session.tracker.updates == k + 2
         got = b.model.state_dict()
         differ = [name for name, t in expected.items() if not torch.equal(got[name], t)]

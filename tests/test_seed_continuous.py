@@ -27,7 +27,7 @@ from distrl.recipes.base import MUJOCO_ENVS, RoleContext
 from distrl.recipes.seed import recipe as seed_recipe
 from distrl.recipes.seed.env_worker import SeedEnvWorker
 from distrl.recipes.seed.inference import InferenceServer
-from distrl.recipes.seed.learner import fold_observations
+from distrl.nn.obs_norm import fold_observations
 from distrl.data.unrolls import GroupTrajectories
 from distrl.roles.batcher import ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED, Request
 

@@ -158,7 +158,7 @@ def test_learner_folds_observations_in_after_its_step_and_inference_receives_the
         step = learner.optim.step
         learner.optim.step = lambda *a, **k: (seen.append(float(norm.count)), step(*a, **k))[1]
         batch = _rows(learner)
-        learner._update(batch)
+        learner.update(batch)
         assert seen == [pytest.approx(1e-4)]  # the step trained under the statistics the batch was acted with
         assert float(norm.count) == pytest.approx(batch.numel() + 1e-4)
         obs = batch[keys.OBSERVATION].reshape(-1, batch[keys.OBSERVATION].shape[-1]).double()
@@ -191,7 +191,7 @@ def test_epochs_and_minibatches_step_on_every_row_once_a_pass_then_fold_and_publ
         step = learner.optim.step
         learner.optim.step = lambda *a, **k: (counts.append(float(learner.model.obs_norm.count)), step(*a, **k))[1]
         batch = _rows(learner)
-        learner._update(batch)
+        learner.update(batch)
         assert len(seen) == 6 and counts == [pytest.approx(1e-4)] * 6  # statistics untouched until the last step
         rows = batch[keys.OBSERVATION][:, 0]  # [N, F]: one row's first observation names it
         for epoch in range(3):

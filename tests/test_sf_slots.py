@@ -112,7 +112,7 @@ def test_an_evicted_workers_hand_in_is_refused_and_its_slots_go_to_nobody(tmp_pa
             assert learner._take_slot()
             slot = three.wait(0, 1.0, never)
             assert slot not in lost and learner.pool.owner[slot] == 3
-        assert learner.hand_ins_refused == 1 and learner._summary_extra()["hand_ins_refused"] == 1
+        assert learner.hand_ins_refused == 1 and learner.summary_extra()["hand_ins_refused"] == 1
     finally:
         _close(learner, two, three)
 

@@ -61,7 +61,7 @@ def test_sf_counts_the_rows_it_trains_on_and_reports_those_dropped_for_lag_apart
         for group, slot, version in ((0, slots[0], 0), (1, slots[2], 30), (0, slots[1], 30)):
             learner.traj[keys.POLICY_VERSION][slot] = version
             worker.ask(group, slot, T)
-        batch = learner._next_batch()
+        batch = learner.next_batch()
         assert batch.shape == (cfg.algo.batch_size, T)
         assert bool((batch[keys.POLICY_VERSION] == 30).all())  # the old slot's rows were dropped
         assert tracker.env_frames == cfg.algo.batch_size * T == 2 * rows * T  # not 3 slots' worth
@@ -88,7 +88,7 @@ def test_sf_rows_that_age_past_the_cap_before_the_batch_is_cut_are_not_counted(t
         rows[keys.POLICY_VERSION] = torch.tensor([0] * (B // 2) + [25] * (B // 2)).unsqueeze(1).expand(B, T)
         learner.rows.add(rows)  # within the cap when they arrived (updates 0); then 30 updates went by
         tracker.updates = 30
-        batch = learner._next_batch()
+        batch = learner.next_batch()
         assert batch.shape == (B // 2, T)
         assert tracker.env_frames == (B // 2) * T and tracker.frames_dropped == (B // 2) * T
     finally:
@@ -120,12 +120,12 @@ def test_a3c_counts_the_frames_of_applied_gradients_only(tmp_path):
     for rank, version, frames in ((1, 0, 10), (2, 0, 20), (1, 1, 30), (2, 0, 1000)):
         server._push(_gradient(server, rank, version, frames))
     for _ in range(4):
-        server.apply(server.next_gradients())
+        server.update(server.next_batch())
     t = server.session.tracker
     assert server.version == 3 and t.counters["dropped_stale_gradients"] == 1
     assert t.env_frames == 60 and t.frames_dropped == 1000
     assert t.episodes == 4  # an episode that ended is one whether or not its gradient was applied
-    summary = t.summary("total_frames", [], server.staleness_summary())
+    summary = t.summary("total_frames", [], server.summary_extra())
     assert summary["env_frames"] == 60 and summary["frames_dropped"] == 1000
 
 
@@ -134,9 +134,9 @@ def test_a2c_does_not_count_a_gradient_from_an_old_version(tmp_path):
     for rank, version, frames in ((1, 0, 10), (2, 0, 10), (1, 0, 500), (1, 1, 10), (2, 1, 10)):
         server._push(_gradient(server, rank, version, frames))  # the third is from a version already applied
     while server.version < 2:
-        batch = server.next_gradients()
+        batch = server.next_batch()
         if batch is not None:
-            server.apply(batch)
+            server.update(batch)
     t = server.session.tracker
     assert t.counters["dropped_stale_gradients"] == 1
     assert t.env_frames == 40 and t.frames_dropped == 500

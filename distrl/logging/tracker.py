@@ -75,6 +75,16 @@ class RunTracker:
         self.budget_book = BudgetBook(roles)
 
     # ---- counting -------------------------------------------------------------------------
+    def count(self, name: str, n: int = 1) -> int:
+        """Add ``n`` to counter ``name`` (``summary.json``'s ``counters``, the ``learner/NAME`` metric);
+        the new total."""
+        self.counters[name] += int(n)
+        return self.counters[name]
+
+    def set_count(self, name: str, total: int) -> None:
+        """Counter ``name`` to ``total``: a count another object keeps (SF's reclaimed slots)."""
+        self.counters[name] = int(total)
+
     def add_frames(self, n: int) -> None:
         """``n`` frames the learner trains on: a batch it cut (impala, seed, sf), a gradient it
         applied (a3c), a rollout it learned from (vecenv), transitions stored in its replay (apex)."""

@@ -18,6 +18,8 @@ normalise alike, and a lagging actor's difference is part of what V-trace and PP
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from torch import nn
 
@@ -82,3 +84,12 @@ def find_obs_norm(model: nn.Module) -> ObsNorm | None:
     """The model's :class:`ObsNorm` (its ``obs_norm`` attribute), or None."""
     norm = getattr(model, "obs_norm", None)
     return norm if isinstance(norm, ObsNorm) else None
+
+
+def fold_observations(norm: ObsNorm, obs: torch.Tensor, lock=None) -> None:
+    """Merge a trained batch's observations ``[*B, F]`` into ``norm``, under ``lock`` when another
+    thread reads the model (SEED's inference takes it around each forward: no batch is served from
+    half-merged statistics). The reduction runs outside the lock; inference waits for the copy only."""
+    moments = batch_moments(obs)
+    with lock or nullcontext():
+        norm.update_moments(moments)

@@ -1,28 +1,23 @@
-"""What every learner does besides learning: liveness of the other ranks, the stop rule,
-rejecting bad input, skipping non-finite losses, periodic checkpoints, the final summary.
+"""The services every learner uses besides learning: the stop rule, the other ranks' liveness
+(:class:`~distrl.roles.peers.PeerWatch`), rejecting bad input, skipping non-finite losses, the
+evaluation schedule, periodic checkpoints and the final summary.
 
-A learner role builds one :class:`LearnerSession`, hands its loop to :meth:`LearnerSession.train`
-(or calls :meth:`LearnerSession.tick` once per iteration), and takes the steps every learner
-shares from it: :meth:`~LearnerSession.apply_loss` (finite -> backward -> clip -> step),
-:meth:`~LearnerSession.greedy_returns` (evaluation on seeds no training env uses),
-:attr:`~LearnerSession.stopping` (the one stop signal its handlers read) and
-:meth:`~LearnerSession.await_peers` (every live peer hears it). Recipes differ only in how they learn.
+The loop itself is :meth:`distrl.roles.learner.Learner.run`; it calls :meth:`LearnerSession.tick`
+once per iteration. Handlers read :attr:`LearnerSession.stopping`, the one stop signal; counters go
+through ``tracker.count``.
 """
 from __future__ import annotations
 
-import queue
 import signal
 import threading
 import time
-from concurrent.futures import Future
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 from tensordict import TensorDict
 
-from distrl.runtime import faults, supervisor
+from distrl.runtime import supervisor
 from distrl.runtime.checkpoint import list_checkpoints, resume_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
 from distrl.data import keys
 from distrl.envs.gym import env_info, evaluate, is_factory
@@ -30,47 +25,18 @@ from distrl.logging.metrics import MetricsWriter, wandb_run_id
 from distrl.logging.timing import TimeBudget
 from distrl.logging.tracker import RunTracker
 from distrl.logging.plots import plot_run_curves
-from distrl.nn.models import clip_towers, resolve_device
+from distrl.nn.models import resolve_device
+from distrl.roles.peers import PeerWatch
 from distrl.runtime.context import RoleContext
-from distrl.transport.base import PeerLostError, TransportError
 
-PING_INTERVAL_S = 0.25
 MAX_NONFINITE_STREAK = 10  #: consecutive non-finite losses after which the run stops
 EVAL_SEED_OFFSET = 10_000  #: greedy evaluation seeds are run.seed + this: episodes no training env plays
-
-
-def lr_factor(schedule: str, progress: float) -> float:
-    """The learning rate's multiplier at ``progress`` (the fraction of the run's budget done, 0..1):
-    1 for ``constant``, ``1 - progress`` for ``linear`` (PPO's Atari anneal, Schulman et al. 2017)."""
-    if schedule == "constant":
-        return 1.0
-    if schedule == "linear":
-        return max(1.0 - progress, 0.0)
-    raise ValueError(f"run.lr_schedule must be one of constant, linear, got {schedule!r}")
-
-
-def set_lr(optim: torch.optim.Optimizer, factor: float) -> None:
-    """Every parameter group's learning rate to ``factor`` times the one it started with. The start
-    is kept in the group (``initial_lr``, as ``torch.optim.lr_scheduler`` keeps it), so it travels
-    in the optimizer's state dict: a resumed run goes on from the same rate on the same clock."""
-    for group in optim.param_groups:
-        group.setdefault("initial_lr", group["lr"])
-        group["lr"] = group["initial_lr"] * factor
-
-
-def _take_one(q: queue.Queue) -> bool:
-    """Take one item off ``q`` without waiting; whether there was one."""
-    try:
-        q.get_nowait()
-        return True
-    except queue.Empty:
-        return False
 
 
 class LearnerSession:
     """Book-keeping, liveness and persistence for the learner rank."""
 
-    def __init__(self, ctx: RoleContext):
+    def __init__(self, ctx: RoleContext, evaluate: Optional[Callable[[], list[float]]] = None):
         self.ctx, self.cfg = ctx, ctx.cfg
         self.device = resolve_device(self.cfg.run.device)
         self.run_dir = Path(ctx.run_dir)
@@ -82,14 +48,8 @@ class LearnerSession:
         #: set once the loop has stopped: the one stop signal every handler of the learner reads
         #: (a reply then says ``stop``; Sample Factory mirrors it into its shared memory)
         self.stopping = threading.Event()
-        # Peers to watch: the other ranks a transport reaches (collective recipes have none).
-        self.peers = [r for r in ctx.roles if r != ctx.rank] if ctx.transport is not None else []
-        sources = ctx.recipe.source_roles if ctx.recipe is not None else frozenset()
-        #: the ranks whose loss, all of them, stops the run (``all_peers_lost``): the recipe's source roles
-        self.sources = [r for r in self.peers if not sources or ctx.roles.get(r) in sources]
-        self._pings: dict[int, tuple[float, Future]] = {}
-        self._last_ping = 0.0
-        self._all_lost_since: Optional[float] = None  # since when every peer has been lost (run.peer_grace_s)
+        #: the other ranks' liveness: pings, the lost ones, every source lost (:class:`PeerWatch`)
+        self.peers = PeerWatch(ctx, self.tracker)
         self._last_checkpoint = time.monotonic()
         self._last_eval = time.monotonic()
         self._nonfinite_streak = 0
@@ -105,7 +65,7 @@ class LearnerSession:
         #: greedy evaluation of the current policy (episode returns); when set, it runs every
         #: ``run.eval_interval_s`` (the best-scoring policy is kept as ``checkpoints/best.pt``), and a
         #: training mean that reaches ``run.target_return`` stops the run only if it confirms it
-        self.evaluate: Optional[Callable[[], list[float]]] = None
+        self.evaluate = evaluate
         self._confirm_after = 0  # episode count before which no new confirmation is tried
         self._trained = None  # (model, optimizer), known from restore(), for the SIGTERM checkpoint
         #: how the training env takes discrete actions ("one_hot" or "categorical" for a TorchRL env,
@@ -133,29 +93,11 @@ class LearnerSession:
             if reason == "target_return" and not self._target_confirmed():
                 reason = self.tracker.stop_reason(target=False)
             self.stop_reason = reason
-        if self.stop_reason is None and self.peers:
-            self.heartbeat()  # here, not only in tick(): a loop waiting for data must see its peers die
-            if self._all_peers_lost():
+        if self.stop_reason is None and self.peers.ranks:
+            self.peers.heartbeat()  # here, not only in tick(): a loop waiting for data must see its peers die
+            if self.peers.all_lost():
                 self.stop_reason = "all_peers_lost"
         return self.stop_reason is not None
-
-    def _all_peers_lost(self) -> bool:
-        """Has every source peer (:attr:`sources`) been lost for ``run.peer_grace_s``? Said in one
-        line when it has; the wait starts again if one is no longer lost."""
-        now = time.monotonic()
-        if not self.sources or not set(self.sources) <= self.ctx.transport.lost_peers():
-            self._all_lost_since = None
-            return False
-        if self._all_lost_since is None:
-            self._all_lost_since = now
-            for rank in self.sources:  # a failed call (not a ping) can declare a peer lost: record it now
-                self.lose(rank, "a call to it failed")
-        grace = self.cfg.run.peer_grace_s
-        if now - self._all_lost_since < grace:
-            return False
-        names = ", ".join(f"{r} ({self.ctx.roles.get(r, '?')})" for r in self.sources)
-        print(f"[learner] every peer is lost (ranks {names}) for {grace:g} s: stopping with a checkpoint", flush=True)
-        return True
 
     def _target_confirmed(self) -> bool:
         """Does a greedy evaluation agree that the target is reached? (The training mean trails
@@ -176,39 +118,6 @@ class LearnerSession:
               "training on", flush=True)
         return False
 
-    def heartbeat(self) -> None:
-        """Ping every live peer; a failed or unanswered ping declares it lost, in one log line."""
-        now = time.monotonic()
-        t = self.ctx.transport
-        for rank, (sent, fut) in list(self._pings.items()):
-            if not fut.done():
-                continue
-            del self._pings[rank]
-            try:
-                fut.result()
-            except PeerLostError as e:
-                self.lose(rank, e.reason or "connection lost")
-            except TransportError as e:  # a timeout: the peer is stopped, wedged or overloaded
-                self.lose(rank, str(e))
-        if now - self._last_ping < PING_INTERVAL_S:
-            return
-        self._last_ping = now
-        for rank in self.peers:
-            if rank not in t.lost_peers() and rank not in self._pings:
-                self._pings[rank] = (now, t.call(rank, "ping", None, self.cfg.transport.call_timeout_s))
-
-    def lose(self, rank: int, reason: str) -> None:
-        """Declare ``rank`` lost, once, in one log line and in ``summary.json``'s ``lost_ranks``."""
-        if rank in self.tracker.lost:
-            return
-        self.ctx.transport.mark_lost(rank, reason)
-        role = self.ctx.roles.get(rank, "?")
-        self.tracker.lost[rank] = {"role": role, "wall_s": round(self.tracker.wall_s, 3), "time": time.time(),
-                                   "reason": reason}
-        self.tracker.counters["lost_peers"] += 1
-        print(f"[learner] lost rank {rank} ({role}) at {self.tracker.wall_s:.1f}s: {reason}; going on without it",
-              flush=True)
-
     def _time_budget(self, td: TensorDict) -> TensorDict:
         """Handler: another rank's running time totals (``TimeBudget.maybe_send``)."""
         rank = int(td[keys.WORKER_RANK])
@@ -217,8 +126,7 @@ class LearnerSession:
 
     # ---- bad input --------------------------------------------------------------------------------
     def reject(self, rank: int, problem: str) -> None:
-        n = self.tracker.counters["rejected_trajectories"] = self.tracker.counters["rejected_trajectories"] + 1
-        if n <= 5:  # say it, but do not flood the log
+        if self.tracker.count("rejected_trajectories") <= 5:  # say it, but do not flood the log
             print(f"[learner] rejected a trajectory from rank {rank}: {problem}", flush=True)
 
     def loss_is_finite(self, loss: torch.Tensor) -> bool:
@@ -227,7 +135,7 @@ class LearnerSession:
             self._nonfinite_streak = 0
             return True
         self._nonfinite_streak += 1
-        self.tracker.counters["skipped_nonfinite_updates"] += 1
+        self.tracker.count("skipped_nonfinite_updates")
         if self._nonfinite_streak >= MAX_NONFINITE_STREAK:
             self.stop_reason = "nonfinite_loss"
             print(f"[learner] {MAX_NONFINITE_STREAK} non-finite losses in a row: stopping at the last good checkpoint", flush=True)
@@ -296,54 +204,7 @@ class LearnerSession:
                   f"--max-time-s to train on", flush=True)
         return state
 
-    def train(self, next_batch: Callable[[], Optional[Any]], update: Callable[[Any], None],
-              model: torch.nn.Module, optim: torch.optim.Optimizer) -> str:
-        """The loop of a learner fed by other ranks: take a batch (``None`` when none came in time),
-        update on it, :meth:`tick`; until the stop rule says why, which it returns."""
-        try:
-            while not self.should_stop():
-                with self.budget("wait"):
-                    batch = next_batch()
-                if batch is not None:
-                    with self.budget("learn"):
-                        update(batch)
-                self.tick(model, optim)
-        finally:
-            self.stopping.set()
-        return self.stop_reason
-
     # ---- the steps every learner shares -------------------------------------------------------------
-    def apply_loss(self, optim: torch.optim.Optimizer, towers: list[list[torch.nn.Parameter]], max_grad_norm: float,
-                   loss: Optional[torch.Tensor] = None, lock=None) -> Optional[torch.Tensor]:
-        """One optimizer step: finite -> backward -> clip -> step, and ``tracker.updates`` counted.
-
-        ``loss``: a scalar with its graph; ``None`` when the gradients are already in ``.grad``
-        (A3C's server applies its workers' gradients), which are then checked instead. Each group
-        of ``towers`` is clipped to ``max_grad_norm`` on its own (:func:`distrl.nn.models.clip_towers`;
-        one group is a global clip). ``lock`` (optional) is held around the step, for a model that
-        another thread reads (SEED's inference). Returns the gradient norm before clipping, or
-        ``None`` when a non-finite loss or gradient skipped the step (counted; a streak stops the run).
-        """
-        if loss is not None:
-            if faults.due("nan_loss", self.ctx.rank, self.tracker.updates):
-                loss = loss * float("nan")
-            if not self.loss_is_finite(loss):
-                return None
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-        elif faults.due("nan_loss", self.ctx.rank, self.tracker.updates):  # A3C: the workers' gradients
-            for p in (p for tower in towers for p in tower if p.grad is not None):
-                p.grad.mul_(float("nan"))
-        grad_norm = clip_towers(towers, max_grad_norm)
-        if loss is None and not self.loss_is_finite(grad_norm):
-            return None
-        if self.cfg.run.lr_schedule != "constant":
-            set_lr(optim, lr_factor(self.cfg.run.lr_schedule, self.tracker.progress()[0]))
-        with lock or nullcontext():
-            optim.step()
-            self.tracker.updates += 1
-        return grad_norm
-
     def greedy_returns(self, policy: Callable[[torch.Tensor], torch.Tensor], head=None) -> list[float]:
         """Returns of ``run.eval_episodes`` greedy episodes of ``policy`` (``obs [B, *F] -> logits or
         Q [B, A]``, or what ``head`` reads: :mod:`distrl.nn.heads`) on ``run.env``, seeded apart from
@@ -352,24 +213,10 @@ class LearnerSession:
         return evaluate(policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari,
                         head)
 
-    def await_peers(self, waiting: Callable[[], set[int]], drain: Optional[queue.Queue] = None,
-                    heartbeat: bool = False) -> None:
-        """After the stop: wait, bounded by the call timeout, until every live rank of ``waiting()``
-        has heard it. ``drain``: the learner's bounded inbox, emptied meanwhile so that a sender
-        blocked on it returns and hears the stop in its reply. ``heartbeat`` keeps pinging, so a
-        peer that died meanwhile is declared lost instead of waited for."""
-        deadline = time.monotonic() + self.cfg.transport.call_timeout_s
-        lost = self.ctx.transport.lost_peers
-        while time.monotonic() < deadline and waiting() - lost():
-            if heartbeat:
-                self.heartbeat()
-            if drain is None or not _take_one(drain):
-                time.sleep(0.02)
-
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Once per learner loop iteration: liveness, progress, periodic checkpoint."""
         supervisor.beat()
-        self.heartbeat()
+        self.peers.heartbeat()
         with self.budget("eval"):
             self.periodic_eval(model, optim)
         self.tracker.budget_book.update(self.ctx.rank, self.budget.totals())

@@ -1,14 +1,15 @@
 """The parameter server: holds the parameters and the one optimizer every worker's gradient
 goes through, applies gradients in arrival order (A3C) or one mean per round (A2C), and owns the
-run through a :class:`LearnerSession`.
+run as a :class:`~distrl.roles.learner.Learner`.
 
 Handlers (on transport threads) only validate, enqueue with a bounded wait and reply with the
-newest published parameters when the caller's are older; every gradient is applied in ``run``'s
-loop. Staleness, the server's version when a gradient is applied minus the version it was
-computed from, is the policy lag of this recipe: it goes to the tracker's lag statistics (one
-count per gradient) and to ``summary.json`` as ``staleness_*``. A gradient older than
-``algo.max_staleness`` is dropped and counted. The run's frames (``env_frames``, the rates, the
-stop rule) are those of the gradients applied; a dropped gradient's go to ``frames_dropped``.
+newest published parameters when the caller's are older; every gradient is applied in the
+learner's loop (:meth:`~ParameterServer.next_batch`, :meth:`~ParameterServer.update`). Staleness,
+the server's version when a gradient is applied minus the version it was computed from, is the
+policy lag of this recipe: it goes to the tracker's lag statistics (one count per gradient) and to
+``summary.json`` as ``staleness_*``. A gradient older than ``algo.max_staleness`` is dropped and
+counted. The run's frames (``env_frames``, the rates, the stop rule) are those of the gradients
+applied; a dropped gradient's go to ``frames_dropped``.
 
 A2C (``algo.sync``): a round closes once every live worker has sent one gradient computed from
 the current version; their mean is applied, and workers ask ``pull`` for the new version before
@@ -43,7 +44,7 @@ from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
 from distrl.runtime.context import RoleContext
 from distrl.roles.board import ParameterBoard
-from distrl.roles.session import LearnerSession
+from distrl.roles.learner import Learner
 
 WAIT_S = 0.1  #: longest the loop waits for a gradient before it lets the session tick (liveness)
 
@@ -68,19 +69,15 @@ class WireBoard(ParameterBoard):
         self.published = (version, params)  # one attribute write: readers see old or new
 
 
-class ParameterServer:
+class ParameterServer(Learner):
     """Rank 0 of ``a3c``; see the module docstring."""
 
     def __init__(self, ctx: RoleContext):
-        self.ctx, self.cfg = ctx, ctx.cfg
-        self.algo = self.cfg.algo
-        self.session = LearnerSession(ctx)
-        self.device = self.session.device
-        info = env_info(self.cfg.run.env)
-        self.model = ActorCritic.for_env(info, self.cfg.net).to(self.device)
+        super().__init__(ctx)
+        model = ActorCritic.for_env(env_info(self.cfg.run.env), self.cfg.net).to(self.device)
+        self.setup(model, make_optimizer([p for p in model.parameters() if p.requires_grad], self.algo))
         self.params = list(self.model.parameters())  # the flat vector's layout, frozen statistics included
         self.num_params = sum(p.numel() for p in self.params)
-        self.optim = make_optimizer([p for p in self.params if p.requires_grad], self.algo)
         norm = self.model.obs_norm
         #: the shape of a push's obs_moments ([1 + 2F]), None without observation normalisation
         self.moments_shape = None if norm is None else (1 + 2 * norm.mean.numel(),)
@@ -95,15 +92,13 @@ class ParameterServer:
         self.board = WireBoard(self.model, self.wire_dtype)  # workers load it with vector_to_parameters
         self.said_stop: set[int] = set()
         self.wire = WireMeter()
-        self.session.restore(self.model, self.optim)
-        self.session.evaluate = self._evaluate
-        self.board.publish(self.version)
+        self.publish()
         ctx.transport.serve("pull", self._pull)
         ctx.transport.serve("push", self._push)
 
     @property
     def version(self) -> int:
-        return self.session.tracker.updates
+        return self.tracker.updates
 
     # ---- handlers (transport threads: never block long, never call out) -------------------
     def _reply(self, rank: int, their_version: int) -> TensorDict:
@@ -131,17 +126,16 @@ class ParameterServer:
                 try:
                     self.queue.put(msg, timeout=self.algo.put_timeout_s)
                 except queue.Full:
-                    self.session.tracker.counters["dropped_gradients_queue_full"] += 1
+                    self.tracker.count("dropped_gradients_queue_full")
         reply = self._reply(rank, int(msg[keys.POLICY_VERSION]))
         self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), int(msg[keys.FRAMES]))
         return reply
 
     def _reject(self, rank: int, problem: str) -> None:
-        n = self.session.tracker.counters["rejected_gradients"] = self.session.tracker.counters["rejected_gradients"] + 1
-        if n <= 5:
+        if self.tracker.count("rejected_gradients") <= 5:
             print(f"[parameter_server] rejected a gradient from rank {rank}: {problem}", flush=True)
 
-    # ---- the loop --------------------------------------------------------------------------
+    # ---- the loop: gradients off the queue, their mean applied, the new version published -----
     def _take(self, timeout: float) -> Optional[TensorDict]:
         """One gradient off the queue (its episodes counted; its frames once it is applied), or
         ``None`` after ``timeout``."""
@@ -149,12 +143,11 @@ class ParameterServer:
             msg = self.queue.get(timeout=timeout)
         except queue.Empty:
             return None
-        tracker = self.session.tracker
-        tracker.add_episodes(msg[keys.EPISODE_RETURNS].tolist())
-        tracker.observe({f"worker/{k}": float(v) for k, v in msg[keys.WORKER_STATS].items()})
+        self.tracker.add_episodes(msg[keys.EPISODE_RETURNS].tolist())
+        self.tracker.observe({f"worker/{k}": float(v) for k, v in msg[keys.WORKER_STATS].items()})
         return msg
 
-    def next_gradients(self) -> Optional[list[TensorDict]]:
+    def next_batch(self) -> Optional[list[TensorDict]]:
         """A3C: the next gradient to arrive. A2C: the round's gradients once every live worker has
         sent one. ``None`` when nothing is ready within :data:`WAIT_S` (the session then ticks)."""
         deadline = time.monotonic() + WAIT_S
@@ -175,11 +168,10 @@ class ParameterServer:
                 return None
 
     def _drop(self, msg: TensorDict) -> None:
-        tracker = self.session.tracker
-        tracker.counters["dropped_stale_gradients"] += 1
-        tracker.drop_frames(int(msg[keys.FRAMES]))
+        self.tracker.count("dropped_stale_gradients")
+        self.tracker.drop_frames(int(msg[keys.FRAMES]))
 
-    def apply(self, msgs: list[TensorDict]) -> None:
+    def update(self, msgs: list[TensorDict]) -> None:
         """Apply the mean of the gradients in ``msgs`` that are not too stale; count the others.
         The frames counted are the applied gradients' (what the update trained on).
 
@@ -189,7 +181,7 @@ class ParameterServer:
         With observation normalisation the applied gradients' ``obs_moments`` are merged into
         ``model.obs_norm`` after the step (the step trained on the statistics the workers acted
         with), before the new version is published."""
-        tracker = self.session.tracker
+        tracker = self.tracker
         cap = self.algo.max_staleness
         kept, staleness, frames, moments = [], [], 0, []
         for m in msgs:
@@ -210,33 +202,29 @@ class ParameterServer:
             if p.requires_grad:  # a frozen statistic's slot is ignored: it keeps no .grad
                 p.grad = grad[offset:offset + p.numel()].view_as(p)
             offset += p.numel()
-        grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), self.algo.max_grad_norm)
+        grad_norm = self.apply_loss(None)  # the gradients are in .grad
         if grad_norm is None:
             return
         if moments:
             self.model.obs_norm.update_moments(torch.stack(moments).sum(0))
         tracker.add_frames(frames)
-        self.board.publish(self.version)
+        self.publish()
         tracker.add_lag(torch.tensor(staleness))
         tracker.observe({"parameter_server/grad_norm": float(grad_norm),
                          "parameter_server/staleness": sum(staleness) / len(staleness),
                          "parameter_server/bytes_per_env_step": self.wire.bytes_per_env_step})
 
-    def run(self) -> dict:
-        session = self.session
-        reason = session.train(self.next_gradients, self.apply, self.model, self.optim)
-        eval_returns = self._evaluate()
-        session.await_peers(lambda: self.workers - self.said_stop, drain=self.queue)
-        return session.finish(reason, eval_returns, self.model, self.optim, extra=self.staleness_summary())
+    def publish(self) -> None:
+        self.board.publish(self.version)
 
-    def staleness_summary(self) -> dict:
+    def wind_down(self) -> None:
+        self.session.peers.await_peers(lambda: self.workers - self.said_stop, drain=self.queue)
+
+    def summary_extra(self) -> dict:
         """``summary.json``'s A3C figures: staleness of the applied gradients, drops, update rate."""
-        t = self.session.tracker
+        t = self.tracker
         return {"staleness_mean": round(t.lag_mean, 4), "staleness_max": t.lag_max,
                 "staleness_hist": {str(k): v for k, v in sorted(t.lag_hist.items())},
                 "gradients_applied": t.lag_count, "dropped_stale_gradients": t.counters["dropped_stale_gradients"],
                 "updates_per_s": round(t.updates / max(t.wall_s, 1e-9), 2), "sync": self.algo.sync,
                 "bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)}
-
-    def _evaluate(self) -> list[float]:
-        return self.session.greedy_returns(self.model.policy, head=self.model.head)

@@ -35,14 +35,31 @@ from distrl.runtime.context import RoleContext
 from distrl.replay.client import ShardedReplayClient
 from distrl.replay.weights import annealed_beta
 from distrl.roles.board import ParameterBoard
-from distrl.roles.session import LearnerSession
+from distrl.roles.learner import Learner
 
 
-class ApexLearner:
-    """Rank 0 of ``apex``."""
+class ApexLearner(Learner):
+    """Rank 0 of ``apex``. What learns (the Q-networks, the replay client, the loop's hooks) is built
+    in ``__init__``; what feeds the replay and reads the parameters, Ape-X's actors, in :meth:`serve`
+    (central inference instead in experiments/examples/custom/seed_apex_learner.py)."""
 
     def __init__(self, ctx: RoleContext):
-        self._setup_learning(ctx)
+        super().__init__(ctx)
+        info = env_info(self.cfg.run.env)
+        model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.algo.dueling).to(self.device)
+        state = self.setup(model, torch.optim.Adam(model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps))
+        self.target = copy.deepcopy(self.model).requires_grad_(False)  # of the restored weights
+        self._restored_replay = (state or {}).get("extra", {}).get("replay")
+        self.replay = ShardedReplayClient(ctx.transport, ctx.ranks_of("replay"), self.cfg.transport.call_timeout_s,
+                                          self.cfg.run.seed, self.session.peers.lose, self.cfg.run.log_interval_s / 2)
+        self.session.extra_state = lambda: {"replay": self.replay.states()}
+        self._request: Optional[list] = None
+        self.held_s = 0.0  # the learner's own wait on held samples
+        self.times = collections.Counter()  # where the loop's time goes (design rule 9)
+        self.serve(ctx)
+
+    def serve(self, ctx: RoleContext) -> None:
+        """The actors' side: their parameter pulls and statistics (handlers), the board they read."""
         self.actors = set(ctx.ranks_of("actor"))
         ladder = epsilon_ladder(len(self.actors), self.algo.eps_base, self.algo.eps_alpha)
         #: rungs whose episodes make the training mean (the stop rule's trigger; every rung is logged)
@@ -55,33 +72,11 @@ class ApexLearner:
         self._rungs: dict[float, collections.deque] = {}  # epsilon -> recent returns
         self._env_errors: dict[int, int] = {}
         self.wire = WireMeter()  # the actors' requests to this learner and the replies, per env frame they report
-        self._request: Optional[list] = None
-        self.held_s = 0.0  # the learner's own wait on held samples
         self.actor_held_s = 0.0  # every actor's wait on held inserts, as they reported it
-        self.times = collections.Counter()  # where the loop's time goes (design rule 9)
-        self.board.publish(self.session.tracker.updates)
+        self.publish()
         ctx.transport.serve("hello", self._hello)
         ctx.transport.serve("params", self._params)
         ctx.transport.serve("actor_stats", self._actor_stats)
-
-    def _setup_learning(self, ctx: RoleContext) -> None:
-        """The session, the online and target Q-networks, the optimizer (restored on --resume) and
-        the client of the replay shards: what any learner of Ape-X's update needs, whoever acts
-        (Ape-X's actors here; central inference in experiments/examples/custom/seed_apex.py)."""
-        self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
-        self.session = LearnerSession(ctx)
-        self.device = self.session.device
-        info = env_info(self.cfg.run.env)
-        self.model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.cfg.algo.dueling).to(self.device)
-        self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps)
-        state = self.session.restore(self.model, self.optim)
-        self.target.load_state_dict(self.model.state_dict())
-        self._restored_replay = (state or {}).get("extra", {}).get("replay")
-        self.session.evaluate = self._evaluate
-        self.replay = ShardedReplayClient(ctx.transport, ctx.ranks_of("replay"), self.cfg.transport.call_timeout_s,
-                                          self.cfg.run.seed, self.session.lose, self.cfg.run.log_interval_s / 2)
-        self.session.extra_state = lambda: {"replay": self.replay.states()}
 
     # ---- handlers (transport threads) -------------------------------------------------------------
     def _reply(self, rank: int, their_version: Optional[int]) -> TensorDict:
@@ -118,7 +113,7 @@ class ApexLearner:
                 p["returns"].extend(msg[keys.EPISODE_RETURNS].tolist())
             p["held_s"] += float(msg[keys.HELD_S])
             if frames:  # policy lag at the actor: updates since the parameters it acted with
-                p["lag"].append((self.session.tracker.updates - version, frames))
+                p["lag"].append((self.tracker.updates - version, frames))
             eps = round(float(msg[keys.EPSILON]), 6)
             self._rungs.setdefault(eps, collections.deque(maxlen=20)).extend(msg[keys.EPISODE_RETURNS].tolist())
             self._env_errors[rank] = int(msg[keys.ENV_ERRORS])
@@ -137,19 +132,23 @@ class ApexLearner:
         return {"bytes_per_env_step": insert + params, "insert_bytes_per_env_step": insert,
                 "params_bytes_per_env_step": params, "sample_bytes_per_env_step": sampled / frames if frames else 0.0}
 
-    # ---- the loop ---------------------------------------------------------------------------------
+    # ---- the loop: a prioritized sample, a double-DQN step, new priorities, parameters published ---
+    def start(self) -> None:
+        if self._restored_replay:
+            self.replay.load_states(self._restored_replay)
+
     def _fold_actor_stats(self) -> None:
         with self._lock:
             p, self._pending = self._pending, {"frames": 0, "returns": [], "lag": [], "held_s": 0.0}
             rungs = {eps: sum(r) / len(r) for eps, r in self._rungs.items() if r}
             errors = sum(self._env_errors.values())
-        tracker = self.session.tracker
+        tracker = self.tracker
         tracker.add_frames(p["frames"])
         tracker.add_episodes(p["returns"])
         for lag, frames in p["lag"]:
             tracker.add_lag(torch.full((frames,), max(lag, 0), dtype=torch.int64))
         if errors:
-            tracker.counters["env_errors"] = errors
+            tracker.set_count("env_errors", errors)
         self.actor_held_s += p["held_s"]
         metrics = {"actor/held_s": self.actor_held_s} | self.replay.poll_stats()  # run totals, as learner/held_s
         wire = self.wire_bytes()
@@ -158,13 +157,13 @@ class ApexLearner:
             metrics[f"actor/return_rung{i}"] = rungs[eps]
         tracker.observe(metrics)
 
-    def _next_batch(self) -> Optional[TensorDict]:
+    def next_batch(self) -> Optional[TensorDict]:
         self._fold_actor_stats()
         if not self.replay.live:
             self.session.stop_reason = "replay_lost"
             print("[learner] every replay shard is lost: stopping with a checkpoint of what is left", flush=True)
             return None
-        beta = annealed_beta(self.algo.beta0, self.session.tracker.updates, self.algo.beta_anneal_updates)
+        beta = annealed_beta(self.algo.beta0, self.tracker.updates, self.algo.beta_anneal_updates)
         pending = self._request or self.replay.request(self.algo.batch_size)
         self._request = None
         start = time.perf_counter()
@@ -178,21 +177,21 @@ class ApexLearner:
             return None
         return batch.to(self.device, non_blocking=True)
 
-    def _update(self, batch: TensorDict) -> None:
+    def update(self, batch: TensorDict) -> None:
         start = time.perf_counter()
         self._learn(batch)
         self.times["update_s"] += time.perf_counter() - start
 
     def _learn(self, batch: TensorDict) -> None:
-        tracker, a = self.session.tracker, self.algo
+        tracker, a = self.tracker, self.algo
         faults.maybe_signal(self.ctx.rank, tracker.updates)
         out = double_dqn_loss(self.model, self.target, batch, a)
-        grad_norm = self.session.apply_loss(self.optim, [list(self.model.parameters())], a.max_grad_norm, out[keys.LOSS])
+        grad_norm = self.apply_loss(out[keys.LOSS], towers=[list(self.model.parameters())])
         if grad_norm is None:
             return
         if tracker.updates % a.target_update_interval == 0:
             self.target.load_state_dict(self.model.state_dict())
-        self.board.publish(tracker.updates)
+        self.publish()
         td = out[keys.TD_ERROR].abs()
         self.replay.update_priorities(batch, td)
         tracker.observe({"learner/loss": float(out[keys.LOSS].detach()), "learner/grad_norm": float(grad_norm),
@@ -202,28 +201,30 @@ class ApexLearner:
                          "learner/batch": batch.shape[0], "learner/held_s": self.held_s,
                          "learner/wait_sample_s": self.times["wait_sample_s"], "learner/update_s": self.times["update_s"]})
 
-    def run(self) -> dict:
-        session = self.session
-        if self._restored_replay:
-            self.replay.load_states(self._restored_replay)
-        try:
-            reason = session.train(self._next_batch, self._update, self.model, self.optim)
-        finally:
-            self.replay.stop()  # actors held by the rate limiter hear stop from their shard
-        eval_returns = self._evaluate()
+    def publish(self) -> None:
+        self.board.publish(self.tracker.updates)
+
+    def stopped(self) -> None:
+        self.replay.stop()  # actors held by the rate limiter hear stop from their shard
+
+    def evaluate(self) -> list[float]:
+        return self.session.greedy_returns(self.model)
+
+    def wind_down(self) -> None:
         # they hear it from us or their shard; pings find the ones a SIGTERM already ended, not waited for
-        session.await_peers(lambda: self.actors - self.said_stop, heartbeat=True)
+        self.session.peers.await_peers(lambda: self.actors - self.said_stop, heartbeat=True)
+
+    def summary_extra(self) -> dict:
         stats = self.replay.stats_now()  # the shards' final wire totals and store sizes
         store_bytes = sum(int(s["store_bytes"]) for s in stats.values())  # allocated, for a full replay
-        extra = {**{k: round(v, 2) for k, v in self.wire_bytes().items()},
-                 "replay_bytes_per_slot": round(store_bytes / (self.algo.capacity * max(len(stats), 1)), 1),
-                 "replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
-                 "actor_held_s": round(self.actor_held_s, 3),
-                 "replay_size": sum(self.replay.sizes.values()),
-                 **{f"learner_{k}": round(v, 3) for k, v in self.times.items()}}
-        summary = session.finish(reason, eval_returns, self.model, self.optim, extra)
+        return {**{k: round(v, 2) for k, v in self.wire_bytes().items()},
+                "replay_bytes_per_slot": round(store_bytes / (self.algo.capacity * max(len(stats), 1)), 1),
+                "replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
+                "actor_held_s": round(self.actor_held_s, 3),
+                "replay_size": sum(self.replay.sizes.values()),
+                **{f"learner_{k}": round(v, 3) for k, v in self.times.items()}}
+
+    def run(self) -> dict:
+        summary = super().run()
         self.replay.stop(exit_=True)  # after the final checkpoint, which read the shards' contents
         return summary
-
-    def _evaluate(self) -> list[float]:
-        return self.session.greedy_returns(self.model)

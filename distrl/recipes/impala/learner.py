@@ -5,8 +5,8 @@ with the latest published parameters when the caller's are ``algo.params_every``
 all learning happens in ``run``.
 
 Observation normalisation (continuous control: ``model.obs_norm``, :mod:`distrl.nn.obs_norm`): the
-learner is the one place that sees every actor's data, so it merges the statistics, folding each
-batch in after the step that trained on it; they are parameters, so they reach the actors inside
+learner is the one place that sees every actor's data, so it merges the statistics
+(:meth:`~distrl.roles.learner.Learner.learned`); they are parameters, so they reach the actors inside
 the published state dict, with the weights of the same version.
 """
 from __future__ import annotations
@@ -27,22 +27,18 @@ from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
 from distrl.data.trajectory import receive_trajectory
 from distrl.roles.board import ParameterBoard
-from distrl.roles.session import LearnerSession
+from distrl.roles.learner import Learner
 
 
-class ImpalaLearner:
+class ImpalaLearner(Learner):
     """Rank 0 of ``impala``: learns from every actor's trajectories."""
 
     def __init__(self, ctx: RoleContext):
-        self.ctx, self.cfg = ctx, ctx.cfg
-        self.algo = self.cfg.algo
-        self.session = LearnerSession(ctx)
-        self.device = self.session.device
+        super().__init__(ctx)
         info = env_info(self.cfg.run.env)
         self.obs_spec = (info.shape, info.obs_dtype or torch.float32)  # what every trajectory must hold
-        self.model = ActorCritic.for_env(info, self.cfg.net).to(self.device)  # Gaussian head for a Box
+        self.setup(ActorCritic.for_env(info, self.cfg.net))  # a Gaussian head for a Box
         self.action_spec = (self.model.head.action_shape, self.model.head.action_dtype)  # int64 [B, T] or float32 [B, T, A]
-        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
         self.stopping = self.session.stopping
         self.board = ParameterBoard(self.model)
@@ -51,9 +47,7 @@ class ImpalaLearner:
         self.wire = WireMeter()  # trajectories in + parameters out, per env frame (as seed counts)
         self._env_errors: dict[int, int] = {}
         self.frames = FrameReceiver()  # each actor's last bootstrap stacks (frame-stack envs: Atari)
-        self.session.restore(self.model, self.optim)
-        self.session.evaluate = self._evaluate
-        self.board.publish(self.session.tracker.updates)
+        self.publish()
         ctx.transport.serve("hello", self._hello)
         ctx.transport.serve("put_trajectory", self._put_trajectory)
 
@@ -75,7 +69,7 @@ class ImpalaLearner:
             return reply
         self._env_errors[rank] = int(msg[keys.ENV_ERRORS])  # each actor's running count
         if any(self._env_errors.values()):
-            self.session.tracker.counters["env_errors"] = sum(self._env_errors.values())
+            self.tracker.set_count("env_errors", sum(self._env_errors.values()))
         seq = int(msg.get(FRAMES_SEQ, -1))
         try:  # a frame-stack trajectory first gets the frames its previous message sent
             traj, problem = receive_trajectory(self.frames.attach(rank, seq, msg[keys.TRAJ]), *self.obs_spec, self.action_spec)
@@ -89,7 +83,7 @@ class ImpalaLearner:
             try:
                 self.queue.put(queued, timeout=self.algo.put_timeout_s)
             except queue.Full:
-                self.session.tracker.counters["dropped_trajectories"] += 1
+                self.tracker.count("dropped_trajectories")
         reply = self._reply(int(msg[keys.PARAMS_VERSION]))
         if FRAMES_SEQ in msg.keys():
             reply[FRAMES_ACK] = self.frames.hold(rank, seq, traj)
@@ -98,8 +92,8 @@ class ImpalaLearner:
         self.wire.add(payload_nbytes(msg) + payload_nbytes(reply), traj.numel() if traj is not None else 0)
         return reply
 
-    # ---- the loop --------------------------------------------------------------------------
-    def _next_batch(self) -> Optional[TensorDict]:
+    # ---- the loop: a batch of trajectories, a V-trace step, the parameters published ---------------
+    def next_batch(self) -> Optional[TensorDict]:
         msgs = []
         while len(msgs) < self.algo.batch_trajectories:
             try:
@@ -107,37 +101,25 @@ class ImpalaLearner:
             except queue.Empty:
                 if self.session.should_stop():
                     return None
-        tracker = self.session.tracker
         for m in msgs:
-            tracker.add_episodes(m[keys.EPISODE_RETURNS].tolist())
-            tracker.add_frames(m[keys.TRAJ].numel())
+            self.tracker.add_episodes(m[keys.EPISODE_RETURNS].tolist())
+            self.tracker.add_frames(m[keys.TRAJ].numel())
         return torch.cat([m[keys.TRAJ] for m in msgs], dim=0).to(self.device, non_blocking=True)
 
-    def _update(self, batch: TensorDict) -> None:
-        tracker = self.session.tracker
-        tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
-        a = self.algo
-        faults.maybe_signal(self.ctx.rank, tracker.updates)
-        out = impala_loss(self.model, batch, a)
-        grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm, out[keys.LOSS])
-        if grad_norm is None:
-            return
-        if self.model.obs_norm is not None:
-            # after the step that trained on it (the loss saw the statistics its actors acted with)
-            # and before the publish (actors get statistics and weights of one version). The
-            # learner thread alone reads the model (handlers read the board), so no lock is needed.
-            self.model.obs_norm.update_batch(batch[keys.OBSERVATION])
-        self.board.publish(tracker.updates)
-        tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
-                        | {"learner/grad_norm": float(grad_norm), "learner/bytes_per_env_step": self.wire.bytes_per_env_step})
+    def update(self, batch: TensorDict) -> None:
+        self.tracker.add_lag(self.tracker.updates - batch[keys.POLICY_VERSION])
+        faults.maybe_signal(self.ctx.rank, self.tracker.updates)
+        out = impala_loss(self.model, batch, self.algo)
+        grad_norm = self.apply_loss(out[keys.LOSS])
+        if grad_norm is not None:  # the learner thread alone reads the model (handlers read the board)
+            self.learned(out, grad_norm, batch[keys.OBSERVATION],
+                         **{"learner/bytes_per_env_step": self.wire.bytes_per_env_step})
 
-    def run(self) -> dict:
-        session = self.session
-        reason = session.train(self._next_batch, self._update, self.model, self.optim)
-        eval_returns = self._evaluate()
-        session.await_peers(lambda: self.actors - self.said_stop, drain=self.queue)
-        return session.finish(reason, eval_returns, self.model, self.optim,
-                              extra={"bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)})
+    def publish(self) -> None:
+        self.board.publish(self.tracker.updates)
 
-    def _evaluate(self) -> list[float]:
-        return self.session.greedy_returns(self.model.policy, head=self.model.head)  # a Gaussian: its mean
+    def wind_down(self) -> None:
+        self.session.peers.await_peers(lambda: self.actors - self.said_stop, drain=self.queue)
+
+    def summary_extra(self) -> dict:
+        return {"bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)}

@@ -28,36 +28,26 @@ from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
 from distrl.nn.recurrent import RecurrentActorCritic, UnrolledCore
-from distrl.nn.obs_norm import batch_moments, find_obs_norm
 from distrl.runtime.context import RoleContext
 from distrl.recipes.seed.inference import InferenceServer
 from distrl.roles.rows import RowQueue
-from distrl.roles.session import LearnerSession
+from distrl.roles.learner import Learner
 
 
-class SeedLearner:
+class SeedLearner(Learner):
     """Rank 0 of ``seed``: learner plus inference server, one process, one model."""
 
     def __init__(self, ctx: RoleContext):
-        self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
+        super().__init__(ctx)
         # All of SEED's compute is here (env workers only step envs), so this rank takes more
         # threads than run.torch_threads gives every process: with a 3x1024 net, 2 threads
         # trained 1.5x faster on 2 cores; with 2x64 it made no difference (docs/seed.md).
         torch.set_num_threads(max(self.cfg.run.torch_threads, self.algo.learner_threads))
-        self.session = LearnerSession(ctx)
-        self.device = self.session.device
         info = env_info(self.cfg.run.env)
         self.recurrent = self.algo.core == "lstm"
         # discrete ids: a categorical head; continuous ones: a Gaussian (and ObsNorm, net.obs_norm)
-        if self.recurrent:
-            self.model = RecurrentActorCritic.for_env(info, self.cfg.net, self.algo.core_size)
-        else:
-            self.model = ActorCritic.for_env(info, self.cfg.net)
-        self.model.to(self.device)
-        self.obs_norm = find_obs_norm(self.model)
-        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5)
-        self.session.restore(self.model, self.optim)
-        self.session.evaluate = self._evaluate
+        self.setup(RecurrentActorCritic.for_env(info, self.cfg.net, self.algo.core_size) if self.recurrent
+                   else ActorCritic.for_env(info, self.cfg.net))
         self.lock = threading.Lock()
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
         self.workers = ctx.ranks_of("env_worker")
@@ -75,7 +65,7 @@ class SeedLearner:
                   f"flight + 2): requests will queue in the transport and batches shrink", flush=True)
 
     # ---- the loop --------------------------------------------------------------------------
-    def _next_batch(self) -> Optional[TensorDict]:
+    def next_batch(self) -> Optional[TensorDict]:
         """``algo.batch_size`` env trajectories: chunks are as wide as a request (wide requests keep
         the wire efficient), so they are cut into rows here, the rest kept for the next update."""
         tracker = self.session.tracker
@@ -94,43 +84,37 @@ class SeedLearner:
         tracker.add_frames(batch[keys.TRAJ].numel())
         return batch.to(self.device, non_blocking=True)
 
-    def _update(self, batch: TensorDict) -> None:
-        tracker, a = self.session.tracker, self.algo
+    def update(self, batch: TensorDict) -> None:
         traj = batch[keys.TRAJ]
-        tracker.add_lag(tracker.updates - traj[keys.POLICY_VERSION])
+        self.tracker.add_lag(self.tracker.updates - traj[keys.POLICY_VERSION])
         model = UnrolledCore(self.model, batch[keys.CORE_STATE], traj[keys.DONE][..., 0]) if self.recurrent else self.model
-        out = impala_loss(model, traj, a)
-        # the lock: the step is the only write to the parameters the inference thread reads
-        grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm,
-                                            out[keys.LOSS], lock=self.lock)
+        out = impala_loss(model, traj, self.algo)
+        # the lock: the step (and the statistics' fold) are the only writes to what inference reads
+        grad_norm = self.apply_loss(out[keys.LOSS], lock=self.lock)
         if grad_norm is None:
             return
-        if self.obs_norm is not None:  # after the step that trained on the batch (module docstring)
-            fold_observations(self.obs_norm, traj[keys.OBSERVATION], self.lock)
         counts = self.server.counts()  # they only grow: add what is new since the last update
-        tracker.counters.update(counts - self._counted)
+        for name, n in (counts - self._counted).items():
+            self.tracker.count(name, n)
         self._counted = counts
-        tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
-                        | {"learner/grad_norm": float(grad_norm),
-                           "learner/bytes_per_env_step": self.server.wire.bytes_per_env_step}
-                        | self.server.stats.window())
+        self.learned(out, grad_norm, traj[keys.OBSERVATION], lock=self.lock,
+                     **{"learner/bytes_per_env_step": self.server.wire.bytes_per_env_step}, **self.server.stats.window())
 
-    def run(self) -> dict:
-        session = self.session
+    def start(self) -> None:
         self.server.start()
-        try:
-            reason = session.train(self._next_batch, self._update, self.model, self.optim)
-        except BaseException:
-            self.server.close()
-            raise
-        eval_returns = self._evaluate()  # meanwhile workers hear stop (session.stopping) in their replies
-        session.await_peers(lambda: set(self.workers) - self.server.said_stop)
-        self.server.close()
-        extra = {"bytes_per_env_step": round(self.server.wire.bytes_per_env_step, 2), **self.server.stats.summary()}
-        return session.finish(reason, eval_returns, self.model, self.optim, extra)
 
-    def _evaluate(self) -> list[float]:
+    def wind_down(self) -> None:  # the final evaluation ran meanwhile: workers hear stop in their replies
+        self.session.peers.await_peers(lambda: set(self.workers) - self.server.said_stop)
+
+    def close(self) -> None:
+        self.server.close()
+
+    def summary_extra(self) -> dict:
+        return {"bytes_per_env_step": round(self.server.wire.bytes_per_env_step, 2), **self.server.stats.summary()}
+
+    def evaluate(self) -> list[float]:
         return self.session.greedy_returns(self._eval_policy(), head=self.model.head)  # a Gaussian plays its mean
+
 
     def _eval_policy(self):
         """``obs [B, F] -> out [B, head.width]`` (logits, or a Gaussian's mean and log-std); a recurrent
@@ -146,11 +130,3 @@ class SeedLearner:
             return out
 
         return policy
-
-
-def fold_observations(norm, obs: torch.Tensor, lock: threading.Lock) -> None:
-    """Merge a trained batch's observations ``[B, T, F]`` into ``norm`` under ``lock`` (the lock
-    inference takes around each forward: no batch is served from half-merged statistics)."""
-    moments = batch_moments(obs)  # the reduction outside the lock: inference waits for the copy only
-    with lock:
-        norm.update_moments(moments)

@@ -42,8 +42,8 @@ from distrl.nn.models import ActorCritic
 from distrl.runtime.context import RoleContext
 from distrl.recipes.sf import doorbell as doorbells
 from distrl.recipes.sf.slots import STOP as STOP_FLAG, SlotPool, publish_params, rollout_layout
+from distrl.roles.learner import Learner
 from distrl.roles.rows import RowQueue
-from distrl.roles.session import LearnerSession
 
 
 def drop_lagged(rows: TensorDict, updates: int, max_lag: int) -> tuple[TensorDict, int]:
@@ -56,23 +56,20 @@ def drop_lagged(rows: TensorDict, updates: int, max_lag: int) -> tuple[TensorDic
     return rows[keep], int((~keep).sum()) * rows.shape[1]
 
 
-class SFLearner:
+class SFLearner(Learner):
     """Rank 0 of ``sf``."""
 
     def __init__(self, ctx: RoleContext):
-        self.ctx, self.cfg, self.algo = ctx, ctx.cfg, ctx.cfg.algo
+        run, algo = ctx.cfg.run, ctx.cfg.algo
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # its own process: a conv backward may use idle cores
-            torch.set_num_threads(max(self.cfg.run.torch_threads, self.algo.learner_threads))
-        cores = pin_rank(True, self.algo.learner_cores)
+            torch.set_num_threads(max(run.torch_threads, algo.learner_threads))
+        cores = pin_rank(True, algo.learner_cores)
         if cores:
             print(f"[learner] on core(s) {cores}, every other rank on the rest (algo.learner_cores)", flush=True)
-        self.session = LearnerSession(ctx)
-        self.device = self.session.device
-        info = env_info(self.cfg.run.env)
-        self.model = ActorCritic.for_env(info, self.cfg.net).to(self.device)
-        self.optim = torch.optim.Adam(self.model.parameters(), lr=self.algo.lr, eps=1e-5, fused=True)
-        self.session.restore(self.model, self.optim)
-        self.session.evaluate = self._evaluate
+        super().__init__(ctx)
+        info = env_info(run.env)
+        model = ActorCritic.for_env(info, self.cfg.net).to(self.device)
+        self.setup(model, torch.optim.Adam(model.parameters(), lr=algo.lr, eps=1e-5, fused=True))
         self.workers = ctx.ranks_of("rollout_worker")
         self.others = set(ctx.roles) - {ctx.rank}
         num_slots = max(1, len(self.workers)) * self.algo.groups_per_worker * self.algo.slots_per_group
@@ -88,7 +85,7 @@ class SFLearner:
         doorbells.make(self.shm_path, ctx.rank, ctx.ranks_of("inference"), self.workers)  # unlinked with the rest
         self.bell = doorbells.ServerBell(self.shm_path, ctx.rank, self.workers, doorbells.SLOT)
         self.traj, self.control, self.evicted = self.shared[keys.TRAJ], self.shared[keys.CONTROL], self.shared[keys.EVICTED]
-        self._publish()
+        self.publish()
         self.handed: collections.deque[int] = collections.deque()  # slots handed in, not yet copied out
         self.owed: collections.deque[tuple[int, int]] = collections.deque()  # (rank, group) owed a spare
         self.spares_late = 0  # hand-ins read while no slot was free for the spare
@@ -130,7 +127,7 @@ class SFLearner:
         return TensorDict({keys.SLOT: slots})
 
     def _inference_stats(self, td: TensorDict) -> TensorDict:
-        self.session.tracker.observe({f"inference/{k}": float(v) for k, v in td.items()})
+        self.tracker.observe({f"inference/{k}": float(v) for k, v in td.items()})
         return TensorDict()
 
     def _bye(self, td: TensorDict) -> TensorDict:
@@ -159,9 +156,9 @@ class SFLearner:
         self.pool.release(slot)
         return rows
 
-    def _publish(self) -> None:
+    def publish(self) -> None:
         flat = torch.nn.utils.parameters_to_vector(self.model.parameters()).detach().cpu()
-        publish_params(self.shared, flat, self.session.tracker.updates)
+        publish_params(self.shared, flat, self.tracker.updates)
 
     # ---- the loop -----------------------------------------------------------------------------------
     def _read_hand_ins(self, timeout_s: float) -> None:
@@ -204,19 +201,18 @@ class SFLearner:
             # retired, not freed: a worker stopped between its check of the flag and its write
             # writes once more when continued, into a slot that must then be nobody else's
             if self.pool.reclaim(rank, reuse=False):
-                self.session.tracker.counters["slots_reclaimed"] = self.pool.reclaimed
+                self.tracker.set_count("slots_reclaimed", self.pool.reclaimed)
         self._maybe_unlink()
         self._read_hand_ins(0.0 if self.handed else 0.2)
         if not self.handed:
             return False
         rows = self._copy_out(self.handed.popleft())
         self._give_spares()
-        tracker = self.session.tracker
-        tracker.add_episodes(rows[keys.NEXT, keys.EPISODE_RETURN][rows[keys.DONE]].tolist())
+        self.tracker.add_episodes(rows[keys.NEXT, keys.EPISODE_RETURN][rows[keys.DONE]].tolist())
         self.rows.add(self._within_lag(rows))
         return True
 
-    def _next_batch(self) -> Optional[TensorDict]:
+    def next_batch(self) -> Optional[TensorDict]:
         """``algo.batch_size`` rows within the lag cap: rows are checked as they arrive and again
         when the batch is cut (rows left over from the last batch have aged); older ones are
         dropped and counted. The frames counted are the batch's: what the update trains on."""
@@ -226,68 +222,55 @@ class SFLearner:
         batch = self._within_lag(self.rows.take(self.algo.batch_size))
         if not batch.shape[0]:
             return None
-        self.session.tracker.add_frames(batch.numel())
+        self.tracker.add_frames(batch.numel())
         return batch.to(self.device, non_blocking=True)
 
     def _within_lag(self, rows: TensorDict) -> TensorDict:
-        kept, dropped = drop_lagged(rows, self.session.tracker.updates, self.algo.max_policy_lag)
+        kept, dropped = drop_lagged(rows, self.tracker.updates, self.algo.max_policy_lag)
         if dropped:  # samples are frames: a row is T env steps of one env
-            self.session.tracker.counters["samples_dropped_for_lag"] += dropped
-            self.session.tracker.drop_frames(dropped)
+            self.tracker.count("samples_dropped_for_lag", dropped)
+            self.tracker.drop_frames(dropped)
         return kept
 
-    def _update(self, batch: TensorDict) -> None:
+    def update(self, batch: TensorDict) -> None:
         """``algo.num_epochs`` passes over the batch, each ``algo.num_minibatches`` steps on a shuffled
         share of its rows (whole rows: GAE and V-trace need the steps in order); the defaults, one
         step per batch, are APPO's. Several passes spend a learner that would otherwise wait for
         rows (MuJoCo: a step of a (64, 64) MLP costs ~3 ms, a batch takes ~100 ms to arrive) on
         more improvement per sample; every step counts as an update, so the lag counts them too."""
-        tracker, a = self.session.tracker, self.algo
+        tracker, a = self.tracker, self.algo
         tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
         last = None  # (loss terms, gradient norm) of the last step taken
         for rows in minibatches(batch, a.num_epochs, a.num_minibatches):
             faults.maybe_signal(self.ctx.rank, tracker.updates)
             out = appo_loss(self.model, rows, a)
-            grad_norm = self.session.apply_loss(self.optim, self.model.tower_parameters(), a.max_grad_norm,
-                                                out[keys.LOSS])
+            grad_norm = self.apply_loss(out[keys.LOSS])
             if grad_norm is not None:
                 last = out, grad_norm
-        if last is None:
-            return
-        out, grad_norm = last
-        if self.model.obs_norm is not None:  # after the steps that trained on it: see distrl/nn/obs_norm.py
-            self.model.obs_norm.update_batch(batch[keys.OBSERVATION])
-        self._publish()
-        tracker.observe({f"learner/{k}": float(v.detach()) for k, v in out.items()}
-                        | {"learner/grad_norm": float(grad_norm),
-                           "learner/slots_free": self.pool.free_count()})
+        if last is not None:  # the statistics folded in after the last step, then one publish
+            self.learned(*last, batch[keys.OBSERVATION], **{"learner/slots_free": self.pool.free_count()})
 
-    def run(self) -> dict:
-        session = self.session
-        try:
-            reason = session.train(self._next_batch, self._update, self.model, self.optim)
-            self.control[STOP_FLAG] = 1  # session.stopping, mirrored where every other rank reads it
-            self._no_more_spares()
-            eval_returns = self._evaluate()
-            session.await_peers(lambda: self.others - self.said_bye, heartbeat=True)
-        finally:
-            self.control[STOP_FLAG] = 1
-            self._maybe_unlink(force=True)
-            self.bell.close()
-        extra = self._summary_extra()
-        return session.finish(reason, eval_returns, self.model, self.optim, extra)
+    # ---- around the loop (distrl/roles/learner.py) -------------------------------------------------
+    def stopped(self) -> None:
+        self.control[STOP_FLAG] = 1  # session.stopping, mirrored where every other rank reads it
+        self._no_more_spares()
 
-    def _summary_extra(self) -> dict:
+    def wind_down(self) -> None:
+        self.session.peers.await_peers(lambda: self.others - self.said_bye, heartbeat=True)
+
+    def close(self) -> None:
+        self.control[STOP_FLAG] = 1
+        self._maybe_unlink(force=True)
+        self.bell.close()
+
+    def summary_extra(self) -> dict:
         out = {"slots": len(self.pool.owner), "slots_reclaimed": self.pool.reclaimed,
                "slot_waits": self.spares_late, "hand_ins_refused": self.hand_ins_refused,
-               "samples_dropped_for_lag": self.session.tracker.counters["samples_dropped_for_lag"],
-               "bytes_per_env_step": round(self.wire.bytes / max(self.session.tracker.env_frames, 1), 4)}
+               "samples_dropped_for_lag": self.tracker.counters["samples_dropped_for_lag"],
+               "bytes_per_env_step": round(self.wire.bytes / max(self.tracker.env_frames, 1), 4)}
         per_rank = list(self.inference_summary.values())
         for k in ("inference_batch_fill_mean", "inference_batch_envs_mean", "inference_latency_ms_mean",
                   "inference_latency_ms_p95", "inference_compute_ms_mean", "inference_batches"):
             vals = [s[k] for s in per_rank if k in s]
             out[k] = round(sum(vals) / len(vals), 4) if vals else None
         return out
-
-    def _evaluate(self) -> list[float]:
-        return self.session.greedy_returns(self.model.policy, head=self.model.head)

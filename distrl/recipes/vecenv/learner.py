@@ -8,7 +8,9 @@ Every rank runs this loop on its own envs and model replica:
 The host never reads a tensor inside the rollout. It does once per update (the statistics and
 the stop flag, one small copy each) and once per minibatch (whether the reduced gradient norm
 is finite, which decides the optimizer step). Rank 0 owns the ``LearnerSession``: progress
-lines, metrics, checkpoints, the stop rule and ``summary.json``, as every recipe's learner.
+lines, metrics, checkpoints, the stop rule and ``summary.json``, as every recipe's learner. It is the
+one learner that is not a :class:`~distrl.roles.learner.Learner`: no other rank feeds it batches, every
+rank runs the same loop (:meth:`VecEnvLearner.iterate`), and the ranks agree on the stop together.
 
 Bytes on the wire (``bytes_per_env_step``, :attr:`VecEnvLearner.bytes_per_env_step`): the flat
 gradient each rank all-reduces once per minibatch, per env frame of an update over all ranks; 0 at
@@ -34,6 +36,7 @@ from distrl.envs.batched import NativeEnv, TorchRLEnv, evaluate_greedy, make_bat
 from distrl.envs.torchrl_env import action_encoding
 from distrl.logging.timing import TimeBudget
 from distrl.nn.models import ActorCritic, resolve_device
+from distrl.nn.obs_norm import batch_moments
 from distrl.roles.session import LearnerSession
 from distrl.recipes.vecenv.rollout import EpisodeStats, Rollout
 from distrl.recipes.vecenv.update import UPDATE_STATS, normalize_advantage, ppo_update, world_size
@@ -90,7 +93,8 @@ class VecEnvLearner:
         #: bytes of the flat gradient ``allreduce_gradients`` all-reduces (every trained parameter's, in algo.allreduce_dtype)
         wire_size = torch.empty((), dtype=getattr(torch, a.allreduce_dtype)).element_size()
         self.grad_bytes = sum(p.numel() * wire_size for p in self.model.parameters() if p.requires_grad)
-        self.session = LearnerSession(ctx) if self.rank == 0 else None
+        # rank 0 keeps the books; its session's evaluation confirms --target-return before stopping
+        self.session = LearnerSession(ctx, evaluate=self.evaluate) if self.rank == 0 else None
         if self.session is not None and isinstance(env, TorchRLEnv):  # checkpoints say how the env takes actions
             self.session.action_encoding = action_encoding(env.env.action_spec)
         # Rank 0's session turns SIGTERM into a checkpoint and a stop; the other ranks only flag it
@@ -100,7 +104,6 @@ class VecEnvLearner:
             signal.signal(signal.SIGTERM, lambda *_: self._sigterm.set())
         if self.session is not None:
             self.session.restore(self.model, self.optim)
-            self.session.evaluate = self.evaluate  # confirms --target-return before stopping
         self._sync_replicas()
         self.buf = Rollout.allocate(a.rollout_length, a.num_envs, env.obs_shape, env.num_actions, env.action_dim,
                                     self.device, env.obs_dtype)
@@ -247,12 +250,10 @@ class VecEnvLearner:
 
     def _update_obs_norm(self) -> None:
         """The rollout's observation moments, summed over the ranks, into ``model.obs_norm``."""
-        obs = self.buf.obs.reshape(-1, self.buf.obs.shape[-1]).double()
-        moments = torch.cat([torch.tensor([obs.shape[0]], dtype=torch.float64, device=obs.device),
-                             obs.sum(0), obs.square().sum(0)])
+        moments = batch_moments(self.buf.obs)  # additive: the ranks' sum is the moments of all their data
         if self.world > 1:
             dist.all_reduce(moments)
-        self.model.obs_norm.update(moments[0], *moments[1:].chunk(2))
+        self.model.obs_norm.update_moments(moments)
 
     def run(self) -> dict | None:
         while not self.iterate():

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from distrl.config import Config, NetConfig, RunConfig, check, override
 from distrl.data import keys
-from distrl.recipes.base import ATARI_RUN, MUJOCO_ENVS, MUJOCO_RUN, Recipe, role
+from distrl.recipes.base import ATARI_RUN, MUJOCO_RUN, Recipe, role
 
 
 ALLREDUCE_DTYPES = ("float32", "bfloat16")  #: names of ``torch`` dtypes (this module does not import torch)
@@ -154,9 +154,8 @@ def mujoco() -> Config:
     )
 
 
-#: The experiment ``launch/train.py vecenv --env ID`` starts from when ``--experiment`` is not given.
-ENV_EXPERIMENTS = {"Pendulum-v1": "pendulum", "MinAtar/Breakout-v1": "minatar", "ALE/*": "atari",
-                   **{env: "mujoco" for env in MUJOCO_ENVS}}
+#: Pendulum's preset for ``--env Pendulum-v1`` (atari, minatar and mujoco come from ``ENV_PRESETS``)
+ENV_EXPERIMENTS = {"Pendulum-v1": "pendulum"}
 
 
 def _check_config(cfg: Config) -> None:
@@ -186,9 +185,9 @@ RECIPE = Recipe(
     roles_for=lambda n: ["learner"] * n,
     builders={"learner": role("distrl.recipes.vecenv.learner:VecEnvLearner")},
     default_config=default,
-    compare_nproc=1,
-    table_row=("GPU envs", "2021+", "GPU (Isaac Gym)", "GPU", "sync", "robotics, continuous control"),
     local_world_size=lambda cfg: 1,
     check_config=_check_config,
     group="collective",
+    compare_nproc=1,
+    table_row=("GPU envs", "2021+", "GPU (Isaac Gym)", "GPU", "sync", "robotics, continuous control"),
 )

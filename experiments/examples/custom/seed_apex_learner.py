@@ -13,7 +13,8 @@ Four kinds of thread share the one process and the one Q-network:
   forward) -> an insert into the replay shards (``Inserter``, the Ape-X actors' protocol). The
   shards' rate limiter holds the writer, the full queue then holds the inference thread, and that
   holds the env workers: the replay's pace reaches back to the envs;
-- the learner loop: Ape-X's sampling and double-DQN steps, inherited from :class:`ApexLearner`.
+- the learner loop: Ape-X's sampling and double-DQN steps, inherited from :class:`ApexLearner`
+  (whose loop is :class:`distrl.roles.learner.Learner`'s).
 
 The optimizer step holds the lock that inference holds around its forward (hooks on the
 optimizer), so a batch is never served from half-updated parameters; no parameter is copied.
@@ -123,31 +124,20 @@ class TransitionWriter:
         return True
 
 
-class _NoBoard:
-    """ApexLearner's update publishes parameters for actors to pull; here no one pulls them."""
-
-    def publish(self, version: int) -> None:
-        pass
-
-
 class SeedApexLearner(ApexLearner):
-    """Rank 0 of ``seed_apex``: ApexLearner's learning steps (``_next_batch``, ``_update``,
-    ``_evaluate``, ``_setup_learning``), fed by a SEED server instead of actors. Not
-    ``ApexLearner.__init__``: that one serves the actors' parameter pulls."""
+    """Rank 0 of ``seed_apex``: Ape-X's learner (its Q-networks, replay client and loop), fed by a
+    SEED server instead of actors: :meth:`serve` builds the server and the writer in place of the
+    actors' handlers, and the other hooks start, stop and report them."""
 
-    def __init__(self, ctx: RoleContext):
-        self._setup_learning(ctx)  # Ape-X's: session, Q-networks, optimizer, replay client
-        a = self.algo
-        self.board, self._request = _NoBoard(), None
-        self.held_s, self.times = 0.0, collections.Counter()
+    def serve(self, ctx: RoleContext) -> None:
         # The optimizer step is the one write to the parameters inference and the writer read: it
         # takes the lock their forwards hold (a step pre-hook must return None, hence "and None").
         self.lock = threading.Lock()
         self.optim.register_step_pre_hook(lambda *_: self.lock.acquire() and None)
         self.optim.register_step_post_hook(lambda *_: self.lock.release())
         self.workers = ctx.ranks_of("env_worker")
-        windows: queue.Queue = queue.Queue(maxsize=a.queue_size)
-        self.server = EpsilonGreedyServer(self.model, self.lock, lambda: self.session.tracker.updates, self.cfg,
+        windows: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
+        self.server = EpsilonGreedyServer(self.model, self.lock, lambda: self.tracker.updates, self.cfg,
                                           self.workers, self.device, windows, stopping=self.session.stopping,
                                           is_lost=lambda rank: rank in ctx.transport.lost_peers())
         self.writer = TransitionWriter(ctx, self.model, self.lock, windows)
@@ -156,18 +146,27 @@ class SeedApexLearner(ApexLearner):
         ctx.transport.serve("hello", self.server.hello)
         ctx.transport.serve("infer", self.server.infer)
 
+    def start(self) -> None:
+        super().start()  # the replay shards' checkpointed contents, on --resume
+        self.server.start()
+        self.writer.start()
+
+    def publish(self) -> None:
+        """Nothing: inference reads the learner's own model (under the lock), no one pulls parameters."""
+
     def _fold_actor_stats(self) -> None:
-        """The writer's and the server's counts into the tracker (ApexLearner's ``_next_batch`` calls it)."""
+        """The writer's and the server's counts into the tracker (ApexLearner's ``next_batch`` calls it)."""
         if self.writer.failure is not None:
             raise RuntimeError("the transition writer failed") from self.writer.failure
-        tracker, s = self.session.tracker, self.writer.take_stats()
+        tracker, s = self.tracker, self.writer.take_stats()
         tracker.add_frames(s["frames"])
         tracker.add_episodes(s["returns"])
         self._explore.extend(s["explore_returns"])
         for versions in s["versions"]:
             tracker.add_lag(tracker.updates - versions)
         counts = self.server.counts()  # they only grow: add what is new
-        tracker.counters.update(counts - self._counted)
+        for name, n in (counts - self._counted).items():
+            tracker.count(name, n)
         self._counted = counts
         metrics = self.replay.poll_stats() | self.server.stats.window()
         metrics["learner/bytes_per_env_step"] = self.wire_bytes()["bytes_per_env_step"]
@@ -184,27 +183,17 @@ class SeedApexLearner(ApexLearner):
         return {"bytes_per_env_step": infer + insert, "inference_bytes_per_env_step": infer,
                 "insert_bytes_per_env_step": insert, "sample_bytes_per_env_step": sampled / frames if frames else 0.0}
 
-    def run(self) -> dict:
-        session = self.session
-        if self._restored_replay:
-            self.replay.load_states(self._restored_replay)
-        self.server.start()
-        self.writer.start()
-        try:
-            try:
-                reason = session.train(self._next_batch, self._update, self.model, self.optim)
-            finally:
-                self.replay.stop()  # the writer hears stop from its shard
-            eval_returns = self._evaluate()  # meanwhile the env workers hear stop in their replies
-            session.await_peers(lambda: set(self.workers) - self.server.said_stop)
-        finally:
-            self.server.close()
-            self.writer.close()
+    def wind_down(self) -> None:
+        # the writer heard stop from its shard (ApexLearner.stopped), the env workers hear it in replies
+        self.session.peers.await_peers(lambda: set(self.workers) - self.server.said_stop)
+
+    def close(self) -> None:
+        self.server.close()
+        self.writer.close()
+
+    def summary_extra(self) -> dict:
         stats = self.replay.stats_now()
-        extra = {**{k: round(v, 2) for k, v in self.wire_bytes().items()}, **self.server.stats.summary(),
-                 "replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
-                 "replay_size": sum(int(s[keys.SHARD_SIZE]) for s in stats.values()),
-                 **{f"learner_{k}": round(v, 3) for k, v in self.times.items()}}
-        summary = session.finish(reason, eval_returns, self.model, self.optim, extra)
-        self.replay.stop(exit_=True)  # after the final checkpoint, which read the shards' contents
-        return summary
+        return {**{k: round(v, 2) for k, v in self.wire_bytes().items()}, **self.server.stats.summary(),
+                "replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
+                "replay_size": sum(int(s[keys.SHARD_SIZE]) for s in stats.values()),
+                **{f"learner_{k}": round(v, 3) for k, v in self.times.items()}}
