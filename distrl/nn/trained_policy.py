@@ -5,14 +5,17 @@ the newest being the final policy, and ``best.pt``, the best-evaluated one). :fu
 rebuilds the recipe's network from them and wraps it in TorchRL modules, so it runs wherever a
 TorchRL policy does (``env.rollout(policy=...)``, a ``Collector``):
 
-* actor-critic recipes (``impala``, ``seed`` with the MLP core, ``sf``, ``a3c``, ``vecenv``): a
+Which network a checkpoint holds is its recipe's ``Recipe.policy_network``, saved in the checkpoint
+(:func:`policy_network`), so a new recipe needs no entry here:
+
+* ``actor_critic`` (impala, seed with the MLP core, sf, a3c, vecenv): a
   ``ProbabilisticActor`` over the policy network; observation normalisation (``net.obs_norm``,
   present when the checkpoint holds its statistics) is inside it, as the learner evaluated it.
   Discrete actions are a ``Categorical`` (indices) or a ``OneHotCategorical``; continuous ones an
   ``IndependentNormal`` over the Gaussian head's mean and clamped log-std
   (:class:`distrl.nn.heads.LocScale`), projected into a ``Bounded`` spec as distrl's own env
   adapter clips them.
-* ``apex``: TorchRL's ``QValueActor`` over the Q-network (greedy; no sampling).
+* ``q_network`` (apex): TorchRL's ``QValueActor`` over the Q-network (greedy; no sampling).
 
 The network is rebuilt from the run's ``net`` config (a config without ``net.encoder``, from before
 encoders, means ``auto``) and an observation shape read from the checkpoint itself, so a run on a
@@ -120,21 +123,28 @@ def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_
         return Unbounded(shape=(action_dim,))
 
 
-def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]:
+def policy_network(ckpt: dict) -> str:
+    """``"q_network"`` or ``"actor_critic"``: what the checkpoint's recipe trains (``Recipe.policy_network``,
+    saved in every checkpoint); for a checkpoint written before it was saved, what its weights are."""
+    return ckpt.get("policy_network") or ("q_network" if any(k.startswith("q.") for k in ckpt["model"])
+                                          else "actor_critic")
+
+
+def _build_model(cfg: dict, state: dict, network: str) -> tuple[nn.Module, Optional[int], int]:
     """The recipe's network with the checkpoint's weights: ``(model, num_actions or None, action_dim)``."""
     from distrl.config import NetConfig, from_dict
     from distrl.nn.models import ActorCritic, QNetwork
 
-    recipe, algo = cfg["recipe"], cfg.get("algo", {})
+    algo = cfg.get("algo", {})
     net = from_dict(NetConfig, cfg["net"])  # fields it lacks (encoder, before encoders) keep their defaults
-    if recipe == "seed" and algo.get("core", "mlp") != "mlp":
-        _fail(f"load_policy supports seed runs with the mlp core only, not algo.core={algo['core']!r} "
+    if algo.get("core", "mlp") != "mlp" or any(".core." in k for k in state):
+        _fail(f"load_policy supports the mlp core only, not algo.core={algo.get('core')!r} "
               "(its recurrent state needs an env-side primer TorchRL users add themselves)")
-    if recipe == "apex":
+    if network == "q_network":
         obs_shape, num_actions = _dims(state, "q.")
         model = QNetwork(obs_shape, num_actions, net, bool(algo.get("dueling", False)))
         action_dim = 1
-    elif recipe in ("impala", "seed", "sf", "a3c", "vecenv"):
+    elif network == "actor_critic":
         obs_shape, out = _dims(state, "policy.")
         if _gaussian(state, net, cfg["run"]["env"]):  # a Gaussian head: out is A (log-std vector) or 2A
             num_actions, action_dim = None, out if net.log_std == "param" else out // 2
@@ -145,7 +155,7 @@ def _build_model(cfg: dict, state: dict) -> tuple[nn.Module, Optional[int], int]
         obs_norm = "on" if any(k.startswith("obs_norm.") for k in state) else "off"
         model = ActorCritic(obs_shape, num_actions, dataclasses.replace(net, obs_norm=obs_norm), action_dim)
     else:
-        _fail(f"load_policy does not know recipe {recipe!r}")
+        _fail(f"load_policy does not know the network {network!r} of recipe {cfg['recipe']!r}")
     model.load_state_dict(state)
     return model.eval(), num_actions, action_dim  # parameters stay trainable: a TorchRL loss may fine-tune them
 
@@ -186,14 +196,15 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
     cfg, state = load_run(run_dir, checkpoint)
     if "model" not in state:
         _fail(f"{checkpoint} checkpoint of {run_dir} holds no model")
-    model, num_actions, action_dim = _build_model(cfg, state["model"])
+    network = policy_network(state)
+    model, num_actions, action_dim = _build_model(cfg, state["model"], network)
     model.to(device)
     encoding = state.get("action_encoding")  # absent from checkpoints written before it was recorded
     if encoding is not None and encoding not in ACTION_ENCODINGS:
         _fail(f"{checkpoint} checkpoint of {run_dir} has action_encoding {encoding!r}, not one of {ACTION_ENCODINGS}")
     spec = _spec(action_spec, num_actions, action_dim, cfg["run"]["env"], encoding).to(device)
-    obs_key = cfg.get("algo", {}).get("obs_key", keys.OBSERVATION) if cfg["recipe"] == "vecenv" else keys.OBSERVATION
-    if cfg["recipe"] == "apex":
+    obs_key = cfg.get("algo", {}).get("obs_key", keys.OBSERVATION)  # vecenv's on a factory env
+    if network == "q_network":
         if sample:
             _fail("apex's policy is a Q-network, greedy only: wrap it in torchrl.modules.EGreedyModule to explore")
         return QValueActor(model, in_keys=[obs_key], spec=spec)
@@ -254,7 +265,7 @@ def export_main(argv: list[str]) -> int:
     try:
         if args.categorical_actions or args.one_hot_actions:
             cfg, state = load_run(args.run_dir, args.checkpoint)
-            _, num_actions, _ = _build_model(cfg, state["model"])
+            _, num_actions, _ = _build_model(cfg, state["model"], policy_network(state))
             if num_actions is None:
                 flag = "--categorical-actions" if args.categorical_actions else "--one-hot-actions"
                 _fail(f"{flag}: the run's policy has continuous actions")

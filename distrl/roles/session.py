@@ -151,6 +151,8 @@ class LearnerSession:
             "model": model.state_dict(), "optim": optim.state_dict(), "tracker": self.tracker.state_dict(),
             "rng": rng_state(),
             "config": self.cfg.to_dict(), "wandb_id": self._wandb_id, "action_encoding": self.action_encoding,
+            # what load_policy rebuilds (Recipe.policy_network): nn/ cannot look the recipe up by name
+            "policy_network": self.ctx.recipe.policy_network if self.ctx.recipe is not None else None,
         }
         if self.extra_state is not None:
             state["extra"] = self.extra_state()
