@@ -20,7 +20,7 @@ TRAIN = ROOT / "launch" / "train.py"
 TEST_EXTRA_MODULES = {
     "pytest": "pytest", "pytest-timeout": "pytest_timeout", "minatar": "minatar", "ale-py": "ale_py",
     "opencv-python-headless": "cv2", "mujoco": "mujoco", "imageio": "imageio", "packaging": "packaging",
-    "mkdocs": "mkdocs", "mkdocs-material": "material", "mkdocstrings": "mkdocstrings",
+    "mkdocs": "mkdocs", "mkdocs-material": "material", "mkdocstrings": "mkdocstrings", "ruff": "ruff",
 }
 #: environment variables that say "this is CI" (GitHub Actions sets ``CI``; .ci/run sets ``DISTRL_CI``)
 CI_VARIABLES = ("CI", "DISTRL_CI")

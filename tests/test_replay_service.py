@@ -14,7 +14,7 @@ from distrl.config import Config, RunConfig, TransportConfig
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes
 from distrl.runtime.context import RoleContext
-from distrl.replay.client import Inserter
+from distrl.replay.inserter import Inserter
 from distrl.replay.config import ReplayConfig
 from distrl.replay.server import INSERT_N, INSERT_PROBED, ReplayServer
 from distrl.transport.local import LocalHub

@@ -31,7 +31,8 @@ from tensordict import TensorDict, TensorDictBase
 
 from distrl.data import keys
 from distrl.replay.store import Layout, layout_of
-from distrl.replay.client import Inserter, ShardedReplayClient
+from distrl.replay.client import ShardedReplayClient
+from distrl.replay.inserter import Inserter
 from distrl.transport.base import Transport
 
 

@@ -69,19 +69,6 @@ SIGTERM_MARGIN_S = 10.0
 SIGTERM_PING_S = 1.0
 
 
-def shard_weights(leaf: torch.Tensor, min_leaf: float, beta: float) -> torch.Tensor:
-    """Importance weights of items sampled across shards.
-
-    With shards drawn in proportion to their totals ``S_r``, item ``i`` of shard ``r`` comes out with
-    ``P(i) = (S_r / S) (leaf_i / S_r) = leaf_i / S``: one buffer's probability. So
-    ``w_i = (P(i) / min_j P(j))^-beta = (leaf_i / min_j leaf_j)^-beta`` with the minimum over all shards.
-
-    Args:
-        leaf: ``[B]`` ``p_i^alpha`` of the sampled items; min_leaf: the smallest over every shard.
-    """
-    return (leaf.double() / min_leaf).pow(-beta).float()
-
-
 class ReplayServer:
     """One prioritized replay shard (see the module docstring), e.g. ranks 1..R of ``apex``.
 

@@ -41,3 +41,16 @@ def annealed_beta(beta0: float, step: int, steps: int) -> float:
     if steps <= 0:
         return 1.0
     return beta0 + (1.0 - beta0) * min(1.0, step / steps)
+
+
+def shard_weights(leaf: torch.Tensor, min_leaf: float, beta: float) -> torch.Tensor:
+    """Importance weights of items sampled across shards.
+
+    With shards drawn in proportion to their totals ``S_r``, item ``i`` of shard ``r`` comes out with
+    ``P(i) = (S_r / S) (leaf_i / S_r) = leaf_i / S``: one buffer's probability. So
+    ``w_i = (P(i) / min_j P(j))^-beta = (leaf_i / min_j leaf_j)^-beta`` with the minimum over all shards.
+
+    Args:
+        leaf: ``[B]`` ``p_i^alpha`` of the sampled items; min_leaf: the smallest over every shard.
+    """
+    return (leaf.double() / min_leaf).pow(-beta).float()

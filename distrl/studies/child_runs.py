@@ -5,6 +5,7 @@ stopping a whole tree (the launcher and its ranks, which torchrun puts in sessio
 from __future__ import annotations
 
 import os
+import platform
 import resource
 import signal
 import subprocess
@@ -99,3 +100,13 @@ def run_logged(cmd: Sequence[str], log_path: Path, limit_s: float,
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return {"exit_code": proc.returncode, "wall_s": round(time.monotonic() - t0, 2), "killed": killed,
             "cpu_s": round(cpu, 2)}
+
+
+def machine() -> str:
+    """This machine in a few words: cores, CPU model, GPU if any."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown CPU")
+    import torch
+
+    gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no GPU"
+    return f"{os.cpu_count()} cores ({model}){gpu}, torch {torch.__version__}, Python {platform.python_version()}"

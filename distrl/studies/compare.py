@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import sys
 import time
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 import distrl
+from distrl.studies import child_runs
 
 #: processes of a recipe whose ``Recipe.compare_nproc`` does not say, raised to its minimum world size
 OTHER_NPROC = 4
@@ -164,16 +163,6 @@ def plan_entries(args: argparse.Namespace, out: Path, seed: int, target: Optiona
     return entries
 
 
-def machine() -> str:
-    """This machine in a few words: cores, CPU model, GPU if any."""
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown CPU")
-    import torch
-
-    gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no GPU"
-    return f"{os.cpu_count()} cores ({model}){gpu}, torch {torch.__version__}, Python {platform.python_version()}"
-
-
 def _echo(line: str) -> None:
     """The progress display shows a run's own lines (``[distrl] ...``, ``[impala] frames ...``,
     ``error: ...``); everything else (warnings, tracebacks) is in its log."""
@@ -248,7 +237,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         meta = {"command": "distrl compare " + shlex.join(argv), "env": args.env, "budget": f"{spent} per run",
                 "budget_s": budget, "frames": args.frames, "seeds": args.seeds, "target_return": target,
-                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": child_runs.machine(),
                 "distrl": distrl.__version__}
         out.mkdir(parents=True, exist_ok=True)
         (out / "meta.json").write_text(json.dumps(meta, indent=2))

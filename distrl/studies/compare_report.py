@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from distrl.studies.stats import median_iqr
+from distrl.studies.compare_plots import write_plots
 from distrl.studies.sweep import aggregate, seed_result
 
-RETURN_KEY = "actor/return_mean_100"
 #: a run holds the target when its training mean never falls below this share of it afterwards
 #: (``distrl sweep``'s fixed 250 is CartPole's; a comparison runs on any env's scale)
 HOLD_FRACTION = 0.5
@@ -186,27 +186,6 @@ def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
               "(summary.json's time_budget). A '-' is a figure the recipe does not record.", ""]
     lines += [f"![{name[:-4].replace('_', ' ')}]({name})" for name in meta.get("plots", [])]
     return "\n".join(lines) + "\n"
-
-
-def write_plots(out: Path, rows: Sequence[dict[str, Any]]) -> list[Path]:
-    """Return against wall time and against frames, fps bars, lag histograms: the PNGs written."""
-    from distrl.logging.plots import plot_bars, plot_histograms, plot_metric
-
-    ran = [r for r in rows if r["status"] != "skipped" and any(x["finished"] for x in r["runs"])]
-    groups = {r["recipe"]: [x["run_dir"] for x in r["runs"] if x["finished"]] for r in ran}
-    written = []
-    for name, x, log_x in (("return_vs_time.png", "time", False), ("return_vs_frames.png", "frames", True)):
-        try:
-            written.append(plot_metric(groups, RETURN_KEY, out / name, x=x, log_x=log_x,
-                                       title="training return (mean of the last 100 episodes)"))
-        except ValueError:  # no run logged a return yet: nothing to draw
-            continue
-    if ran:
-        written.append(plot_bars({r["recipe"]: r["fps"] for r in ran}, out / "fps.png", "env steps / s",
-                                 "throughput (median over seeds)", log_y=True))
-        written.append(plot_histograms({r["recipe"]: r["policy_lag_hist"] for r in ran}, out / "policy_lag.png",
-                                       "policy lag (learner updates)", "policy lag: share of samples"))
-    return written
 
 
 def _clean(x: Any) -> Any:

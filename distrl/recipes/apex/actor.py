@@ -29,7 +29,7 @@ from distrl.envs.gym import env_info
 from distrl.nn.models import QNetwork
 from distrl.data.transitions import pack_transitions, unpack_transitions
 from distrl.runtime.context import RoleContext
-from distrl.replay.client import Inserter
+from distrl.replay.inserter import Inserter
 from distrl.roles.env_runner import make_env_runner
 from distrl.transport.base import TransportError
 

@@ -34,7 +34,7 @@ from distrl.nn.models import QNetwork
 from distrl.recipes.apex.learner import ApexLearner
 from distrl.runtime.context import RoleContext
 from distrl.recipes.seed.inference import InferenceServer
-from distrl.replay.client import Inserter
+from distrl.replay.inserter import Inserter
 from distrl.roles.epsilon_greedy import EpsilonGreedyHead, QPolicy, env_ladder
 from distrl.roles.nstep import NStepTrajectories, ended_envs, nstep_insert
 
