@@ -25,14 +25,18 @@ __all__ = ["__version__", *_EXPORTS]
 #: Modules of 0.2.0's flat layout -> where they live now. Policies exported by 0.2.0 pickle these
 #: paths, and users' scripts import them, so the old names stay importable as the same module objects.
 MOVED = {
-    **{f"distrl.{m}": f"distrl.nn.{m}" for m in ("models", "encoders", "heads", "obs_norm", "activations",
-                                                  "numpy_policy", "trained_policy")},
+    **{
+        f"distrl.{m}": f"distrl.nn.{m}"
+        for m in ("models", "encoders", "heads", "obs_norm", "activations", "numpy_policy", "trained_policy")
+    },
     # 0.2.0's vecenv actor-critics are ActorCritic now; its exports with algo.normalize_obs pickle
     # distrl.policies.ObsNorm, which lives in obs_norm (and loads there: same forward, same statistics)
     "distrl.policies": "distrl.nn.obs_norm",
     "distrl.models_recurrent": "distrl.nn.recurrent",
-    **{f"distrl.{m}": f"distrl.runtime.{m}" for m in ("supervisor", "job", "network", "affinity", "checkpoint",
-                                                       "faults")},
+    **{
+        f"distrl.{m}": f"distrl.runtime.{m}"
+        for m in ("supervisor", "job", "network", "affinity", "checkpoint", "faults")
+    },
     **{f"distrl.{m}": f"distrl.studies.{m}" for m in ("sweep", "compare", "compare_report", "child_runs", "stats")},
     "distrl.plots": "distrl.logging.plots",
     "distrl.launcher": "distrl.cli.launcher",

@@ -8,6 +8,7 @@ hold copies, so a mutation there would silently diverge): derived values are pro
 Variants are made with :func:`override`, which rebuilds (and so re-validates) every dataclass it
 touches.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,7 +60,8 @@ def check_finite(section: Any, prefix: str) -> None:
 class RunConfig:
     """What every recipe shares: the env, the budget, the stop rule, where results go."""
 
-    env: str = "CartPole-v1"  #: gymnasium id of the environment, or module:function of a TorchRL env factory (docs/torchrl.md)
+    #: gymnasium id of the environment, or module:function of a TorchRL env factory (docs/torchrl.md)
+    env: str = "CartPole-v1"
     seed: int = 0  #: base seed; each rank and env derives its own from it
     total_frames: int = 100_000_000  #: stop after this many env frames (max_time_s usually ends a run first)
     max_time_s: float = 600.0  #: stop after this many seconds of training
@@ -77,9 +79,11 @@ class RunConfig:
     checkpoint_interval_s: float = 60.0  #: seconds between periodic checkpoints
     peer_grace_s: float = 30.0  #: seconds the learner waits once every peer is lost, then checkpoints and exits 4
     env_max_failures: int = 10  #: consecutive env failures a worker recovers from (with backoff) before it gives up
-    watchdog_s: float = 300.0  #: a learner whose loop is silent this long (frozen, deadlocked) is killed: the job ends with status 5; 0: never
+    #: a learner whose loop is silent this long (frozen, deadlocked) is killed: the job ends with status 5; 0: never
+    watchdog_s: float = 300.0
     resume: bool = False  #: continue from the latest checkpoint in run_dir
-    allow_fresh: bool = False  #: with resume: start over when checkpoint files exist but none loads (else stop with an error)
+    #: with resume: start over when checkpoint files exist but none loads (else stop with an error)
+    allow_fresh: bool = False
     device: str = "auto"  #: learner device: auto (cuda if present), cpu or cuda
     torch_threads: int = 1  #: torch intra-op threads per process (more oversubscribes small CPUs)
     #: the learner's learning rate over the budget: ``constant``, or ``linear`` from the recipe's
@@ -94,15 +98,21 @@ class RunConfig:
         check(self.eval_episodes >= 0, "run.eval_episodes must be >= 0")
         check(self.log_interval_s > 0, "run.log_interval_s must be > 0")
         check(self.eval_interval_s >= 0, "run.eval_interval_s must be >= 0")
-        check(self.checkpoint_interval_s >= 0,
-              f"run.checkpoint_interval_s must be >= 0 (0: after every update), got {self.checkpoint_interval_s}")
+        check(
+            self.checkpoint_interval_s >= 0,
+            f"run.checkpoint_interval_s must be >= 0 (0: after every update), got {self.checkpoint_interval_s}",
+        )
         check(self.peer_grace_s >= 0, f"run.peer_grace_s must be >= 0, got {self.peer_grace_s}")
         check(self.watchdog_s >= 0, f"run.watchdog_s must be >= 0, got {self.watchdog_s}")
         check(self.env_max_failures >= 1, f"run.env_max_failures must be >= 1, got {self.env_max_failures}")
-        check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
-              f"run.device must be auto, cpu or cuda[:N], got {self.device!r}")
+        check(
+            self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+            f"run.device must be auto, cpu or cuda[:N], got {self.device!r}",
+        )
         check(self.torch_threads >= 1, "run.torch_threads must be >= 1")
-        check(self.lr_schedule in LR_SCHEDULES, f"run.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        check(
+            self.lr_schedule in LR_SCHEDULES, f"run.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -125,9 +135,11 @@ class NetConfig:
     """The network: an observation encoder (distrl/nn/encoders.py), then policy and value heads; with
     the mlp encoder, separate policy and value MLPs; with an image encoder, one conv torso for both."""
 
-    hidden: tuple[int, ...] = (64, 64)  #: hidden layer widths of each MLP (encoder mlp; image encoders have their paper's)
+    #: hidden layer widths of each MLP (encoder mlp; image encoders have their paper's)
+    hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"  #: tanh, relu or elu (ACTIVATION_NAMES): the MLPs' activation; image encoders use ReLU
-    encoder: str = "auto"  #: auto (flat: mlp; images up to 16x16: minatar; from 36x36: nature; else impala), or one of ENCODER_NAMES
+    #: auto (flat: mlp; images up to 16x16: minatar; from 36x36: nature; else impala), or one of ENCODER_NAMES
+    encoder: str = "auto"
     #: continuous actions (distrl/nn/heads.py): ``param``, a learned log-std vector; ``state``, a head output
     log_std: str = "param"
     init_log_std: float = 0.0  #: the Gaussian's initial log standard deviation
@@ -144,8 +156,10 @@ class NetConfig:
 
     def __post_init__(self):
         check(len(self.hidden) >= 1 and all(h > 0 for h in self.hidden), "net.hidden needs positive widths")
-        check(self.activation in ACTIVATION_NAMES,
-              f"net.activation must be one of {ACTIVATION_NAMES}, got {self.activation!r}")
+        check(
+            self.activation in ACTIVATION_NAMES,
+            f"net.activation must be one of {ACTIVATION_NAMES}, got {self.activation!r}",
+        )
         check(self.encoder in ENCODER_NAMES, f"net.encoder must be one of {ENCODER_NAMES}, got {self.encoder!r}")
         check(self.log_std in ("param", "state"), f"net.log_std must be param or state, got {self.log_std!r}")
         check(self.obs_norm in ("auto", "on", "off"), f"net.obs_norm must be auto, on or off, got {self.obs_norm!r}")
@@ -163,7 +177,8 @@ class AtariConfig:
     reward_clipping: bool = True  #: training rewards clipped to -1, 0, 1; evaluation scores are never clipped
     noop_max: int = 30  #: up to this many no-op steps at the start of every episode
     threads: int = 1  #: threads of each ale-py vector env (its C++ pool); one per process suits small CPUs
-    eval_epsilon: float = 0.05  #: random actions in evaluation (Mnih et al. 2015): a greedy policy that never FIREs stalls Breakout
+    #: random actions in evaluation (Mnih et al. 2015): a greedy policy that never FIREs stalls Breakout
+    eval_epsilon: float = 0.05
 
     def __post_init__(self):
         check(0 <= self.sticky_actions < 1, f"atari.sticky_actions must be in [0, 1), got {self.sticky_actions}")

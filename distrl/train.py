@@ -15,6 +15,7 @@ another live launch holds (:func:`distrl.runtime.job.claim_run_dir`: rank 0 hold
 What a run writes is its user's alone: the process's umask gets ``0o077`` added for the run (run
 directory, checkpoints, metrics, W&B files, shared memory), restored when :func:`main` returns.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -79,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if rank == 0:
             layout = ", ".join(f"{r}:{n}" for r, n in p.roles.items())
-            print(f"[distrl] {p.recipe.name} on {p.cfg.run.env}, world size {world_size} ({layout}), run dir {p.run_dir}",
-                  flush=True)
+            print(
+                f"[distrl] {p.recipe.name} on {p.cfg.run.env}, world size {world_size} ({layout}), run dir {p.run_dir}",
+                flush=True,
+            )
         code = run(p, rank)
         summary = p.run_dir / "summary.json"
         if rank == 0 and args.print_summary and summary.exists():
@@ -98,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
 #: ``distrl`` subcommands: name -> (module:function taking argv and returning the exit status, what it does)
 COMMANDS = {
     "train": ("distrl.train:main", "train one recipe (distrl train RECIPE --help: its fields and experiments)"),
-    "compare": ("distrl.studies.compare:main", "run several recipes on the same env, budget and seeds: table and plots"),
+    "compare": (
+        "distrl.studies.compare:main",
+        "run several recipes on the same env, budget and seeds: table and plots",
+    ),
     "sweep": ("distrl.studies.sweep:main", "one recipe over seeds without early stop: the distribution"),
     "plot": ("distrl.logging.plots:main", "learning curves of run directories side by side, one PNG"),
     "export-policy": ("distrl.nn.trained_policy:export_main", "a trained policy as a TorchRL actor (RUN_DIR OUT.pt)"),
@@ -130,8 +136,9 @@ def console(argv: list[str] | None = None) -> int:
         print(console_help(), file=sys.stderr)
         return 2
     if argv[0] not in COMMANDS:
-        print(f"error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)} (see distrl --help)",
-              file=sys.stderr)
+        print(
+            f"error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)} (see distrl --help)", file=sys.stderr
+        )
         return 2
     module, _, function = COMMANDS[argv[0]][0].partition(":")
     return getattr(importlib.import_module(module), function)(argv[1:])

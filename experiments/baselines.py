@@ -11,6 +11,7 @@ built (the collector's workers get one each), every layout timed by the wall clo
 batch on (worker start, first resets and the first batch left out), as distrl's runs are by
 ``fps_running``.
 """
+
 from __future__ import annotations
 
 import argparse

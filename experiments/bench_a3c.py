@@ -16,6 +16,7 @@ figure is the one to beat); each seed's trained frames/s is ``fps_running`` (wal
 server's first applied gradient to its last, the frames of dropped gradients left out), and each
 mode's median over seeds is held against TorchRL's best layout.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,19 @@ def staleness_figures(out: Path, seeds: list[int]) -> list[dict]:
             s = json.loads((out / f"seed_{seed}" / "summary.json").read_text())
         except OSError:
             continue
-        rows.append({k: s[k] for k in ("staleness_mean", "staleness_max", "dropped_stale_gradients", "updates_per_s",
-                                       "fps_running", "frames_dropped")})
+        rows.append(
+            {
+                k: s[k]
+                for k in (
+                    "staleness_mean",
+                    "staleness_max",
+                    "dropped_stale_gradients",
+                    "updates_per_s",
+                    "fps_running",
+                    "frames_dropped",
+                )
+            }
+        )
     return rows
 
 
@@ -60,20 +72,40 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=3, help="torchrun processes: 1 server + workers")
     ap.add_argument("--target", type=float, default=475.0, help="training-mean return measured as the target")
     ap.add_argument("--modes", nargs="+", default=["a3c", "a2c"], choices=list(EXPERIMENT))
-    ap.add_argument("--collector-frames", type=int, default=150_000,
-                    help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)")
+    ap.add_argument(
+        "--collector-frames",
+        type=int,
+        default=150_000,
+        help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_a3c", help="sweep outputs, one folder per mode")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="a config override for every run (repeatable), as launch/train.py's --set")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every run (repeatable), as launch/train.py's --set",
+    )
     args = ap.parse_args()
     yard = Yardstick(args.collector_frames)
     yard.before()
     lines, speeds = [], {}
     for mode in args.modes:
         out = args.out / mode
-        train_args = ["--experiment", EXPERIMENT[mode], "--env", "CartPole-v1", "--max-time-s", str(args.max_time_s),
-                      "--logger", "none", "--set", "run.log_interval_s=2",
-                      *(x for o in args.overrides for x in ("--set", o))]
+        train_args = [
+            "--experiment",
+            EXPERIMENT[mode],
+            "--env",
+            "CartPole-v1",
+            "--max-time-s",
+            str(args.max_time_s),
+            "--logger",
+            "none",
+            "--set",
+            "run.log_interval_s=2",
+            *(x for o in args.overrides for x in ("--set", o)),
+        ]
         results = run_sweep("a3c", args.seeds, out, args.nproc, 1, args.target, args.max_time_s, train_args)
         write_outputs(out, results, f"a3c ({mode}), CartPole-v1, {args.nproc} processes", " ".join(sys.argv))
         agg, extra = aggregate(results), staleness_figures(out, args.seeds)
@@ -82,15 +114,22 @@ def main() -> None:
             f"| {mode} | {agg['reached']}/{agg['seeds']} | {agg['held']}/{agg['seeds']} "
             f"| {spread([r['time_to_target_s'] for r in results])} | {spread([r['final_eval'] for r in results])} "
             f"| {spread([r['min_return_after_target'] for r in results])} "
-            f"| {spread([e['staleness_mean'] for e in extra])} | {max((e['staleness_max'] for e in extra), default='n/a')} "
+            f"| {spread([e['staleness_mean'] for e in extra])} | "
+            f"{max((e['staleness_max'] for e in extra), default='n/a')} "
             f"| {sum(e['dropped_stale_gradients'] for e in extra)} | {spread([e['updates_per_s'] for e in extra])} "
-            f"| {spread(speeds[mode])} | {sum(e['frames_dropped'] for e in extra):,} |")
+            f"| {spread(speeds[mode])} | {sum(e['frames_dropped'] for e in extra):,} |"
+        )
     yard.after()
-    print("\n| mode | reached | held | time to target s | final greedy eval | lowest mean after | staleness mean "
-          "| staleness max | dropped | updates/s | trained frames/s | frames dropped |\n" + "|---" * 12 + "|")
+    print(
+        "\n| mode | reached | held | time to target s | final greedy eval | lowest mean after | staleness mean "
+        "| staleness max | dropped | updates/s | trained frames/s | frames dropped |\n" + "|---" * 12 + "|"
+    )
     print("\n".join(lines))
-    print(f"(medians with min-max over seeds; held as distrl.studies.sweep counts it; per-seed tables in {args.out}/*/sweep.md;"
-          f" trained frames/s: wall clock from the first applied gradient, dropped ones left out)")
+    print(
+        f"(medians with min-max over seeds; held as distrl.studies.sweep counts it; per-seed tables in "
+        f"{args.out}/*/sweep.md;"
+        f" trained frames/s: wall clock from the first applied gradient, dropped ones left out)"
+    )
     for mode, fps in speeds.items():
         if fps:
             med = statistics.median(fps)

@@ -15,6 +15,7 @@ to beat). Ape-X trains on what its replay holds, so its frames are the env frame
 there: ``fps_running`` of ``summary.json``, wall clock from the learner's first batch of them to
 its last, as TorchRL's layouts are timed from their first batch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=40.0, help="training seconds of each run")
     ap.add_argument("--actors", type=int, default=2)
-    ap.add_argument("--collector-frames", type=int, default=150_000,
-                    help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)")
+    ap.add_argument(
+        "--collector-frames",
+        type=int,
+        default=150_000,
+        help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)",
+    )
     args = ap.parse_args()
     yard = Yardstick(args.collector_frames)
     yard.before()
@@ -36,13 +41,27 @@ def main() -> None:
     runs = {}
     for shards in (1, 2):
         nproc = 1 + shards + args.actors
-        s = runs[shards] = train("apex", 10**12, nproc=nproc, extra=[
-            "--max-time-s", str(args.seconds), "--set", f"algo.shards={shards}", "--set", "algo.samples_per_insert=0"])
+        s = runs[shards] = train(
+            "apex",
+            10**12,
+            nproc=nproc,
+            extra=[
+                "--max-time-s",
+                str(args.seconds),
+                "--set",
+                f"algo.shards={shards}",
+                "--set",
+                "algo.samples_per_insert=0",
+            ],
+        )
         wall = s["wall_s"]
-        print(f"shards={shards} ({nproc} processes): learner {s['replay_sampled'] / wall:>9,.0f} samples/s, "
-              f"{s['learner_updates'] / wall:6.1f} updates/s (wall, whole run), {trained_fps(s):>8,.0f} env frames/s "
-              f"into replay (wall, from the first batch); learner time {s['learner_wait_sample_s']:.1f} s waiting for "
-              f"samples, {s['learner_update_s']:.1f} s updating", flush=True)
+        print(
+            f"shards={shards} ({nproc} processes): learner {s['replay_sampled'] / wall:>9,.0f} samples/s, "
+            f"{s['learner_updates'] / wall:6.1f} updates/s (wall, whole run), {trained_fps(s):>8,.0f} env frames/s "
+            f"into replay (wall, from the first batch); learner time {s['learner_wait_sample_s']:.1f} s waiting for "
+            f"samples, {s['learner_update_s']:.1f} s updating",
+            flush=True,
+        )
     yard.after()
     print(f"ratios, env frames/s into replay from the first batch against {yard.best}:")
     for shards, s in runs.items():

@@ -35,6 +35,7 @@ steps/s from the learner's first batch to its last; ``frames_per_s``; ``time_bud
 its fractions of the ideal, its ratio to TorchRL and to SF2, and where its time went. Results:
 ``results.json``, ``results.md`` (a table) and ``agent_steps.png`` under ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,6 +63,7 @@ SF2_NET = {"nature": (), "impala": ("--encoder_conv_architecture", "resnet_impal
 
 
 # ---- (d) the ideal ----------------------------------------------------------------------------
+
 
 def stage_costs(net: str, seconds: float) -> dict[str, dict]:
     """CPU and wall us per agent step of env, inference and training, each alone on one thread."""
@@ -103,11 +105,14 @@ def stage_costs(net: str, seconds: float) -> dict[str, dict]:
 
     rates = {"env": env_rate, "inference": timed(infer, seconds), "train": timed(learn, seconds)}
     passes = {"train": algo.num_epochs}  # each agent step is trained on num_epochs times
-    return {k: {"cpu_us": r.us_per_frame("cpu") * passes.get(k, 1), "wall_us": r.us_per_frame("wall") * passes.get(k, 1)}
-            for k, r in rates.items()}
+    return {
+        k: {"cpu_us": r.us_per_frame("cpu") * passes.get(k, 1), "wall_us": r.us_per_frame("wall") * passes.get(k, 1)}
+        for k, r in rates.items()
+    }
 
 
 # ---- the recipes, the table, the plot ------------------------------------------------------------
+
 
 def run_recipe(recipe: str, net: str, seconds: float, nproc: int) -> dict:
     """A recipe's summary.json after ``seconds`` of training on Pong with ``net``; ``{"error": ...}`` if it failed."""
@@ -121,9 +126,16 @@ def run_recipe(recipe: str, net: str, seconds: float, nproc: int) -> dict:
 def rows(res: dict) -> list[list[str]]:
     """Table rows of one network's results: references first, then every recipe."""
     ideal, trl, sf2 = res["ideal"], res.get("torchrl_ref", float("nan")), res.get("sf2_ref", float("nan"))
-    row = lambda name, fps, run="", local=None: [name, f"{fps:,.0f}", f"{SKIP * fps:,.0f}", f"{fps / ideal:.0%}",  # noqa: E731
-                                                 f"{fps / local:.0%} of {local:,.0f}" if local else "",
-                                                 fmt_ratio(fps / trl), fmt_ratio(fps / sf2), run]
+    row = lambda name, fps, run="", local=None: [
+        name,
+        f"{fps:,.0f}",
+        f"{SKIP * fps:,.0f}",
+        f"{fps / ideal:.0%}",  # noqa: E731
+        f"{fps / local:.0%} of {local:,.0f}" if local else "",
+        fmt_ratio(fps / trl),
+        fmt_ratio(fps / sf2),
+        run,
+    ]
     out = [row("ideal (d)", ideal), row("env-only limit (c)", res["env_only_limit"])]
     for name, fps in {**res.get("torchrl", {}), **{f"SF2 {k}": v for k, v in res.get("sf2", {}).items()}}.items():
         out.append(row(name, fps))
@@ -137,13 +149,25 @@ def rows(res: dict) -> list[list[str]]:
 
 def markdown(results: dict) -> str:
     """One table a network: agent steps/s and frames/s from the first batch, fraction of the ideal, ratios."""
-    head = ["", "agent steps/s", "frames/s", "of ideal", "of the ideal timed around it", "x TorchRL+PPO", "x SF2",
-            "agent steps/s, whole run"]
-    out = [(f"Pong (ALE/Pong-v5, frame skip {SKIP}), {results['cores']} cores, {results['seconds']:.0f} s a run. "
-           "Rates are wall-clock, from the first trained batch (TorchRL: its first batch); of ideal: against "
-           "each stage's cheapest timing in the run; of the ideal timed around it: against the stages' mean "
-           "timings just before and just after that recipe ran; x TorchRL+PPO: against TorchRL's best layout "
-           "training with PPO; x SF2: against SF2's best layout.")]
+    head = [
+        "",
+        "agent steps/s",
+        "frames/s",
+        "of ideal",
+        "of the ideal timed around it",
+        "x TorchRL+PPO",
+        "x SF2",
+        "agent steps/s, whole run",
+    ]
+    out = [
+        (
+            f"Pong (ALE/Pong-v5, frame skip {SKIP}), {results['cores']} cores, {results['seconds']:.0f} s a run. "
+            "Rates are wall-clock, from the first trained batch (TorchRL: its first batch); of ideal: against "
+            "each stage's cheapest timing in the run; of the ideal timed around it: against the stages' mean "
+            "timings just before and just after that recipe ran; x TorchRL+PPO: against TorchRL's best layout "
+            "training with PPO; x SF2: against SF2's best layout."
+        )
+    ]
     for net, res in results["nets"].items():
         out += [f"\n### {net} network\n", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         out += ["| " + " | ".join(r) + " |" for r in rows(res)]
@@ -152,10 +176,15 @@ def markdown(results: dict) -> str:
 
 def _short(name: str) -> str:
     """A layout's name short enough for an axis label."""
-    for long, short in (("MultiSyncCollector", "TorchRL MultiSync"), ("MultiAsyncCollector", "TorchRL MultiAsync"),
-                        ("Collector 1", "TorchRL Collector 1"), ("GymWrapper(AtariVectorEnv(", "ale-py("),
-                        (" thread))", " thr)"), (" threads))", " thr)"),
-                        ("SerialEnv(4 x GymWrapper(gymnasium AtariPreprocessing))", "4 gymnasium envs")):
+    for long, short in (
+        ("MultiSyncCollector", "TorchRL MultiSync"),
+        ("MultiAsyncCollector", "TorchRL MultiAsync"),
+        ("Collector 1", "TorchRL Collector 1"),
+        ("GymWrapper(AtariVectorEnv(", "ale-py("),
+        (" thread))", " thr)"),
+        (" threads))", " thr)"),
+        ("SerialEnv(4 x GymWrapper(gymnasium AtariPreprocessing))", "4 gymnasium envs"),
+    ):
         name = name.replace(long, short)
     return name
 
@@ -175,14 +204,24 @@ def plot(results: dict, path: Path) -> None:
     for ax, net in zip(axes[0], nets):
         res = results["nets"][net]
         r = [x for x in rows(res)[1:] if x[1] != "failed"]
-        kind = lambda name: ("grey" if "(c)" in name else "tab:orange" if "Collector" in name
-                             else "tab:green" if name.startswith("SF2") else "tab:blue")
+        kind = lambda name: (
+            "grey"
+            if "(c)" in name
+            else "tab:orange"
+            if "Collector" in name
+            else "tab:green"
+            if name.startswith("SF2")
+            else "tab:blue"
+        )
         fps = [float(x[1].replace(",", "")) for x in r]
         bars = ax.barh([_short(x[0]) for x in r], fps, color=[kind(x[0]) for x in r])
         ax.bar_label(bars, [x[3] for x in r], padding=3, fontsize=8)
         ax.axvline(res["ideal"], ls="--", color="k", label=f"ideal {res['ideal']:,.0f}")
-        ax.set(title=f"Pong, {net} network, {results['cores']} cores", xscale="log",
-               xlabel="agent steps/s, log scale (x4 = frames/s)")
+        ax.set(
+            title=f"Pong, {net} network, {results['cores']} cores",
+            xscale="log",
+            xlabel="agent steps/s, log scale (x4 = frames/s)",
+        )
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # 2x10^2 ... labels collide
         ax.tick_params(axis="y", labelsize=8)
         ax.invert_yaxis()
@@ -197,8 +236,12 @@ def measure_net(net: str, args, n_cores: int) -> dict:
     ideal_of = lambda c: ideal_fps({k: v["cpu_us"] for k, v in c.items()}, n_cores)  # noqa: E731
     costs = stage_costs(net, args.ideal_seconds)
     res = {"stage_us": costs, "ideal": ideal_of(costs), "recipes": {}}
-    print("  (d) " + ", ".join(f"{k} {v['cpu_us']:.0f} us (wall {v['wall_us']:.0f})" for k, v in costs.items())
-          + f" per agent step, CPU clock, one thread -> ideal {res['ideal']:,.0f} agent steps/s", flush=True)
+    print(
+        "  (d) "
+        + ", ".join(f"{k} {v['cpu_us']:.0f} us (wall {v['wall_us']:.0f})" for k, v in costs.items())
+        + f" per agent step, CPU clock, one thread -> ideal {res['ideal']:,.0f} agent steps/s",
+        flush=True,
+    )
     res["env_only"] = env_only(n_cores, args.ideal_seconds)
     res["env_only_limit"] = max(res["env_only"].values())
     for name, fps in res["env_only"].items():
@@ -208,8 +251,9 @@ def measure_net(net: str, args, n_cores: int) -> dict:
         trained = [k for k in res["torchrl"] if k.endswith("+ PPO")]
         res["torchrl_ref"] = max(res["torchrl"][k] for k in trained)
         for name, fps in res["torchrl"].items():
-            print(f"  (a) torchrl {name}: {fps:,.0f} agent steps/s{' (training)' if name in trained else ''}",
-                  flush=True)
+            print(
+                f"  (a) torchrl {name}: {fps:,.0f} agent steps/s{' (training)' if name in trained else ''}", flush=True
+            )
     if not args.skip_sf2:
         why = sf2_atari.missing(args.sf2_venv)
         if why:
@@ -219,12 +263,16 @@ def measure_net(net: str, args, n_cores: int) -> dict:
             for i, (name, (e, splits, extra)) in enumerate(sf2_atari.LAYOUTS.items()):
                 if i not in args.sf2_layouts:
                     continue
-                r = res["sf2_runs"][name] = sf2_atari.run(args.seconds, n_cores, e, splits, extra + SF2_NET[net],
-                                                          venv=args.sf2_venv)
+                r = res["sf2_runs"][name] = sf2_atari.run(
+                    args.seconds, n_cores, e, splits, extra + SF2_NET[net], venv=args.sf2_venv
+                )
                 res["sf2"][f"{n_cores} workers, {name}"] = r["agent_steps_per_s"]
-                print(f"  (b) SF2 {name}: {r['agent_steps_per_s']:,.0f} agent steps/s ({r['frames_per_s']:,.0f} "
-                      f"trained frames/s, {r['frames']:,} frames in {r['wall_s']} s){' ' + r['error'] if 'error' in r else ''}",
-                      flush=True)
+                print(
+                    f"  (b) SF2 {name}: {r['agent_steps_per_s']:,.0f} agent steps/s ({r['frames_per_s']:,.0f} "
+                    f"trained frames/s, {r['frames']:,} frames in {r['wall_s']} "
+                    f"s){' ' + r['error'] if 'error' in r else ''}",
+                    flush=True,
+                )
             finite = [v for v in res["sf2"].values() if math.isfinite(v)]
             res["sf2_ref"] = max(finite) if finite else float("nan")
     timings = [costs]  # the stages timed at the start, before every recipe and after the last
@@ -234,7 +282,9 @@ def measure_net(net: str, args, n_cores: int) -> dict:
         nproc = args.nproc.get(recipe, NPROC[recipe])
         s = run_recipe(recipe, net, args.seconds, nproc)
         keep = ("fps_running", "fps", "frames_per_s", "env_frames", "policy_lag_mean", "time_budget", "frames_dropped")
-        res["recipes"][recipe] = {"error": s["error"]} if "error" in s else {"nproc": nproc, **{k: s.get(k) for k in keep}}
+        res["recipes"][recipe] = (
+            {"error": s["error"]} if "error" in s else {"nproc": nproc, **{k: s.get(k) for k in keep}}
+        )
         if "error" in s:
             print(f"  {recipe} failed:\n{s['error']}", flush=True)
             continue
@@ -243,10 +293,13 @@ def measure_net(net: str, args, n_cores: int) -> dict:
             print(f"  {recipe}: trained on fewer than two batches in {args.seconds} s", flush=True)
             continue
         fps = s["fps_running"]
-        print(f"  {recipe} ({nproc} procs): {fps:,.0f} agent steps/s = {SKIP * fps:,.0f} frames/s from its first batch "
-              f"({s['fps']:,.0f} / {s['frames_per_s']:,.0f} over the whole run), "
-              f"{fmt_ratio(fps / res.get('torchrl_ref', math.nan))} TorchRL+PPO, {fmt_ratio(fps / res.get('sf2_ref', math.nan))} SF2",
-              flush=True)
+        print(
+            f"  {recipe} ({nproc} procs): {fps:,.0f} agent steps/s = {SKIP * fps:,.0f} frames/s from its first batch "
+            f"({s['fps']:,.0f} / {s['frames_per_s']:,.0f} over the whole run), "
+            f"{fmt_ratio(fps / res.get('torchrl_ref', math.nan))} TorchRL+PPO, "
+            f"{fmt_ratio(fps / res.get('sf2_ref', math.nan))} SF2",
+            flush=True,
+        )
         print("\n".join(budget_lines(s)), flush=True)
         res["recipes"][recipe]["timed_before"] = len(timings) - 1  # its "after" is the next timing
     if args.recipes:
@@ -259,14 +312,24 @@ def measure_net(net: str, args, n_cores: int) -> dict:
         res["stage_us"] = cheapest(*timings)
         res["ideal"] = ideal_of(res["stage_us"])
         for t in timings[1:]:
-            print("  (d) again: " + ", ".join(f"{k} {v['cpu_us']:.0f} us" for k, v in t.items())
-                  + f" -> {ideal_of(t):,.0f}", flush=True)
-        print(f"  (d) each stage's cheapest timing -> ideal {res['ideal']:,.0f} agent steps/s (the table's 'of ideal')",
-              flush=True)
+            print(
+                "  (d) again: "
+                + ", ".join(f"{k} {v['cpu_us']:.0f} us" for k, v in t.items())
+                + f" -> {ideal_of(t):,.0f}",
+                flush=True,
+            )
+        print(
+            f"  (d) each stage's cheapest timing -> ideal {res['ideal']:,.0f} agent steps/s (the table's 'of ideal')",
+            flush=True,
+        )
         for recipe, s in res["recipes"].items():
             if "ideal" in s:
-                print(f"  {recipe}: {s['fps_running']:,.0f} = {s['fps_running'] / res['ideal']:.0%} of the cheapest ideal, "
-                      f"{s['fps_running'] / s['ideal']:.0%} of the ideal timed around it ({s['ideal']:,.0f})", flush=True)
+                print(
+                    f"  {recipe}: {s['fps_running']:,.0f} = {s['fps_running'] / res['ideal']:.0%} of the cheapest "
+                    f"ideal, "
+                    f"{s['fps_running'] / s['ideal']:.0%} of the ideal timed around it ({s['ideal']:,.0f})",
+                    flush=True,
+                )
     return res
 
 
@@ -274,7 +337,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=120.0, help="training seconds of every recipe and SF2 run")
     ap.add_argument("--torchrl-seconds", type=float, default=30.0, help="seconds of each TorchRL layout")
-    ap.add_argument("--ideal-seconds", type=float, default=5.0, help="seconds of each stage alone and of the env-only runs")
+    ap.add_argument(
+        "--ideal-seconds", type=float, default=5.0, help="seconds of each stage alone and of the env-only runs"
+    )
     ap.add_argument("--nets", default="nature,impala", help="encoders, comma separated")
     ap.add_argument("--recipes", default=",".join(RECIPES), help="recipes, comma separated (empty: none)")
     ap.add_argument("--nproc", default="", help="processes per recipe, e.g. sf=3,apex=4 (defaults: NPROC)")
@@ -291,8 +356,12 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown recipes {sorted(unknown)}; known: {', '.join(RECIPES)}")
     n_cores = cores()
-    results = {"cores": n_cores, "seconds": args.seconds, "env": ENV_ID,
-               "nets": {net: measure_net(net, args, n_cores) for net in args.nets.split(",")}}
+    results = {
+        "cores": n_cores,
+        "seconds": args.seconds,
+        "env": ENV_ID,
+        "nets": {net: measure_net(net, args, n_cores) for net in args.nets.split(",")},
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (args.out / "results.md").write_text(markdown(results))

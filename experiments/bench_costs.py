@@ -18,6 +18,7 @@ least ``actor + learn`` CPU-seconds per frame, whatever its layout, so ``cores /
 (CPU figures) bounds its training fps on this machine (transport, serialisation and scheduling
 only lower it). The script prints that ceiling beside the env-only one (``cores / env``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,7 +65,19 @@ def stage_costs(B: int, T: int, seconds: float) -> dict[str, Rate]:
     optim = torch.optim.Adam(model.parameters(), lr=5e-4, eps=1e-5)
 
     def learn() -> int:
-        out = impala_loss(model, traj, SimpleNamespace(gamma=0.99, rho_bar=1.0, c_bar=1.0, value_coef=0.5, entropy_coef=0.01, normalize_advantage=False, reward_scale=0.1))
+        out = impala_loss(
+            model,
+            traj,
+            SimpleNamespace(
+                gamma=0.99,
+                rho_bar=1.0,
+                c_bar=1.0,
+                value_coef=0.5,
+                entropy_coef=0.01,
+                normalize_advantage=False,
+                reward_scale=0.1,
+            ),
+        )
         optim.zero_grad(set_to_none=True)
         out["loss"].backward()
         clip_towers(model.tower_parameters(), 1.0)
@@ -84,8 +97,10 @@ def main() -> None:
     ap.add_argument("--unroll", type=int, default=16, help="steps per unroll (T); the learner's batch is B x T")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds each stage runs")
     args = ap.parse_args()
-    print(f"us per frame, CPU time of this process (wall time in brackets); ceilings from the CPU figures, "
-          f"{args.cores} cores")
+    print(
+        f"us per frame, CPU time of this process (wall time in brackets); ceilings from the CPU figures, "
+        f"{args.cores} cores"
+    )
     print(f"{'B':>5} {'T':>4} {'env':>16} {'actor':>16} {'learn':>16} {'env-only ceiling':>17} {'train ceiling':>14}")
     for B in (int(b) for b in args.envs.split(",")):
         c = stage_costs(B, args.unroll, args.seconds)
@@ -93,8 +108,11 @@ def main() -> None:
         cell = lambda k: f"{cpu[k]:.2f} ({c[k].us_per_frame('wall'):.2f})"  # noqa: E731
         env_ceiling = ideal_fps({"env": cpu["env"]}, args.cores)
         train_ceiling = ideal_fps({"actor": cpu["actor"], "learn": cpu["learn"]}, args.cores)
-        print(f"{B:>5} {args.unroll:>4} {cell('env'):>16} {cell('actor'):>16} {cell('learn'):>16} "
-              f"{env_ceiling:>15,.0f}/s {train_ceiling:>12,.0f}/s", flush=True)
+        print(
+            f"{B:>5} {args.unroll:>4} {cell('env'):>16} {cell('actor'):>16} {cell('learn'):>16} "
+            f"{env_ceiling:>15,.0f}/s {train_ceiling:>12,.0f}/s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

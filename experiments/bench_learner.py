@@ -11,6 +11,7 @@ figure is the median wall time of one call after ten left out (``experiments/kit
    forward), TorchRL's ``vtrace_advantage_estimate`` against :func:`distrl.algorithms.estimators.vtrace_targets`,
    ``Adam`` with its CPU default (a Python loop over the tensors) against ``fused=True``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,12 +32,23 @@ from experiments.kit.measure import median_wall_ms as median_ms, one_thread
 def cartpole_batch(B: int, T: int, g: torch.Generator) -> TensorDict:
     """A ``[B, T]`` batch of sf's keys with CartPole's shapes (episode ends at 2% of the steps)."""
     done = torch.rand(B, T, 1, generator=g) < 0.02
-    return TensorDict({
-        keys.OBSERVATION: torch.randn(B, T, 4, generator=g), keys.ACTION: torch.randint(0, 2, (B, T), generator=g),
-        keys.ACTION_LOG_PROB: -torch.rand(B, T, generator=g) - 0.5,
-        keys.NEXT: TensorDict({keys.OBSERVATION: torch.randn(B, T, 4, generator=g), "reward": torch.ones(B, T, 1),
-                               "done": done, "terminated": done.clone()}, batch_size=[B, T]),
-    }, batch_size=[B, T])
+    return TensorDict(
+        {
+            keys.OBSERVATION: torch.randn(B, T, 4, generator=g),
+            keys.ACTION: torch.randint(0, 2, (B, T), generator=g),
+            keys.ACTION_LOG_PROB: -torch.rand(B, T, generator=g) - 0.5,
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: torch.randn(B, T, 4, generator=g),
+                    "reward": torch.ones(B, T, 1),
+                    "done": done,
+                    "terminated": done.clone(),
+                },
+                batch_size=[B, T],
+            ),
+        },
+        batch_size=[B, T],
+    )
 
 
 def main() -> None:
@@ -64,11 +76,19 @@ def main() -> None:
         appo_loss(model, batch, algo)["loss"].backward()
 
     total = median_ms(update, args.repeats)
-    print(f"sf learner update on [{args.batch}, {args.unroll}] ({rows} rows), median wall time: {total:.2f} ms "
-          f"({1e3 * total / rows:.2f} us a frame)")
+    print(
+        f"sf learner update on [{args.batch}, {args.unroll}] ({rows} rows), median wall time: {total:.2f} ms "
+        f"({1e3 * total / rows:.2f} us a frame)"
+    )
     loss_ms = median_ms(lambda: appo_loss(model, batch, algo), args.repeats)
-    print(f"  loss (forward, V-trace, PPO terms): {loss_ms:.2f} ms; with backward {median_ms(backward, args.repeats):.2f} ms")
-    print(f"  clip per tower + Adam step: {median_ms(lambda: (clip_towers(model.tower_parameters(), 1.0), optim.step()), args.repeats):.2f} ms")
+    print(
+        f"  loss (forward, V-trace, PPO terms): {loss_ms:.2f} ms; with backward "
+        f"{median_ms(backward, args.repeats):.2f} ms"
+    )
+    print(
+        f"  clip per tower + Adam step: "
+        f"{median_ms(lambda: (clip_towers(model.tower_parameters(), 1.0), optim.step()), args.repeats):.2f} ms"
+    )
 
     obs = batch[keys.OBSERVATION]
     with torch.no_grad():
@@ -80,10 +100,18 @@ def main() -> None:
                 if isinstance(m, Tanh):
                     mlp[i] = nn.Tanh()
         print(f"  MLP forward, nn.Tanh {median_ms(lambda: stock(obs), args.repeats):.2f} | distrl Tanh {ours:.2f}")
-        lp, lm = -torch.rand(args.batch, args.unroll, 1, generator=g), -torch.rand(args.batch, args.unroll, 1, generator=g)
-        v, vn = torch.randn(args.batch, args.unroll, 1, generator=g), torch.randn(args.batch, args.unroll, 1, generator=g)
+        lp, lm = (
+            -torch.rand(args.batch, args.unroll, 1, generator=g),
+            -torch.rand(args.batch, args.unroll, 1, generator=g),
+        )
+        v, vn = (
+            torch.randn(args.batch, args.unroll, 1, generator=g),
+            torch.randn(args.batch, args.unroll, 1, generator=g),
+        )
         r, d = batch[keys.REWARD], batch[keys.DONE]
-        torchrl_ms = median_ms(lambda: vtrace_advantage_estimate(0.99, lp, lm, v, vn, r, d, d, time_dim=-2), args.repeats)
+        torchrl_ms = median_ms(
+            lambda: vtrace_advantage_estimate(0.99, lp, lm, v, vn, r, d, d, time_dim=-2), args.repeats
+        )
         ours_ms = median_ms(lambda: vtrace_targets(0.99, lp, lm, v, vn, r, d, d), args.repeats)
         print(f"  V-trace, TorchRL's {torchrl_ms:.2f} | distrl's {ours_ms:.2f}")
     for p in model.parameters():

@@ -19,6 +19,7 @@ each as a fraction of the limit and a ratio to TorchRL's best collector (which l
 a recipe at 1.0x collects and trains as fast as TorchRL only collects). Results: ``results.json``
 and ``results.md`` under ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -110,14 +111,28 @@ def main() -> None:
             print(f"  {recipe}: failed\n{s['error']}", flush=True)
             continue
         fps = s["fps_running"]
-        print(f"  {recipe:7s} ({NPROC[recipe]} procs) {fps:8,.0f} trained steps/s = {fps / limit:.0%} of the limit, "
-              f"{fps / best:.2f}x TorchRL's best collector", flush=True)
-    lines = [f"# {args.env}: env steps/s ({n_cores} cores, {args.seconds:.0f} s a recipe)", "",
-             "| system | steps/s | of the env-only limit | vs TorchRL's best collector |", "|---|---|---|---|",
-             f"| env-only limit | {limit:,.0f} | 100% | |"]
-    lines += [f"| TorchRL {k} (collects only) | {v:,.0f} | {v / limit:.0%} | {v / best:.2f}x |" for k, v in res["torchrl"].items()]
-    lines += [f"| {r} ({NPROC[r]} procs, trains) | {s['fps_running']:,.0f} | {s['fps_running'] / limit:.0%} | "
-              f"{s['fps_running'] / best:.2f}x |" for r, s in res["recipes"].items() if "error" not in s]
+        print(
+            f"  {recipe:7s} ({NPROC[recipe]} procs) {fps:8,.0f} trained steps/s = {fps / limit:.0%} of the limit, "
+            f"{fps / best:.2f}x TorchRL's best collector",
+            flush=True,
+        )
+    lines = [
+        f"# {args.env}: env steps/s ({n_cores} cores, {args.seconds:.0f} s a recipe)",
+        "",
+        "| system | steps/s | of the env-only limit | vs TorchRL's best collector |",
+        "|---|---|---|---|",
+        f"| env-only limit | {limit:,.0f} | 100% | |",
+    ]
+    lines += [
+        f"| TorchRL {k} (collects only) | {v:,.0f} | {v / limit:.0%} | {v / best:.2f}x |"
+        for k, v in res["torchrl"].items()
+    ]
+    lines += [
+        f"| {r} ({NPROC[r]} procs, trains) | {s['fps_running']:,.0f} | {s['fps_running'] / limit:.0%} | "
+        f"{s['fps_running'] / best:.2f}x |"
+        for r, s in res["recipes"].items()
+        if "error" not in s
+    ]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps(res, indent=1, default=str))
     print("\n".join(lines), flush=True)

@@ -14,6 +14,7 @@ times more, to see FIFO at work). Printed: the store's bytes (every tensor: fram
 fields, frame ids, per-slot bookkeeping, sum tree, slot generations) per live transition and in
 all, the frames stored per transition, and the insert messages' bytes per env step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,9 +60,12 @@ def main() -> None:
         actor = ApexActor(RoleContext(cfg, hub.endpoint(2), 2, {0: "learner", 1: "replay", 2: "actor"}, Path(tmp)))
     actor.model, actor.epsilon = ZeroQ(actor.num_actions), 1.0  # uniformly random actions
     replay = cfg.algo.replay
-    store = FrameReplayStore(replay.capacity, None, sampler=SumTreeSampler(replay.capacity, replay.alpha,
-                                                                            eps=replay.priority_eps),
-                             frame_room=replay.frame_room)
+    store = FrameReplayStore(
+        replay.capacity,
+        None,
+        sampler=SumTreeSampler(replay.capacity, replay.alpha, eps=replay.priority_eps),
+        frame_room=replay.frame_room,
+    )
     wire = steps = episodes = 0
     start = time.perf_counter()
     try:
@@ -78,11 +82,15 @@ def main() -> None:
         hub.close()
     took = time.perf_counter() - start
     total = store.nbytes()
-    print(f"{args.env}: {store.inserted:,} transitions inserted in {took:.0f}s ({episodes} episodes ended), "
-          f"{len(store):,} live of {replay.capacity:,} ({int(store.dead.sum())} dead)")
-    print(f"replay store: {total / len(store):,.0f} bytes per transition (bound 8,192), {total / 2**30:.2f} GiB in all; "
-          f"{store.written / store.inserted:.3f} frames stored per transition, ring of {store.frame_capacity:,} frames "
-          f"({store.frames.numel() * store.frames.element_size() / len(store):,.0f} bytes per transition)")
+    print(
+        f"{args.env}: {store.inserted:,} transitions inserted in {took:.0f}s ({episodes} episodes ended), "
+        f"{len(store):,} live of {replay.capacity:,} ({int(store.dead.sum())} dead)"
+    )
+    print(
+        f"replay store: {total / len(store):,.0f} bytes per transition (bound 8,192), {total / 2**30:.2f} GiB in all; "
+        f"{store.written / store.inserted:.3f} frames stored per transition, ring of {store.frame_capacity:,} frames "
+        f"({store.frames.numel() * store.frames.element_size() / len(store):,.0f} bytes per transition)"
+    )
     print(f"insert messages: {wire / steps:,.0f} bytes per env step (one 84x84 frame: 7,056)")
     print(f"1M transitions at this rate: {total / len(store) * 1e6 / 2**30:.2f} GiB")
 

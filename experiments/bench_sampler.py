@@ -23,6 +23,7 @@ per CPU-second of this process. The acceptance bar is 500,000 samples/s for the 
 per CPU-second of the one core (on a shared machine the wall figure is lower by the share of the
 core other jobs take).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,14 +89,24 @@ def brute_force_step(capacity: int, batch: int):
 
 def buffer_step(capacity: int, batch: int):
     """One ``sample`` (items gathered) + ``update_priority`` through a TorchRL ``TensorDictReplayBuffer``."""
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=SumTreeSampler(capacity, ALPHA, BETA),
-                                batch_size=batch)
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(capacity), sampler=SumTreeSampler(capacity, ALPHA, BETA), batch_size=batch
+    )
     chunk = 65536
     for start in range(0, capacity, chunk):
         m = min(chunk, capacity - start)
-        rb.extend(TensorDict({"observation": torch.randn(m, 4), "action": torch.zeros(m, dtype=torch.long),
-                              ("next", "observation"): torch.randn(m, 4), "nstep_return": torch.randn(m),
-                              "bootstrap_discount": torch.rand(m)}, batch_size=[m]))
+        rb.extend(
+            TensorDict(
+                {
+                    "observation": torch.randn(m, 4),
+                    "action": torch.zeros(m, dtype=torch.long),
+                    ("next", "observation"): torch.randn(m, 4),
+                    "nstep_return": torch.randn(m),
+                    "bootstrap_discount": torch.rand(m),
+                },
+                batch_size=[m],
+            )
+        )
 
     def step() -> int:
         data, info = rb.sample(return_info=True)
@@ -112,20 +123,26 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds of each row (three windows)")
     args = ap.parse_args()
     one_thread()
-    print(f"capacity {args.capacity:,}, batch {args.batch}, sample + update priorities, 1 torch thread; "
-          f"samples/s wall | per CPU-second")
-    rows = [("SumTreeSampler, fan-out 16", tree_step(args.capacity, args.batch, 16)),
-            ("SumTreeSampler, fan-out 2 (same code, binary)", tree_step(args.capacity, args.batch, 2)),
-            ("brute force: numpy cumsum + searchsorted", brute_force_step(args.capacity, args.batch)),
-            ("TensorDictReplayBuffer + SumTreeSampler, items gathered", buffer_step(args.capacity, args.batch))]
+    print(
+        f"capacity {args.capacity:,}, batch {args.batch}, sample + update priorities, 1 torch thread; "
+        f"samples/s wall | per CPU-second"
+    )
+    rows = [
+        ("SumTreeSampler, fan-out 16", tree_step(args.capacity, args.batch, 16)),
+        ("SumTreeSampler, fan-out 2 (same code, binary)", tree_step(args.capacity, args.batch, 2)),
+        ("brute force: numpy cumsum + searchsorted", brute_force_step(args.capacity, args.batch)),
+        ("TensorDictReplayBuffer + SumTreeSampler, items gathered", buffer_step(args.capacity, args.batch)),
+    ]
     rates = {}
     for name, step in rows:
         rates[name] = rate(step, args.seconds)
         print(f"  {name:56s} {rates[name][0]:>12,.0f} | {rates[name][1]:>12,.0f}", flush=True)
     ours, brute = rates[rows[0][0]], rates[rows[2][0]]
     print(f"fan-out 16 against brute force: {ours[0] / brute[0]:.1f}x wall | {ours[1] / brute[1]:.1f}x CPU")
-    print("PASS" if ours[1] >= 500_000 else "BELOW THE BAR", "(500,000 per CPU-second of one core; wall-clock figures "
-          "fall with every other job on the core)")
+    print(
+        "PASS" if ours[1] >= 500_000 else "BELOW THE BAR",
+        "(500,000 per CPU-second of one core; wall-clock figures fall with every other job on the core)",
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ All in one invocation (compare ratios within one run: the machines are shared), 
    role's time budget;
 3. TorchRL's best layout once more; every recipe's ratio is against the higher of its two figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,12 @@ RECIPES = ("sf", "seed", "impala")
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=1_500_000, help="training frames of each recipe's run")
-    ap.add_argument("--collector-frames", type=int, default=400_000,
-                    help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)")
+    ap.add_argument(
+        "--collector-frames",
+        type=int,
+        default=400_000,
+        help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)",
+    )
     ap.add_argument("--nproc", type=int, default=4, help="torchrun processes of every recipe (sf needs 3 or more)")
     args = ap.parse_args()
 
@@ -38,9 +43,12 @@ def main() -> None:
     results = {}
     for recipe in RECIPES:
         s = results[recipe] = train(recipe, args.frames, nproc=args.nproc)
-        print(f"distrl {recipe:7s} torchrun {args.nproc} procs (training): {trained_fps(s):10,.0f} trained frames/s "
-              f"from its first batch ({s['fps']:,.0f} over the whole run); lag mean {s['policy_lag_mean']:.2f}, "
-              f"max {s['policy_lag_max']}", flush=True)
+        print(
+            f"distrl {recipe:7s} torchrun {args.nproc} procs (training): {trained_fps(s):10,.0f} trained frames/s "
+            f"from its first batch ({s['fps']:,.0f} over the whole run); lag mean {s['policy_lag_mean']:.2f}, "
+            f"max {s['policy_lag_max']}",
+            flush=True,
+        )
     # The best layout once more, after the recipes: on these shared machines its figure moved by up
     # to a third between runs minutes apart, so each recipe is held against the higher of the two.
     yard.after()
@@ -49,11 +57,16 @@ def main() -> None:
         print(yard.line(f"{recipe:7s}", results[recipe]))
     sf = results["sf"]
     ratio = lambda k, other: sf[k] / results[other][k]  # noqa: E731
-    print(f"\nsf against seed: {ratio('fps_running', 'seed'):.2f}x ({ratio('fps', 'seed'):.2f}x over the whole run); "
-          f"against impala: {ratio('fps_running', 'impala'):.2f}x ({ratio('fps', 'impala'):.2f}x)")
-    print(f"sf inference: {sf['inference_batch_envs_mean']:.0f} observations ({sf['inference_batch_fill_mean']:.2f} "
-          f"groups) per batch, latency {sf['inference_latency_ms_mean']:.2f} ms (p95 {sf['inference_latency_ms_p95']:.1f}); "
-          f"frames dropped for lag (in no rate): {sf['frames_dropped']:,}; slot waits: {sf['slot_waits']:,}")
+    print(
+        f"\nsf against seed: {ratio('fps_running', 'seed'):.2f}x ({ratio('fps', 'seed'):.2f}x over the whole run); "
+        f"against impala: {ratio('fps_running', 'impala'):.2f}x ({ratio('fps', 'impala'):.2f}x)"
+    )
+    print(
+        f"sf inference: {sf['inference_batch_envs_mean']:.0f} observations ({sf['inference_batch_fill_mean']:.2f} "
+        f"groups) per batch, latency {sf['inference_latency_ms_mean']:.2f} ms (p95 "
+        f"{sf['inference_latency_ms_p95']:.1f}); "
+        f"frames dropped for lag (in no rate): {sf['frames_dropped']:,}; slot waits: {sf['slot_waits']:,}"
+    )
     for recipe in RECIPES:
         print(f"  {recipe} time budget:")
         print("\n".join(budget_lines(results[recipe])))

@@ -17,6 +17,7 @@ jobs hits every row alike; the best window of each row is reported, and the rati
 env to the package (wall clock). A ``--threads`` row means something on idle cores only: when
 another process holds a core, every parallel op waits for its descheduled thread.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,14 +89,24 @@ def main() -> None:
     meters = []
     for env_id, game in GAMES.items():
         meters.append(Meter(f"package {game}, 1 env", package_stepper(game), 1))
-        meters.append(Meter(f"torch {game}, {args.num_envs} envs, 1 thread",
-                            torch_stepper(env_id, args.num_envs, device, calls), steps))
+        meters.append(
+            Meter(
+                f"torch {game}, {args.num_envs} envs, 1 thread",
+                torch_stepper(env_id, args.num_envs, device, calls),
+                steps,
+            )
+        )
         if args.threads > 1:
-            meters.append(Meter(f"torch {game}, {args.num_envs} envs, {args.threads} threads",
-                                torch_stepper(env_id, args.num_envs, device, calls), steps, threads=args.threads))
+            meters.append(
+                Meter(
+                    f"torch {game}, {args.num_envs} envs, {args.threads} threads",
+                    torch_stepper(env_id, args.num_envs, device, calls),
+                    steps,
+                    threads=args.threads,
+                )
+            )
     best = round_robin(meters, args.rounds, args.seconds)  # warm-up first: allocations, first resets
-    print(f"env-steps/s, random actions, best of {args.rounds} windows of {args.seconds:g} s "
-          f"(torch env on {device}):")
+    print(f"env-steps/s, random actions, best of {args.rounds} windows of {args.seconds:g} s (torch env on {device}):")
     width = max(map(len, best))
     for name, (wall, cpu) in best.items():
         print(f"  {name:<{width}}  {wall:14,.0f} wall  {cpu:14,.0f} per CPU-second", flush=True)

@@ -20,6 +20,7 @@ The default factories: one ``GymEnv`` behind a ``StepCounter`` (distrl batches i
 ``SerialEnv``: TorchRL's per-env cost on every frame), and a ``SyncVectorEnv`` inside
 ``GymWrapper`` behind a ``StepCounter`` (the factory batches itself: TorchRL's fast CPU layout).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,10 @@ from experiments.kit.measure import Rate, one_thread, timed
 from experiments.kit.runs import train, trained_fps
 from experiments.kit.yardstick import Yardstick
 
-FACTORIES = ("distrl.envs.torchrl_factories:cartpole_with_stepcounter",
-             "distrl.envs.torchrl_factories:cartpole_vector_with_stepcounter")
+FACTORIES = (
+    "distrl.envs.torchrl_factories:cartpole_with_stepcounter",
+    "distrl.envs.torchrl_factories:cartpole_vector_with_stepcounter",
+)
 
 
 def collect_rate(env: str, frames: int, B: int = 32, T: int = 32) -> Rate:
@@ -59,29 +62,40 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=300_000, help="impala training frames per path (0: skip training)")
     ap.add_argument("--collect-frames", type=int, default=60_000, help="frames each path collects alone")
-    ap.add_argument("--collector-frames", type=int, default=150_000,
-                    help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)")
+    ap.add_argument(
+        "--collector-frames",
+        type=int,
+        default=150_000,
+        help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)",
+    )
     ap.add_argument("--factory", action="append", help="TorchRL env factory module:function (repeatable)")
     args = ap.parse_args()
     envs = ["CartPole-v1", *(args.factory or FACTORIES)]
     width = max(map(len, envs))
     yard = Yardstick(args.collector_frames)
     yard.before()
-    print(f"collecting only, one process, 32 envs x 32 steps per unroll ({args.collect_frames:,} frames), "
-          f"frames/s wall | per CPU-second:")
+    print(
+        f"collecting only, one process, 32 envs x 32 steps per unroll ({args.collect_frames:,} frames), "
+        f"frames/s wall | per CPU-second:"
+    )
     collected = {env: collect_rate(env, args.collect_frames) for env in envs}
     base = collected["CartPole-v1"]
     for env, r in collected.items():
-        print(f"  {env:<{width}}  {r.wall:10,.0f} | {r.cpu:10,.0f}  ({r.wall / base.wall:.2f}x the gymnasium path, "
-              f"wall)", flush=True)
+        print(
+            f"  {env:<{width}}  {r.wall:10,.0f} | {r.cpu:10,.0f}  ({r.wall / base.wall:.2f}x the gymnasium path, wall)",
+            flush=True,
+        )
     trained = {}
     if args.frames:
         print(f"impala training, torchrun 3 processes ({args.frames:,} frames):")
         for env in envs:
             s = trained[env] = train("impala", args.frames, env=env)
-            print(f"  {env:<{width}}  {trained_fps(s):10,.0f} trained frames/s from its first batch "
-                  f"({trained_fps(s) / trained_fps(trained['CartPole-v1']):.2f}x; lag mean {s['policy_lag_mean']:.2f}, "
-                  f"{s['learner_updates']} updates)", flush=True)
+            print(
+                f"  {env:<{width}}  {trained_fps(s):10,.0f} trained frames/s from its first batch "
+                f"({trained_fps(s) / trained_fps(trained['CartPole-v1']):.2f}x; lag mean {s['policy_lag_mean']:.2f}, "
+                f"{s['learner_updates']} updates)",
+                flush=True,
+            )
     yard.after()
     print(f"ratios against {yard.best}, frames/s from the first batch:")
     for env, r in collected.items():

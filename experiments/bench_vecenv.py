@@ -31,6 +31,7 @@ layouts of ``experiments/kit/yardstick.py`` and the env-only limit (gymnasium's 
 before everything else, TorchRL's best layout again at the end, the higher figure the one to beat,
 both sides timed from their first batch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,16 +69,27 @@ def raw_env(num_envs: int, compile_dynamics: bool = False) -> Meter:
             env.step_autoreset(actions[i[0] % 64])
             i[0] += 1
 
-    return Meter("raw env step_autoreset" + (", compiled dynamics" if compile_dynamics else " (the limit)"),
-                 step, 8 * num_envs)
+    return Meter(
+        "raw env step_autoreset" + (", compiled dynamics" if compile_dynamics else " (the limit)"), step, 8 * num_envs
+    )
 
 
 def train(name: str, cfg: Config, threads: int = 1) -> Meter:
     """The vecenv learner's loop with ``cfg`` (one ``iterate()`` = one update), in this process."""
     tmp = tempfile.mkdtemp()
-    cfg = override(cfg, **{"run.logger": "none", "run.eval_episodes": 0, "run.target_return": None,
-                           "run.total_frames": 10**12, "run.max_time_s": 10**9, "run.log_interval_s": 10**9,
-                           "run.checkpoint_interval_s": 10**9, "run.run_dir": tmp})
+    cfg = override(
+        cfg,
+        **{
+            "run.logger": "none",
+            "run.eval_episodes": 0,
+            "run.target_return": None,
+            "run.total_frames": 10**12,
+            "run.max_time_s": 10**9,
+            "run.log_interval_s": 10**9,
+            "run.checkpoint_interval_s": 10**9,
+            "run.run_dir": tmp,
+        },
+    )
     learner = VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, Path(tmp)))
 
     def close():
@@ -102,8 +114,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0, help="length of one measuring window")
     ap.add_argument("--rounds", type=int, default=4, help="windows per row, round robin; the best is reported")
     ap.add_argument("--frames", type=int, default=3_000_000, help="frames of the launch/train.py rows")
-    ap.add_argument("--collector-frames", type=int, default=150_000,
-                    help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)")
+    ap.add_argument(
+        "--collector-frames",
+        type=int,
+        default=150_000,
+        help="frames each TorchRL layout gathers after its first batch (0: skip TorchRL)",
+    )
     ap.add_argument("--compile", action="store_true", help="also measure torch.compile of env and policy")
     ap.add_argument("--threads", type=int, default=0, help="also measure PPO with this many torch threads")
     ap.add_argument("--nproc", type=int, default=0, help="also measure torchrun with this many ranks")
@@ -114,26 +130,46 @@ def main() -> None:
     cfg = default()
     b, t = cfg.algo.num_envs, cfg.algo.rollout_length
     gym = {"algo.env_factory": "distrl.envs.batched:gym_vector_env"}
-    ppo, sync, clean = "vecenv PPO training", f"same PPO on gymnasium SyncVectorEnv({b})", \
-        "same PPO on SyncVectorEnv(4) x 128 steps (CleanRL's size)"
-    meters = [raw_env(b), train(ppo, cfg), train(sync, override(cfg, **gym)),
-              train(clean, override(cfg, **gym, **{"algo.num_envs": 4, "algo.rollout_length": 128}))]
+    ppo, sync, clean = (
+        "vecenv PPO training",
+        f"same PPO on gymnasium SyncVectorEnv({b})",
+        "same PPO on SyncVectorEnv(4) x 128 steps (CleanRL's size)",
+    )
+    meters = [
+        raw_env(b),
+        train(ppo, cfg),
+        train(sync, override(cfg, **gym)),
+        train(clean, override(cfg, **gym, **{"algo.num_envs": 4, "algo.rollout_length": 128})),
+    ]
     if args.compile:
-        meters += [raw_env(b, compile_dynamics=True), train("vecenv PPO, algo.compile=true",
-                                                             override(cfg, **{"algo.compile": True}))]
+        meters += [
+            raw_env(b, compile_dynamics=True),
+            train("vecenv PPO, algo.compile=true", override(cfg, **{"algo.compile": True})),
+        ]
     if args.threads:
-        meters.append(train(f"vecenv PPO, {args.threads} torch threads",
-                            override(cfg, **{"run.torch_threads": args.threads}), threads=args.threads))
+        meters.append(
+            train(
+                f"vecenv PPO, {args.threads} torch threads",
+                override(cfg, **{"run.torch_threads": args.threads}),
+                threads=args.threads,
+            )
+        )
     rows = round_robin(meters, args.rounds, args.seconds)  # warm-up (and compilation) outside the windows
 
-    print(f"torch CartPole, PPO B={b} x T={t}, {cfg.algo.epochs} epochs x {cfg.algo.num_minibatches} minibatches, "
-          f"MLP {cfg.net.hidden} {cfg.net.activation}, 1 thread; best of {args.rounds} windows of {args.seconds:g} s, "
-          f"round robin; env-steps/s wall | per CPU-second")
+    print(
+        f"torch CartPole, PPO B={b} x T={t}, {cfg.algo.epochs} epochs x {cfg.algo.num_minibatches} minibatches, "
+        f"MLP {cfg.net.hidden} {cfg.net.activation}, 1 thread; best of {args.rounds} windows of {args.seconds:g} s, "
+        f"round robin; env-steps/s wall | per CPU-second"
+    )
     for name, (wall, cpu) in rows.items():
         print(f"  {name:58s} {wall:>12,.0f} | {cpu:>12,.0f}", flush=True)
-    print("  whole command, 1 thread a rank, wall clock: trained frames/s from the first update | best 2 s "
-          "progress window")
-    runs = [("launch/train.py vecenv", 1)] + ([(f"torchrun {args.nproc} ranks x B={b}", args.nproc)] if args.nproc else [])
+    print(
+        "  whole command, 1 thread a rank, wall clock: trained frames/s from the first update | best 2 s "
+        "progress window"
+    )
+    runs = [("launch/train.py vecenv", 1)] + (
+        [(f"torchrun {args.nproc} ranks x B={b}", args.nproc)] if args.nproc else []
+    )
     summaries = {}
     for name, nproc in runs:
         summaries[name], best = command(args.frames, nproc)
@@ -145,8 +181,10 @@ def main() -> None:
     if args.compile:
         c = rows["vecenv PPO, algo.compile=true"]
         print(f"  compiled / eager PPO {c[0] / rows[ppo][0]:8.3g}x | {c[1] / rows[ppo][1]:8.3g}x")
-    print(f"ratios of the whole command, trained frames/s from the first update against {yard.best} (the limit of "
-          f"torch CartPole is the raw env row, not gymnasium's env-only limit):")
+    print(
+        f"ratios of the whole command, trained frames/s from the first update against {yard.best} (the limit of "
+        f"torch CartPole is the raw env row, not gymnasium's env-only limit):"
+    )
     for name, s in summaries.items():
         print(yard.line(name, s, of_limit=False))
 

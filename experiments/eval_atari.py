@@ -8,6 +8,7 @@ are. Three policies play the same seeds: the run's policy by its mode with a ran
 probability ``atari.eval_epsilon`` (what training's evaluations report), the run's policy sampling
 its actions (Sample Factory's default evaluation of an actor-critic), and uniform random actions.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,15 +56,21 @@ def main() -> None:
                 return int(rng.integers(n))
             action = module(TensorDict({"observation": torch.from_numpy(np.asarray(obs))[None]}, [1]))["action"][0]
             return int(action.argmax() if action.dim() else action)  # one-hot or an index
+
         return act
 
-    players = {f"mode, epsilon {epsilon:g}": policy(mode, epsilon), "sampled": policy(sampled, 0.0),
-               "random": lambda obs, rng: int(rng.integers(n))}
+    players = {
+        f"mode, epsilon {epsilon:g}": policy(mode, epsilon),
+        "sampled": policy(sampled, 0.0),
+        "random": lambda obs, rng: int(rng.integers(n)),
+    }
     print(f"{env_id}, {args.games} full games each, run {args.run_dir} ({args.checkpoint} checkpoint)")
     for name, act in players.items():
         scores = [play(env_id, act, 10_000 + i, np.random.default_rng(i)) for i in range(args.games)]
-        print(f"  {name:18s} mean {statistics.mean(scores):6.2f}  median {statistics.median(scores):6.1f}  "
-              f"min {min(scores):5.1f}  max {max(scores):5.1f}")
+        print(
+            f"  {name:18s} mean {statistics.mean(scores):6.2f}  median {statistics.median(scores):6.1f}  "
+            f"min {min(scores):5.1f}  max {max(scores):5.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -20,11 +20,13 @@ once, as distrl's ``sf`` does, instead of the Atari preset's 4).
 
 Timing: SF2 2.1.1's ``--train_for_seconds`` is never checked (``total_train_seconds`` stays 0
 in its runner), so the run gets SIGINT ``--seconds`` after its first trained batch shows in its
-log, and SIGKILL 10 s later (:func:`run`). SF2 logs ``Fps is (...). Total num frames: N`` every 5 s, N the *trained* env frames
+log, and SIGKILL 10 s later (:func:`run`). SF2 logs ``Fps is (...). Total num frames: N`` every 5 s, N the *trained*
+env frames
 (agent steps x frameskip 4, ``summaries_use_frameskip``); the figure kept is the rate from the
 first report with trained frames to the last report where N grew, as distrl's ``fps_running``
 is timed from the learner's first batch to its last (:func:`rate_from_log`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,13 +46,17 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_VENV = ROOT / ".venv-sf2"
 FRAMESKIP = 4  #: SF2's Atari env_frameskip: its frame counts are agent steps x 4
 PACKAGES = 'torch==2.13.0 sample-factory==2.1.1 "gymnasium[atari]<1.0" ale-py opencv-python-headless "numpy<2"'
-MAKE_VENV = (f"python -m venv {{venv}} && {{venv}}/bin/pip install {PACKAGES} && mkdir -p /tmp/sf2roms && "
-             "cp \"$(python -c 'import ale_py, os; print(os.path.dirname(ale_py.__file__))')/roms/pong.bin\" "
-             "/tmp/sf2roms/ && {venv}/bin/ale-import-roms /tmp/sf2roms")
+MAKE_VENV = (
+    f"python -m venv {{venv}} && {{venv}}/bin/pip install {PACKAGES} && mkdir -p /tmp/sf2roms && "
+    "cp \"$(python -c 'import ale_py, os; print(os.path.dirname(ale_py.__file__))')/roms/pong.bin\" "
+    "/tmp/sf2roms/ && {venv}/bin/ale-import-roms /tmp/sf2roms"
+)
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_REPORT = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[\d+\] Fps is \(([^)]*)\)\. "
-                     r"Total num frames: (\d+)\. .*?Samples: (\d+)")
+_REPORT = re.compile(
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[\d+\] Fps is \(([^)]*)\)\. "
+    r"Total num frames: (\d+)\. .*?Samples: (\d+)"
+)
 
 
 def missing(venv: Path) -> str | None:
@@ -58,22 +64,52 @@ def missing(venv: Path) -> str | None:
     py = venv / "bin" / "python"
     if not py.exists():
         return f"Sample Factory 2 venv {venv} is missing; make it with: {MAKE_VENV.format(venv=venv)}"
-    probe = subprocess.run([str(py), "-c", "import sf_examples.atari.train_atari, ale_py.roms as r; assert r.Pong"],
-                           check=False, capture_output=True, text=True)
+    probe = subprocess.run(
+        [str(py), "-c", "import sf_examples.atari.train_atari, ale_py.roms as r; assert r.Pong"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode:
-        return (f"Sample Factory 2 venv {venv} cannot run atari_pong ({probe.stderr.strip().splitlines()[-1:]}); "
-                f"remake it with: {MAKE_VENV.format(venv=venv)}")
+        return (
+            f"Sample Factory 2 venv {venv} cannot run atari_pong ({probe.stderr.strip().splitlines()[-1:]}); "
+            f"remake it with: {MAKE_VENV.format(venv=venv)}"
+        )
     return None
 
 
-def command(venv: Path, train_dir: Path, workers: int, envs_per_worker: int, splits: int,
-            extra: tuple[str, ...] = ()) -> list[str]:
+def command(
+    venv: Path, train_dir: Path, workers: int, envs_per_worker: int, splits: int, extra: tuple[str, ...] = ()
+) -> list[str]:
     """SF2's Atari example on ``atari_pong``, CPU only, its Atari defaults but this layout."""
-    return [str(venv / "bin" / "python"), "-m", "sf_examples.atari.train_atari", "--env", "atari_pong",
-            "--experiment", "bench", "--train_dir", str(train_dir), "--device", "cpu",
-            "--num_workers", str(workers), "--num_envs_per_worker", str(envs_per_worker),
-            "--worker_num_splits", str(splits), "--restart_behavior", "overwrite", "--with_wandb", "False",
-            "--save_every_sec", "100000", "--keep_checkpoints", "1", *extra]
+    return [
+        str(venv / "bin" / "python"),
+        "-m",
+        "sf_examples.atari.train_atari",
+        "--env",
+        "atari_pong",
+        "--experiment",
+        "bench",
+        "--train_dir",
+        str(train_dir),
+        "--device",
+        "cpu",
+        "--num_workers",
+        str(workers),
+        "--num_envs_per_worker",
+        str(envs_per_worker),
+        "--worker_num_splits",
+        str(splits),
+        "--restart_behavior",
+        "overwrite",
+        "--with_wandb",
+        "False",
+        "--save_every_sec",
+        "100000",
+        "--keep_checkpoints",
+        "1",
+        *extra,
+    ]
 
 
 def parse_reports(log: str) -> list[tuple[float, int, int]]:
@@ -94,16 +130,28 @@ def rate_from_log(log: str) -> dict:
     reports = parse_reports(log)
     grew = [r for prev, r in itertools.pairwise(reports) if r[1] > prev[1]]
     nan = float("nan")
-    out = {"frames": reports[-1][1] if reports else 0, "reports": len(reports),
-           "frames_per_s": nan, "agent_steps_per_s": nan}
+    out = {
+        "frames": reports[-1][1] if reports else 0,
+        "reports": len(reports),
+        "frames_per_s": nan,
+        "agent_steps_per_s": nan,
+    }
     if len(grew) >= 2 and grew[-1][0] > grew[0][0]:
         fps = (grew[-1][1] - grew[0][1]) / (grew[-1][0] - grew[0][0])
         out.update(frames_per_s=fps, agent_steps_per_s=fps / FRAMESKIP)
     return out
 
 
-def run(seconds: float, workers: int, envs_per_worker: int = 1, splits: int = 1, extra: tuple[str, ...] = (),
-        venv: Path = DEFAULT_VENV, log_path: Path | None = None, startup_s: float = 300.0) -> dict:
+def run(
+    seconds: float,
+    workers: int,
+    envs_per_worker: int = 1,
+    splits: int = 1,
+    extra: tuple[str, ...] = (),
+    venv: Path = DEFAULT_VENV,
+    log_path: Path | None = None,
+    startup_s: float = 300.0,
+) -> dict:
     """Run SF2 on Pong, one OpenMP thread a process, for ``seconds`` of wall time from its first
     trained batch in its log (its start took 20-50 s on a loaded 2-core machine, over 120 s with
     16 envs a worker: each env steps 128 x its index random steps first, SF2's decorrelation;
@@ -120,8 +168,13 @@ def run(seconds: float, workers: int, envs_per_worker: int = 1, splits: int = 1,
         start = time.perf_counter()
         first_batch = None
         with open(log_file, "w") as f:
-            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**os.environ, "OMP_NUM_THREADS": "1"})
+            proc = subprocess.Popen(
+                cmd,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )
             while proc.poll() is None:
                 now = time.perf_counter()
                 if first_batch is None and any(n for _, n, _ in parse_reports(log_file.read_text(errors="replace"))):
@@ -163,9 +216,11 @@ def main() -> None:
         r = run(args.seconds, args.workers, *LAYOUTS[args.layout], venv=args.venv, log_path=args.log)
     except RuntimeError as e:
         sys.exit(str(e))
-    print(f"SF2 {args.workers} workers, {args.layout}: {r['frames_per_s']:,.0f} trained frames/s "
-          f"= {r['agent_steps_per_s']:,.0f} agent steps/s ({r['frames']:,} frames in {r['wall_s']} s)\n{r['command']}"
-          + (f"\nSF2 failed:\n{r['error']}" if "error" in r else ""))
+    print(
+        f"SF2 {args.workers} workers, {args.layout}: {r['frames_per_s']:,.0f} trained frames/s "
+        f"= {r['agent_steps_per_s']:,.0f} agent steps/s ({r['frames']:,} frames in {r['wall_s']} s)\n{r['command']}"
+        + (f"\nSF2 failed:\n{r['error']}" if "error" in r else "")
+    )
 
 
 if __name__ == "__main__":

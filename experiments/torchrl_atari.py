@@ -7,6 +7,7 @@ The layouts, the policy and the PPO update are :mod:`experiments.kit.pong`'s (it
 them): four layouts collecting only, then the three ale-py ones training with ``ClipPPOLoss``;
 each timed by the wall clock from its first batch on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="seconds of each layout after its first batch")
     args = ap.parse_args()
     for name, fps in torchrl_layouts(args.net, cores(), args.seconds).items():
-        print(f"torchrl {name}: {fps:,.0f} agent steps/s ({SKIP * fps:,.0f} frames/s), wall, from the first batch",
-              flush=True)
+        print(
+            f"torchrl {name}: {fps:,.0f} agent steps/s ({SKIP * fps:,.0f} frames/s), wall, from the first batch",
+            flush=True,
+        )
     os._exit(0)  # torchrl 0.14.1's WeightSyncScheme.__del__ hangs at interpreter exit
 
 

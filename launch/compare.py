@@ -1,7 +1,8 @@
 """Compare recipes on one env from a checkout: ``distrl compare`` (distrl/studies/compare.py), same options.
 
-    python launch/compare.py --env CartPole-v1 --budget-s 120 --out runs/compare-cartpole
+python launch/compare.py --env CartPole-v1 --budget-s 120 --out runs/compare-cartpole
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,7 +1,8 @@
 """Plot learning curves of runs side by side from a checkout: ``distrl plot`` (distrl/logging/plots.py), same options.
 
-    python launch/plot.py runs/impala-... runs/seed-... --out compare.png [--x time]
+python launch/plot.py runs/impala-... runs/seed-... --out compare.png [--x time]
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,7 +1,8 @@
 """Run one recipe over several seeds from a checkout: ``distrl sweep`` (distrl/studies/sweep.py), same options.
 
-    python launch/sweep.py impala --seeds 0-9 --nproc 3 --max-time-s 90 --env CartPole-v1
+python launch/sweep.py impala --seeds 0-9 --nproc 3 --max-time-s 90 --env CartPole-v1
 """
+
 from __future__ import annotations
 
 import sys

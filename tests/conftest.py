@@ -9,6 +9,7 @@ the runner without such a fixture fails, naming the fixture to request, so the m
 Every test, in both tiers, leaves no process, no thread and no shared-memory file behind, and
 gets its signal handlers back (an in-process learner installs a SIGTERM handler).
 """
+
 from __future__ import annotations
 
 import multiprocessing.process
@@ -40,12 +41,13 @@ def _bundled_glfw() -> None:
 
 _bundled_glfw()
 
-from helpers import TEST_EXTRA_MODULES, Jobs, alive, descendants, in_ci, live_threads, read_summary, shm_files
+from helpers import TEST_EXTRA_MODULES, Jobs, alive, descendants, in_ci, live_threads, read_summary, shm_files  # noqa: E402 (after the GLFW setup above)
 
 
 def _importorskip_or_fail(importorskip):
     """``pytest.importorskip`` that fails instead of skipping for a module of pyproject's test extra:
     CI installs ``.[test]``, so there a missing one is a broken install, not an optional feature."""
+
     def wrapped(modname: str, *args, **kwargs):
         try:
             return importorskip(modname, *args, **kwargs)
@@ -54,6 +56,7 @@ def _importorskip_or_fail(importorskip):
                 raise
             reason = e.msg
         pytest.fail(f"{modname} comes with pyproject's test extra, which CI installs; here: {reason}", pytrace=False)
+
     return wrapped
 
 
@@ -90,10 +93,14 @@ def pytest_collection_modifyitems(items):
 
 # ---- what every test gets -------------------------------------------------------------------------
 
+
 def _refuse(what: str, fixture: str):
     def refuse(*_a, **_k):
-        raise RuntimeError(f"a quick-tier test {what}: request the `{fixture}` fixture "
-                           f"({INTEGRATION_FIXTURES[fixture]}), which marks it integration")
+        raise RuntimeError(
+            f"a quick-tier test {what}: request the `{fixture}` fixture "
+            f"({INTEGRATION_FIXTURES[fixture]}), which marks it integration"
+        )
+
     return refuse
 
 
@@ -110,8 +117,9 @@ def _tier_guard(request, monkeypatch):
     import distrl.cli.runner
 
     monkeypatch.setattr(subprocess.Popen, "_execute_child", _refuse("started a process", "jobs"))
-    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start",
-                        _refuse("started a process", "no_leaked_processes"))
+    monkeypatch.setattr(
+        multiprocessing.process.BaseProcess, "start", _refuse("started a process", "no_leaked_processes")
+    )
     monkeypatch.setattr(dist, "init_process_group", _refuse("opened a process group", "process_group"))
     monkeypatch.setattr(rpc, "init_rpc", _refuse("started rpc", "process_group"))
     monkeypatch.setattr(distrl.cli.runner, "run", _refuse("ran a recipe", "in_process"))
@@ -143,6 +151,7 @@ def descendants_of_pytest() -> set[int]:
 
 
 # ---- integration fixtures -------------------------------------------------------------------------
+
 
 @pytest.fixture
 def jobs(tmp_path_factory):
@@ -206,4 +215,3 @@ def impala_debug_run(tmp_path_factory) -> Path:
     read_summary(run)
     (run.parent / "stdout").write_text(proc.stdout)
     return run
-

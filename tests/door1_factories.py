@@ -1,5 +1,6 @@
 """Factories the door-1 tests name with ``--env tests.door1_factories:NAME``: envs distrl must
 refuse in one line (the good ones are in ``distrl/envs/torchrl_factories.py``)."""
+
 from __future__ import annotations
 
 from torchrl.envs import GymEnv, StepCounter, TransformedEnv, UnsqueezeTransform

@@ -1,5 +1,6 @@
 """The one set of test helpers: paths, commands, the process table, jobs run in their own process
 group, and the readers of a run directory. Fixtures that use them live in ``conftest.py``."""
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,18 @@ TRAIN = ROOT / "launch" / "train.py"
 #: every distribution of pyproject's ``test`` extra and the module it installs (checked against the extra
 #: by tests/test_packaging.py): CI installs the extra, so there an importorskip of one fails (conftest.py)
 TEST_EXTRA_MODULES = {
-    "pytest": "pytest", "pytest-timeout": "pytest_timeout", "minatar": "minatar", "ale-py": "ale_py",
-    "opencv-python-headless": "cv2", "mujoco": "mujoco", "imageio": "imageio", "packaging": "packaging",
-    "mkdocs": "mkdocs", "mkdocs-material": "material", "mkdocstrings": "mkdocstrings", "ruff": "ruff",
+    "pytest": "pytest",
+    "pytest-timeout": "pytest_timeout",
+    "minatar": "minatar",
+    "ale-py": "ale_py",
+    "opencv-python-headless": "cv2",
+    "mujoco": "mujoco",
+    "imageio": "imageio",
+    "packaging": "packaging",
+    "mkdocs": "mkdocs",
+    "mkdocs-material": "material",
+    "mkdocstrings": "mkdocstrings",
+    "ruff": "ruff",
 }
 #: environment variables that say "this is CI" (GitHub Actions sets ``CI``; .ci/run sets ``DISTRL_CI``)
 CI_VARIABLES = ("CI", "DISTRL_CI")
@@ -51,18 +61,29 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def train_cmd(args: list, nproc: int = 1, *, nnodes: int = 1, node_rank: int = 0, port: Optional[int] = None,
-              script: Path = TRAIN) -> list[str]:
+def train_cmd(
+    args: list, nproc: int = 1, *, nnodes: int = 1, node_rank: int = 0, port: Optional[int] = None, script: Path = TRAIN
+) -> list[str]:
     """``python SCRIPT ARGS`` (launch/train.py by default) for one process, else torchrun with the
     c10d rendezvous on 127.0.0.1 (no ``--rdzv-id``: the job's run id is torchrun's ``none``)."""
     if nproc == 1 and nnodes == 1:
         return [sys.executable, str(script), *map(str, args)]
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-            f"--node-rank={node_rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port or free_port()}",
-            str(script), *map(str, args)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        f"--node-rank={node_rank}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port or free_port()}",
+        str(script),
+        *map(str, args),
+    ]
 
 
 # ---- the process table ----------------------------------------------------------------------------
+
 
 def _stat(pid: int) -> Optional[list[str]]:
     """Fields of ``/proc/<pid>/stat`` after the command name (state first), or None if gone."""
@@ -152,6 +173,7 @@ def threads_left(before: set[threading.Thread], prefix: str = "distrl", timeout:
 
 # ---- jobs ---------------------------------------------------------------------------------------
 
+
 class Job:
     """A command in its own process group, its output in files (a pipe nobody reads fills at 64 KiB
     and stops the job), and every process its tree ever held, remembered by a watcher thread: a
@@ -162,8 +184,15 @@ class Job:
         logs.mkdir(parents=True, exist_ok=True)
         self.cmd, self._out, self._err = cmd, logs / "stdout", logs / "stderr"
         with open(self._out, "wb") as out, open(self._err, "wb") as err:
-            self.proc = subprocess.Popen(cmd, cwd=cwd, env=env or child_env(), stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=err, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=env or child_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
         self.pid = self.proc.pid
         self._seen: dict[int, int] = {self.pid: process_table().get(self.pid, (0, "", 0))[2]}
         self._stop = threading.Event()
@@ -217,8 +246,9 @@ class Job:
         deadline = time.monotonic() + timeout
         while text not in self.output:
             if self.proc.poll() is not None and text not in self.output:
-                raise AssertionError(f"the job ended (rc={self.proc.returncode}) without printing {text!r}\n"
-                                     f"{self.tail()}")
+                raise AssertionError(
+                    f"the job ended (rc={self.proc.returncode}) without printing {text!r}\n{self.tail()}"
+                )
             if time.monotonic() > deadline:
                 self.kill()
                 raise AssertionError(f"no {text!r} within {timeout} s\n{self.tail()}")
@@ -266,8 +296,9 @@ class Jobs:
         self.started.append(job)
         return job
 
-    def train(self, args: list[str], nproc: int = 1, timeout: float = 240, env: dict | None = None,
-              cwd: Path = ROOT, **cmd_kw) -> subprocess.CompletedProcess:
+    def train(
+        self, args: list[str], nproc: int = 1, timeout: float = 240, env: dict | None = None, cwd: Path = ROOT, **cmd_kw
+    ) -> subprocess.CompletedProcess:
         """launch/train.py (under torchrun when ``nproc > 1``) to its end."""
         job = self.start(train_cmd(args, nproc, **cmd_kw), cwd=cwd, env=env)
         rc = job.wait(timeout)
@@ -281,9 +312,27 @@ class Jobs:
 # ---- a run directory ------------------------------------------------------------------------------
 
 #: Keys every recipe's summary.json carries.
-SUMMARY_KEYS = {"recipe", "env", "world_size", "roles", "env_frames", "wall_s", "fps", "fps_running", "episodes",
-                "return_mean_100", "eval_return_mean", "policy_lag_mean", "policy_lag_max", "learner_updates",
-                "stop_reason", "target_reached", "min_return_after_target", "best_eval_return_mean", "evals"}
+SUMMARY_KEYS = {
+    "recipe",
+    "env",
+    "world_size",
+    "roles",
+    "env_frames",
+    "wall_s",
+    "fps",
+    "fps_running",
+    "episodes",
+    "return_mean_100",
+    "eval_return_mean",
+    "policy_lag_mean",
+    "policy_lag_max",
+    "learner_updates",
+    "stop_reason",
+    "target_reached",
+    "min_return_after_target",
+    "best_eval_return_mean",
+    "evals",
+}
 
 
 def read_summary(run_dir: Path, extra_keys: set[str] = frozenset()) -> dict:
@@ -334,8 +383,10 @@ def assert_beats_random(summary: dict, margin: float, seed: int = 0) -> float:
 
     random = random_policy_returns(summary["env"], summary["eval_episodes"], seed + EVAL_SEED_OFFSET)
     mean = sum(random) / len(random)
-    print(f"\n{summary['recipe']} on {summary['env']}: greedy {summary['eval_return_mean']:.1f} after "
-          f"{summary['env_frames']} frames, random {mean:.1f} ({len(random)} episodes), margin {margin:g}")
+    print(
+        f"\n{summary['recipe']} on {summary['env']}: greedy {summary['eval_return_mean']:.1f} after "
+        f"{summary['env_frames']} frames, random {mean:.1f} ({len(random)} episodes), margin {margin:g}"
+    )
     assert summary["eval_return_mean"] >= mean + margin, (summary["eval_return_mean"], mean, margin)
     return mean
 

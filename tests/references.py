@@ -1,5 +1,6 @@
 """Slow references in the papers' notation, shared by the tests that check the fast math against
 them (a test file never imports another test file)."""
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,7 @@ def slow_gaussian_log_prob(mean, log_std, action):
     total = 0.0
     for j in range(len(action)):
         sigma = torch.exp(log_std[j])
-        total = total - (float(action[j]) - mean[j]) ** 2 / (2 * sigma ** 2) - log_std[j] - LOG_2PI / 2
+        total = total - (float(action[j]) - mean[j]) ** 2 / (2 * sigma**2) - log_std[j] - LOG_2PI / 2
     return total
 
 
@@ -73,6 +74,7 @@ def slow_log_prob_entropy(model, out_row, action):
 
 
 # ---- returns and advantages of one env's [T] lists --------------------------------------------------
+
 
 def slow_n_step_returns(gamma, V_next, r, done, term):
     """A3C's ``R_i`` (Mnih et al., 2016, Algorithm S3) of one env's segment by the backward loop
@@ -115,6 +117,7 @@ def _standardise(A: list[float]) -> list[float]:
 
 # ---- whole losses, one sample at a time ---------------------------------------------------------------
 
+
 def _rows(model, batch, b):
     """Env ``b``'s ``[T]`` rows in float64: policy outputs and values (with their graph), values of the
     next observations (without), and the reward, done and terminated lists."""
@@ -154,9 +157,13 @@ def slow_a3c_loss(model, batch, hp) -> dict:
     loss_policy = -sum(A[i] * log_pi[i] for i in range(n)) / n
     loss_value = sum((R[i] - V[i]) ** 2 for i in range(n)) / (2 * n)
     entropy = sum(H) / n
-    return {"loss": loss_policy + hp.value_coef * loss_value - hp.entropy_coef * entropy,
-            "loss_policy": loss_policy, "loss_value": loss_value, "entropy": entropy,
-            "advantage_mean": torch.tensor(advantage_mean, dtype=torch.float64)}
+    return {
+        "loss": loss_policy + hp.value_coef * loss_value - hp.entropy_coef * entropy,
+        "loss_policy": loss_policy,
+        "loss_value": loss_value,
+        "entropy": entropy,
+        "advantage_mean": torch.tensor(advantage_mean, dtype=torch.float64),
+    }
 
 
 def slow_appo_loss(model, batch, algo) -> dict:
@@ -212,8 +219,14 @@ def slow_appo_loss(model, batch, algo) -> dict:
     L_v = sum((V[s] - targets[s]) ** 2 / 2 for s in range(n)) / n
     H_mean = sum(H) / n
     f64 = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    return {"loss": L_clip + algo.value_coef * L_v - algo.entropy_coef * H_mean, "loss_policy": L_clip,
-            "loss_value": L_v, "entropy": H_mean,
-            "approx_kl": f64(sum((x - 1) - math.log(x) for x in rho) / n),
-            "clip_fraction": f64(sum(abs(x - 1) > eps for x in rho) / n),
-            "advantage_std": f64(std_A), "value_mean": f64(sum(x.item() for x in V) / n), "ratios": rho}
+    return {
+        "loss": L_clip + algo.value_coef * L_v - algo.entropy_coef * H_mean,
+        "loss_policy": L_clip,
+        "loss_value": L_v,
+        "entropy": H_mean,
+        "approx_kl": f64(sum((x - 1) - math.log(x) for x in rho) / n),
+        "clip_fraction": f64(sum(abs(x - 1) > eps for x in rho) / n),
+        "advantage_std": f64(std_A),
+        "value_mean": f64(sum(x.item() for x in V) / n),
+        "ratios": rho,
+    }

@@ -4,6 +4,7 @@ with zeros in the frozen ObsNorm statistics' slots; and observation normalisatio
 server: the moments two workers push are merged there into the statistics of their observations
 together, once each, and reach the workers inside the parameter vector. Then one short run on
 Pendulum-v1 that must beat a random policy."""
+
 from __future__ import annotations
 
 import copy
@@ -68,8 +69,9 @@ def test_bfloat16_parameters_with_normalised_observations_are_refused():
     recipe = get_recipe("a3c")
     with pytest.raises(ValueError, match="algo.wire_dtype=bfloat16 would round the observation statistics"):
         recipe.check_config(override(a3c.mujoco(), **{"run.env": "Pendulum-v1", "algo.wire_dtype": "bfloat16"}))
-    recipe.check_config(override(a3c.mujoco(), **{"run.env": "Pendulum-v1", "algo.wire_dtype": "bfloat16",
-                                                  "net.obs_norm": "off"}))
+    recipe.check_config(
+        override(a3c.mujoco(), **{"run.env": "Pendulum-v1", "algo.wire_dtype": "bfloat16", "net.obs_norm": "off"})
+    )
 
 
 def test_a_segment_holds_float32_actions_and_the_message_its_moments(make_server, tmp_path):
@@ -109,12 +111,22 @@ def gaussian_segments(model, B: int = 4, T: int = 6, F: int = 5, seed: int = 0) 
     obs = torch.randn(B, T, F, generator=g)
     with torch.no_grad():
         action, _ = model.act(obs, g)
-    return TensorDict({
-        keys.OBSERVATION: obs, keys.ACTION: action,
-        keys.NEXT: TensorDict({keys.OBSERVATION: torch.randn(B, T, F, generator=g),
-                               keys.STEP_REWARD: torch.randn(B, T, 1, generator=g), keys.STEP_DONE: done,
-                               keys.STEP_TERMINATED: term}, batch_size=[B, T]),
-    }, batch_size=[B, T])
+    return TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.ACTION: action,
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: torch.randn(B, T, F, generator=g),
+                    keys.STEP_REWARD: torch.randn(B, T, 1, generator=g),
+                    keys.STEP_DONE: done,
+                    keys.STEP_TERMINATED: term,
+                },
+                batch_size=[B, T],
+            ),
+        },
+        batch_size=[B, T],
+    )
 
 
 @pytest.mark.parametrize("log_std,normalize", [("param", False), ("state", True)])
@@ -146,8 +158,9 @@ def test_gaussian_loss_and_gradient_match_the_papers_loop(log_std, normalize):
     want = slow_a3c_loss(ref, batch, hp)
     want_grads = torch.autograd.grad(want["loss"], [p for p in ref.parameters() if p.requires_grad])
     for name in ("loss", "loss_policy", "loss_value", "entropy", "advantage_mean"):
-        torch.testing.assert_close(out[name].double(), want[name].detach(), rtol=1e-5, atol=1e-6,
-                                   msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            out[name].double(), want[name].detach(), rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}"
+        )
     scale = max(float(w.abs().max()) for w in want_grads)
     for got, w in zip(grads, want_grads):
         torch.testing.assert_close(got.double(), w, rtol=1e-5, atol=1e-5 * scale)
@@ -162,11 +175,20 @@ def test_two_workers_moments_merge_at_the_server_into_the_statistics_of_both(mak
     g = torch.Generator().manual_seed(0)
     obs = [torch.randn(7, 4, 3, generator=g) * 5 + 3, torch.randn(2, 9, 3, generator=g) * 0.5 - 1]
     for rank, o in zip((1, 2), obs):
-        server._push(TensorDict({
-            keys.GRADIENT: torch.full((server.num_params,), 1.0), keys.POLICY_VERSION: torch.tensor(0),
-            keys.FRAMES: torch.tensor(o.shape[0] * o.shape[1]), keys.WORKER_RANK: torch.tensor(rank),
-            keys.EPISODE_RETURNS: torch.tensor([]), keys.EPISODE_LENGTHS: torch.tensor([], dtype=torch.int64),
-            keys.WORKER_STATS: TensorDict(entropy=torch.tensor(0.5)), keys.OBS_MOMENTS: batch_moments(o)}))
+        server._push(
+            TensorDict(
+                {
+                    keys.GRADIENT: torch.full((server.num_params,), 1.0),
+                    keys.POLICY_VERSION: torch.tensor(0),
+                    keys.FRAMES: torch.tensor(o.shape[0] * o.shape[1]),
+                    keys.WORKER_RANK: torch.tensor(rank),
+                    keys.EPISODE_RETURNS: torch.tensor([]),
+                    keys.EPISODE_LENGTHS: torch.tensor([], dtype=torch.int64),
+                    keys.WORKER_STATS: TensorDict(entropy=torch.tensor(0.5)),
+                    keys.OBS_MOMENTS: batch_moments(o),
+                }
+            )
+        )
     step(server)
     step(server)
     assert server.version == 2
@@ -188,10 +210,19 @@ def test_two_workers_moments_merge_at_the_server_into_the_statistics_of_both(mak
 
 def test_a_push_without_moments_is_rejected(make_server):
     server = make_server(pendulum())
-    server._push(TensorDict({
-        keys.GRADIENT: torch.zeros(server.num_params), keys.POLICY_VERSION: torch.tensor(0),
-        keys.FRAMES: torch.tensor(4), keys.WORKER_RANK: torch.tensor(1), keys.EPISODE_RETURNS: torch.tensor([]),
-        keys.EPISODE_LENGTHS: torch.tensor([], dtype=torch.int64), keys.WORKER_STATS: TensorDict()}))
+    server._push(
+        TensorDict(
+            {
+                keys.GRADIENT: torch.zeros(server.num_params),
+                keys.POLICY_VERSION: torch.tensor(0),
+                keys.FRAMES: torch.tensor(4),
+                keys.WORKER_RANK: torch.tensor(1),
+                keys.EPISODE_RETURNS: torch.tensor([]),
+                keys.EPISODE_LENGTHS: torch.tensor([], dtype=torch.int64),
+                keys.WORKER_STATS: TensorDict(),
+            }
+        )
+    )
     assert server.queue.empty() and server.session.tracker.counters["rejected_gradients"] == 1
 
 
@@ -222,7 +253,9 @@ def test_workers_get_the_merged_statistics_and_count_their_data_once(make_server
             reference.update_batch(torch.cat([o.reshape(-1, 3) for o in seen]))
             for a, b in zip(stats(server.model.obs_norm), stats(reference)):
                 torch.testing.assert_close(a, b)
-        assert server.version == (2 if sync else 4) and float(server.model.obs_norm.count) == pytest.approx(60, abs=1e-3)
+        assert server.version == (2 if sync else 4) and float(server.model.obs_norm.count) == pytest.approx(
+            60, abs=1e-3
+        )
     finally:
         for w in workers:
             w.runner.close()
@@ -241,10 +274,30 @@ def test_inverted_pendulum_learns_past_a_random_policy(tmp_path, jobs):
     by :data:`MARGIN`."""
     pytest.importorskip("mujoco")
     run = tmp_path / "run"
-    proc = jobs.train(["a3c", "--experiment", "mujoco", "--env", "InvertedPendulum-v5", "--total-frames", "20000",
-                       "--max-time-s", "60", "--run-dir", str(run), "--logger", "none",
-                       "--set", "algo.envs_per_worker=8", "--set", "run.eval_episodes=10",
-                       "--set", "run.eval_interval_s=0"], timeout=150)
+    proc = jobs.train(
+        [
+            "a3c",
+            "--experiment",
+            "mujoco",
+            "--env",
+            "InvertedPendulum-v5",
+            "--total-frames",
+            "20000",
+            "--max-time-s",
+            "60",
+            "--run-dir",
+            str(run),
+            "--logger",
+            "none",
+            "--set",
+            "algo.envs_per_worker=8",
+            "--set",
+            "run.eval_episodes=10",
+            "--set",
+            "run.eval_interval_s=0",
+        ],
+        timeout=150,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["stop_reason"] == "total_frames" and s["env_frames"] > 0 and s["learner_updates"] > 0

@@ -1,6 +1,7 @@
 """A3C end to end on the toy env: one process (workers as threads), and torchrun with 3
 processes where one worker is SIGKILLed mid-run, in A3C and in A2C (whose rounds must not wait
 for the dead worker)."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,15 @@ import pytest
 
 from helpers import child_env, read_summary
 
-A3C_KEYS = {"staleness_mean", "staleness_max", "staleness_hist", "gradients_applied", "dropped_stale_gradients",
-            "updates_per_s", "sync"}
+A3C_KEYS = {
+    "staleness_mean",
+    "staleness_max",
+    "staleness_hist",
+    "gradients_applied",
+    "dropped_stale_gradients",
+    "updates_per_s",
+    "sync",
+}
 
 
 @pytest.mark.timeout(180)

@@ -9,6 +9,7 @@ Mnih et al. (2016), Algorithm S3, for one worker's segment s_{t_start}..s_t:
 With a vector env running on across episodes, an episode end at step i restarts R there:
 R = r_i after a termination, R = r_i + gamma V(s'_i) after a truncation (s'_i its final observation).
 """
+
 from __future__ import annotations
 
 import copy
@@ -73,14 +74,22 @@ def test_truncation_bootstraps_and_termination_does_not():
 def random_batch(B=3, T=7, F=4, A=3, seed=0) -> TensorDict:
     g = torch.Generator().manual_seed(seed)
     done = torch.rand(B, T, 1, generator=g) < 0.2
-    return TensorDict({
-        keys.OBSERVATION: torch.randn(B, T, F, generator=g),
-        keys.ACTION: torch.randint(A, (B, T), generator=g),
-        keys.NEXT: TensorDict({
-            keys.OBSERVATION: torch.randn(B, T, F, generator=g), "reward": torch.randn(B, T, 1, generator=g),
-            "done": done, "terminated": done & (torch.rand(B, T, 1, generator=g) < 0.5),
-        }, batch_size=[B, T]),
-    }, batch_size=[B, T])
+    return TensorDict(
+        {
+            keys.OBSERVATION: torch.randn(B, T, F, generator=g),
+            keys.ACTION: torch.randint(A, (B, T), generator=g),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: torch.randn(B, T, F, generator=g),
+                    "reward": torch.randn(B, T, 1, generator=g),
+                    "done": done,
+                    "terminated": done & (torch.rand(B, T, 1, generator=g) < 0.5),
+                },
+                batch_size=[B, T],
+            ),
+        },
+        batch_size=[B, T],
+    )
 
 
 def sharpened_model(obs_dim: int, num_actions: int, seed: int) -> ActorCritic:
@@ -103,7 +112,13 @@ def test_loss_gradient_is_algorithm_s3(reward_scale):
     model = sharpened_model(4, 3, seed=0)
     batch = random_batch()
     gamma, vc, beta = 0.95, 0.5, 0.01
-    out = a3c_loss(model, batch, SimpleNamespace(gamma=gamma, value_coef=vc, entropy_coef=beta, normalize_advantage=False, reward_scale=reward_scale))
+    out = a3c_loss(
+        model,
+        batch,
+        SimpleNamespace(
+            gamma=gamma, value_coef=vc, entropy_coef=beta, normalize_advantage=False, reward_scale=reward_scale
+        ),
+    )
     grads = torch.autograd.grad(out["loss"], list(model.parameters()))
 
     B, T = batch.batch_size
@@ -177,15 +192,26 @@ def test_loss_and_its_reported_terms_match_algorithm_s3(normalize):
     done, term = batch[keys.DONE], batch[keys.TERMINATED]
     assert term.any() and (done & ~term).any()  # both kinds of episode end restart a return
     gamma, vc, beta, scale = 0.95, 0.5, 0.1, 0.5
-    out = a3c_loss(model, batch, SimpleNamespace(gamma=gamma, value_coef=vc, entropy_coef=beta, normalize_advantage=normalize, reward_scale=scale))
+    out = a3c_loss(
+        model,
+        batch,
+        SimpleNamespace(
+            gamma=gamma, value_coef=vc, entropy_coef=beta, normalize_advantage=normalize, reward_scale=scale
+        ),
+    )
     grads = torch.autograd.grad(out["loss"], list(model.parameters()))
 
     model64 = copy.deepcopy(model).double()
     L, L_pi, L_v, H, mean_A = slow_a3c_loss(model64, batch, gamma, vc, beta, normalize, scale)
     expected = torch.autograd.grad(L, list(model64.parameters()))
     close = {"rtol": 1e-5, "atol": 1e-6}
-    for name, want in (("loss", L), ("loss_policy", L_pi), ("loss_value", L_v), ("entropy", H),
-                       ("advantage_mean", mean_A)):
+    for name, want in (
+        ("loss", L),
+        ("loss_policy", L_pi),
+        ("loss_value", L_v),
+        ("entropy", H),
+        ("advantage_mean", mean_A),
+    ):
         torch.testing.assert_close(out[name].double(), want.detach(), **close, msg=lambda m, name=name: f"{name}: {m}")
     for got, want in zip(grads, expected):
         torch.testing.assert_close(got.double(), want, **close)

@@ -2,6 +2,7 @@
 staleness cap, arrival order, the A2C switch (one mean per round, its update against clipping and
 RMSProp/Adam written out by hand) and a dead worker in a round; a worker's pushed gradient against
 autograd of the A3C loss written step by step."""
+
 from __future__ import annotations
 
 import copy
@@ -50,12 +51,17 @@ def make_server(tmp_path):
 
 def gradient_msg(server: ParameterServer, rank: int, version: int, seed: int = 0) -> TensorDict:
     g = torch.Generator().manual_seed(seed)
-    return TensorDict({
-        keys.GRADIENT: torch.randn(server.num_params, generator=g), keys.POLICY_VERSION: torch.tensor(version),
-        keys.FRAMES: torch.tensor(10), keys.WORKER_RANK: torch.tensor(rank),
-        keys.EPISODE_RETURNS: torch.tensor([3.0]), keys.EPISODE_LENGTHS: torch.tensor([20]),
-        keys.WORKER_STATS: TensorDict(entropy=torch.tensor(0.5)),
-    })
+    return TensorDict(
+        {
+            keys.GRADIENT: torch.randn(server.num_params, generator=g),
+            keys.POLICY_VERSION: torch.tensor(version),
+            keys.FRAMES: torch.tensor(10),
+            keys.WORKER_RANK: torch.tensor(rank),
+            keys.EPISODE_RETURNS: torch.tensor([3.0]),
+            keys.EPISODE_LENGTHS: torch.tensor([20]),
+            keys.WORKER_STATS: TensorDict(entropy=torch.tensor(0.5)),
+        }
+    )
 
 
 def step(server: ParameterServer) -> None:
@@ -131,7 +137,7 @@ class HandOptimizer:
             b1, b2 = 0.9, 0.999
             self.m = b1 * self.m + (1 - b1) * g
             self.v = b2 * self.v + (1 - b2) * g * g
-            m_hat, v_hat = self.m / (1 - b1 ** self.t), self.v / (1 - b2 ** self.t)
+            m_hat, v_hat = self.m / (1 - b1**self.t), self.v / (1 - b2**self.t)
             self.theta = self.theta - a.lr * m_hat / (v_hat.sqrt() + a.optim_eps)
 
 
@@ -149,12 +155,19 @@ def test_a2c_applies_the_mean_of_one_gradient_per_live_worker(make_server, optim
     missing clip or a wrong epsilon moves a step by ~1e-4."""
     server = make_server(**{"algo.sync": True, "algo.optimizer": optimizer})
     theta0 = parameters_to_vector(server.params).detach().clone()
-    tower = torch.cat([torch.full((p.numel(),), 0 if name.startswith("policy.") else 1)
-                       for name, p in server.model.named_parameters()])
+    tower = torch.cat(
+        [
+            torch.full((p.numel(),), 0 if name.startswith("policy.") else 1)
+            for name, p in server.model.named_parameters()
+        ]
+    )
     assert int((tower == 0).sum()) and int((tower == 1).sum())
     hand = HandOptimizer(theta0, server.algo)
     for version, policy_scale, value_scale in ((0, 1.0, 1.0), (1, 1e-3, 0.5)):
-        a, b = gradient_msg(server, 1, version, seed=2 * version + 1), gradient_msg(server, 2, version, seed=2 * version + 2)
+        a, b = (
+            gradient_msg(server, 1, version, seed=2 * version + 1),
+            gradient_msg(server, 2, version, seed=2 * version + 2),
+        )
         for m in (a, b):  # round 2: the policy tower's norm ~0.07 < 0.5, the value tower's ~30
             m[keys.GRADIENT] = torch.where(tower == 0, policy_scale, value_scale) * m[keys.GRADIENT]
         server._push(a)
@@ -165,8 +178,9 @@ def test_a2c_applies_the_mean_of_one_gradient_per_live_worker(make_server, optim
         server.update(batch)
         mean = (a[keys.GRADIENT].double() + b[keys.GRADIENT].double()) / 2
         hand.step(clipped_by_tower(mean, tower, server.algo.max_grad_norm))
-        torch.testing.assert_close(parameters_to_vector(server.params).detach().double(), hand.theta,
-                                   rtol=1e-6, atol=1e-8)
+        torch.testing.assert_close(
+            parameters_to_vector(server.params).detach().double(), hand.theta, rtol=1e-6, atol=1e-8
+        )
         assert server.version == version + 1
     assert server.summary_extra()["staleness_hist"] == {"0": 4}
     assert not torch.allclose(hand.theta, theta0.double())  # the parameters did move
@@ -212,13 +226,19 @@ def slow_a3c_objective(model, traj, algo):
         with torch.no_grad():
             V_next = model.value(traj[keys.NEXT_OBSERVATION][b].double())[:, 0].tolist()
         r = [algo.reward_scale * x for x in traj[keys.REWARD][b, :, 0].tolist()]
-        R = slow_returns(algo.gamma, V_next, r, traj[keys.DONE][b, :, 0].tolist(), traj[keys.TERMINATED][b, :, 0].tolist())
+        R = slow_returns(
+            algo.gamma, V_next, r, traj[keys.DONE][b, :, 0].tolist(), traj[keys.TERMINATED][b, :, 0].tolist()
+        )
         for i in range(T):
             log_pi = torch.log_softmax(logits[i], -1)
             H = -(log_pi.exp() * log_pi).sum()
             A = R[i] - V[i, 0].item()
-            total = total - A * log_pi[traj[keys.ACTION][b, i]] + algo.value_coef * (R[i] - V[i, 0]) ** 2 / 2 \
+            total = (
+                total
+                - A * log_pi[traj[keys.ACTION][b, i]]
+                + algo.value_coef * (R[i] - V[i, 0]) ** 2 / 2
                 - algo.entropy_coef * H
+            )
     return total / (B * T)
 
 
@@ -245,8 +265,9 @@ def test_worker_gradient_is_the_loss_gradient_at_the_pulled_version(make_server,
 
     model64 = copy.deepcopy(server.model).double()
     expected = torch.autograd.grad(slow_a3c_objective(model64, traj, server.algo), list(model64.parameters()))
-    torch.testing.assert_close(msg[keys.GRADIENT].double(), torch.cat([g.reshape(-1) for g in expected]),
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        msg[keys.GRADIENT].double(), torch.cat([g.reshape(-1) for g in expected]), rtol=1e-5, atol=1e-6
+    )
     assert int(msg[keys.POLICY_VERSION]) == 0
     assert int(msg[keys.FRAMES]) == server.algo.envs_per_worker * server.algo.t_max
     assert set(keys.A3C_IN_KEYS) <= set(traj.keys(include_nested=True, leaves_only=True))

@@ -2,6 +2,7 @@
 observation's own bytes plus 64 per env step), built from the real server, worker, network and
 envs; and ``algo.wire_dtype`` bfloat16: the server widens each gradient and updates in float32,
 and a worker's round trip (parameters in, gradient out) is off by no more than bfloat16's rounding."""
+
 from __future__ import annotations
 
 import copy
@@ -24,7 +25,7 @@ ROLES = {0: "parameter_server", 1: "worker", 2: "worker"}
 WIRE_OVERHEAD = 64  #: the issue's allowance per env step above the observation's own bytes
 #: bfloat16 keeps 8 significant bits: round to nearest is off by at most 2^-8 of the value (unit
 #: roundoff, half of ``torch.finfo(torch.bfloat16).eps``); the 1e-38 covers subnormals
-BF16_ROUNDOFF = 2.0 ** -8
+BF16_ROUNDOFF = 2.0**-8
 
 
 # make_server(cfg): the parameter server fixture of test_a3c_units, on the given config
@@ -44,15 +45,23 @@ def step(server: ParameterServer) -> None:
 def gradient_msg(server: ParameterServer, rank: int, version: int, grad: torch.Tensor | None = None) -> TensorDict:
     """A push as a worker sends it; ``grad`` defaults to ones in the server's wire dtype."""
     grad = torch.ones(server.num_params, dtype=server.wire_dtype) if grad is None else grad
-    return TensorDict({
-        keys.GRADIENT: grad, keys.POLICY_VERSION: torch.tensor(version), keys.FRAMES: torch.tensor(24),
-        keys.WORKER_RANK: torch.tensor(rank), keys.EPISODE_RETURNS: torch.tensor([1.0]),
-        keys.EPISODE_LENGTHS: torch.tensor([5]), keys.WORKER_STATS: TensorDict(entropy=torch.tensor(0.5))})
+    return TensorDict(
+        {
+            keys.GRADIENT: grad,
+            keys.POLICY_VERSION: torch.tensor(version),
+            keys.FRAMES: torch.tensor(24),
+            keys.WORKER_RANK: torch.tensor(rank),
+            keys.EPISODE_RETURNS: torch.tensor([1.0]),
+            keys.EPISODE_LENGTHS: torch.tensor([5]),
+            keys.WORKER_STATS: TensorDict(entropy=torch.tensor(0.5)),
+        }
+    )
 
 
 def toy(**changes):
-    return override(a3c.default(), **{"run.env": "distrl/MatchSign-v0", "algo.envs_per_worker": 3, "algo.t_max": 8,
-                                      **changes})
+    return override(
+        a3c.default(), **{"run.env": "distrl/MatchSign-v0", "algo.envs_per_worker": 3, "algo.t_max": 8, **changes}
+    )
 
 
 def test_defaults_keep_float32_on_the_wire():
@@ -85,8 +94,10 @@ def test_minatar_push_and_reply_fit_the_observation_plus_64_bytes_per_env_step(m
     obs_bytes = obs.numel() * obs.element_size()
     assert tuple(obs.shape) == (4, 10, 10) and obs_bytes == 400  # bool images
     per_step = nbytes / frames
-    print(f"\nminatar: {server.num_params} parameters, {nbytes} bytes per push + reply, {frames} env steps: "
-          f"{per_step:.1f} bytes per env step (bound {obs_bytes + WIRE_OVERHEAD})")
+    print(
+        f"\nminatar: {server.num_params} parameters, {nbytes} bytes per push + reply, {frames} env steps: "
+        f"{per_step:.1f} bytes per env step (bound {obs_bytes + WIRE_OVERHEAD})"
+    )
     assert per_step <= obs_bytes + WIRE_OVERHEAD
     # the gradient and the parameters are nearly all of it, in bfloat16 both ways
     assert msg[keys.GRADIENT].dtype == reply[keys.PARAMS].dtype == torch.bfloat16
@@ -141,8 +152,9 @@ def test_bfloat16_round_trip_is_off_by_bfloat16_rounding_only(make_server, tmp_p
     ref = copy.deepcopy(worker.model).double()
     params = list(ref.parameters())
     assert all(p.requires_grad for p in params)  # a discrete model: no frozen statistics, no zero slots
-    g_ref = torch.cat([g.reshape(-1) for g in torch.autograd.grad(slow_a3c_loss(ref, traj, server.algo)["loss"],
-                                                                  params)])
+    g_ref = torch.cat(
+        [g.reshape(-1) for g in torch.autograd.grad(slow_a3c_loss(ref, traj, server.algo)["loss"], params)]
+    )
     g16 = msg[keys.GRADIENT]
     assert g16.dtype == torch.bfloat16 and bool(g_ref.ne(0).any())
     float32_error = 1e-5 * float(g_ref.abs().max())

@@ -1,5 +1,6 @@
 """Cores of their own (distrl/runtime/affinity.py): the split, every thread of a process pinned (this one,
 put back on every core after), nothing pinned in one process, and the option checked."""
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,9 @@ def thread_masks() -> dict[int, set[int]]:
     return out
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs Linux and 2 cores")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs Linux and 2 cores"
+)
 def test_every_thread_of_the_process_is_pinned_and_new_threads_inherit_it(monkeypatch):
     everything, stop = os.sched_getaffinity(0), threading.Event()
     first = min(everything)

@@ -1,5 +1,6 @@
 """Ape-X end to end: one process on the local transport, and torchrun with 4 processes (learner,
 replay shard, 2 actors)."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,8 +26,11 @@ def test_world_size_one_learns_the_toy_env(tmp_path, jobs):
 @pytest.mark.timeout(240)
 def test_torchrun_four_processes_two_actors_one_shard(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = jobs.train(["apex", "--experiment", "debug", "--run-dir", str(run), "--logger", "csv",
-                       "--set", "run.log_interval_s=1"], nproc=4, timeout=180)
+    proc = jobs.train(
+        ["apex", "--experiment", "debug", "--run-dir", str(run), "--logger", "csv", "--set", "run.log_interval_s=1"],
+        nproc=4,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run, APEX_KEYS)
     assert s["roles"] == {"0": "learner", "1": "replay", "2": "actor", "3": "actor"}

@@ -5,6 +5,7 @@ Horgan et al. (2018), eq. (1), with n-step returns cut at episode ends:
     y_t = G_t + gamma^m (1 - terminated_{t+m-1}) Q_target(s_{t+m}, argmax_a Q(s_{t+m}, a))
 A truncation (time limit) ends the episode but still bootstraps from its final observation.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -21,11 +22,11 @@ def slow_nstep(r, term, trunc, gamma, n):
     for t in range(len(r) - n + 1):
         G, m = 0.0, 0
         for k in range(n):
-            G += gamma ** k * r[t + k]
+            G += gamma**k * r[t + k]
             m = k + 1
             if term[t + k] or trunc[t + k]:
                 break
-        discount = 0.0 if term[t + m - 1] else gamma ** m
+        discount = 0.0 if term[t + m - 1] else gamma**m
         out.append((G, discount, t + m - 1))
     return out
 
@@ -79,5 +80,5 @@ def test_importance_weights_and_epsilon_ladder():
     slow = [(3 * p) ** -0.5 for p in P.tolist()]
     assert w.tolist() == pytest.approx([x / max(slow) for x in slow])
     ladder = epsilon_ladder(8)
-    assert ladder[0] == pytest.approx(0.4) and ladder[-1] == pytest.approx(0.4 ** 8)
+    assert ladder[0] == pytest.approx(0.4) and ladder[-1] == pytest.approx(0.4**8)
     assert all(a > b for a, b in zip(ladder, ladder[1:])) and epsilon_ladder(1) == [0.4]

@@ -3,6 +3,7 @@ allocation): the replay shards get the signal with the learner, yet the learner'
 holds their contents, the job exits within a bound, and ``--resume`` starts from that replay.
 
 Figures (time from the signal to the exit, transitions saved and restored) are printed: run with -s."""
+
 from __future__ import annotations
 
 import io
@@ -43,13 +44,16 @@ def test_sigterm_to_the_whole_job_keeps_the_replay_for_resume(tmp_path, jobs):
     assert rc != 0 and "SIGTERM: stopping after a checkpoint" in out, job.tail()
     s = read_summary(run)
     assert s["stop_reason"] == "sigterm" and s["replay_size"] > 0, s
-    print(f"\nSIGTERM to the apex job: exited {took:.1f}s after the signal, replay of {in_checkpoint:,} "
-          "transitions in the checkpoint")
+    print(
+        f"\nSIGTERM to the apex job: exited {took:.1f}s after the signal, replay of {in_checkpoint:,} "
+        "transitions in the checkpoint"
+    )
     assert took < 30  # torchrun SIGKILLs the ranks 30 s after it forwards the signal
 
     frames = s["env_frames"]
-    resumed = jobs.train(ARGS + ["--run-dir", str(run), "--resume", "--total-frames", str(frames + 3000)],
-                         nproc=4, timeout=150)
+    resumed = jobs.train(
+        ARGS + ["--run-dir", str(run), "--resume", "--total-frames", str(frames + 3000)], nproc=4, timeout=150
+    )
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, out[-4000:]
     assert "[learner] resumed from update" in out, out[-4000:]

@@ -1,5 +1,6 @@
 """Ape-X's pieces in one process: the actor's transitions carry the learner's keys, two replay
 shards sample as one buffer, the samples-per-insert limiter, replay contents through a checkpoint."""
+
 from __future__ import annotations
 
 import signal
@@ -21,18 +22,31 @@ from distrl.transport.local import LocalHub
 
 
 def cfg_for(tmp_path, **changes):
-    base = {"run.logger": "none", "run.run_dir": str(tmp_path), "algo.min_replay_size": 0, "algo.capacity": 256,
-            "algo.samples_per_insert": 0.0, "algo.alpha": 0.7}  # (in an order each step of which is valid)
+    base = {
+        "run.logger": "none",
+        "run.run_dir": str(tmp_path),
+        "algo.min_replay_size": 0,
+        "algo.capacity": 256,
+        "algo.samples_per_insert": 0.0,
+        "algo.alpha": 0.7,
+    }  # (in an order each step of which is valid)
     return override(default_config(), **(base | changes))
 
 
 def items(values: torch.Tensor) -> TensorDict:
     """Transitions whose observation is ``values`` (so samples can be told apart)."""
     n = values.shape[0]
-    return TensorDict({keys.OBSERVATION: values[:, None].expand(n, 4).float().clone(),
-                       keys.ACTION: torch.zeros(n, dtype=torch.int64),
-                       (keys.NEXT, keys.OBSERVATION): torch.zeros(n, 4), keys.NSTEP_RETURN: torch.ones(n),
-                       keys.BOOTSTRAP_DISCOUNT: torch.ones(n), keys.POLICY_VERSION: torch.zeros(n, dtype=torch.int64)}, [n])
+    return TensorDict(
+        {
+            keys.OBSERVATION: values[:, None].expand(n, 4).float().clone(),
+            keys.ACTION: torch.zeros(n, dtype=torch.int64),
+            (keys.NEXT, keys.OBSERVATION): torch.zeros(n, 4),
+            keys.NSTEP_RETURN: torch.ones(n),
+            keys.BOOTSTRAP_DISCOUNT: torch.ones(n),
+            keys.POLICY_VERSION: torch.zeros(n, dtype=torch.int64),
+        },
+        [n],
+    )
 
 
 @pytest.fixture
@@ -42,8 +56,12 @@ def servers():
 
     def make(cfg, roles, tmp_path):
         hubs.append(hub := LocalHub(len(roles)))
-        return hub, {r: ReplayServer(RoleContext(cfg, hub.endpoint(r), r, roles, tmp_path))
-                     for r, n in roles.items() if n == "replay"}
+        return hub, {
+            r: ReplayServer(RoleContext(cfg, hub.endpoint(r), r, roles, tmp_path))
+            for r, n in roles.items()
+            if n == "replay"
+        }
+
     yield make
     for hub in hubs:
         hub.close()
@@ -121,8 +139,16 @@ def test_rate_limiter_keeps_the_ratio_and_never_holds_both_sides():
 
 
 def test_a_shard_holds_the_learner_and_the_actors(tmp_path, servers):
-    cfg = cfg_for(tmp_path, **{"algo.capacity": 100_000, "algo.spi_tolerance": 4200.0, "algo.samples_per_insert": 2.0,
-                               "algo.batch_size": 64, "algo.min_replay_size": 100})
+    cfg = cfg_for(
+        tmp_path,
+        **{
+            "algo.capacity": 100_000,
+            "algo.spi_tolerance": 4200.0,
+            "algo.samples_per_insert": 2.0,
+            "algo.batch_size": 64,
+            "algo.min_replay_size": 100,
+        },
+    )
     _, shard = servers(cfg, {0: "learner", 1: "replay"}, tmp_path)
     s = shard[1]
     assert bool(s._sample(TensorDict(n=torch.tensor(64)))["held"])  # empty: the learner waits

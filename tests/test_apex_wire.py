@@ -2,6 +2,7 @@
 (exactly, but for the bootstrap observation of a terminated episode, never read: zeros), the
 replay shard stores them and counts the bytes, and a MinAtar step costs at most its observation
 plus 64 bytes (issue "Pixels I")."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,13 +44,24 @@ def window_of(B: int, W: int, obs_shape: tuple, dtype: torch.dtype, ends: torch.
         reset = draw()
         done = (term[t] | trunc[t]).view(B, *[1] * len(obs_shape))
         current = torch.where(done, reset, next_obs[t])
-    td = TensorDict({
-        keys.OBSERVATION: obs, keys.ACTION: torch.randint(0, 6, (W, B), generator=g),
-        keys.CHOSEN_ACTION_VALUE: torch.randn(W, B, generator=g),
-        keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, keys.STEP_REWARD: torch.randn(W, B, 1, generator=g),
-                               keys.STEP_DONE: (term | trunc)[..., None], keys.STEP_TERMINATED: term[..., None],
-                               keys.STEP_TRUNCATED: trunc[..., None]}, batch_size=[W, B]),
-    }, batch_size=[W, B])
+    td = TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.ACTION: torch.randint(0, 6, (W, B), generator=g),
+            keys.CHOSEN_ACTION_VALUE: torch.randn(W, B, generator=g),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: next_obs,
+                    keys.STEP_REWARD: torch.randn(W, B, 1, generator=g),
+                    keys.STEP_DONE: (term | trunc)[..., None],
+                    keys.STEP_TERMINATED: term[..., None],
+                    keys.STEP_TRUNCATED: trunc[..., None],
+                },
+                batch_size=[W, B],
+            ),
+        },
+        batch_size=[W, B],
+    )
     return td.transpose(0, 1).contiguous()
 
 
@@ -59,18 +71,24 @@ def plain_transitions(window: TensorDict, n: int, gamma: float, version: int):
     the packed form gives back ``transitions`` with the bootstrap observation zeroed where the
     discount is 0."""
     nxt = window[keys.NEXT]
-    G, discount, last = nstep_returns(nxt[keys.STEP_REWARD][..., 0], nxt[keys.STEP_TERMINATED][..., 0],
-                                      nxt[keys.STEP_TRUNCATED][..., 0], gamma, n)
+    G, discount, last = nstep_returns(
+        nxt[keys.STEP_REWARD][..., 0], nxt[keys.STEP_TERMINATED][..., 0], nxt[keys.STEP_TRUNCATED][..., 0], gamma, n
+    )
     Tp = G.shape[1]
     head = window[:, :Tp]
     rows = torch.arange(last.shape[0])[:, None]
     bootstrap = nxt[keys.OBSERVATION][rows, last]
-    out = TensorDict({
-        keys.OBSERVATION: head[keys.OBSERVATION], keys.ACTION: head[keys.ACTION],
-        keys.NEXT: TensorDict({keys.OBSERVATION: bootstrap}, batch_size=G.shape),
-        keys.NSTEP_RETURN: G, keys.BOOTSTRAP_DISCOUNT: discount,
-        keys.POLICY_VERSION: torch.full(G.shape, version, dtype=torch.int64),
-    }, batch_size=G.shape).reshape(-1)
+    out = TensorDict(
+        {
+            keys.OBSERVATION: head[keys.OBSERVATION],
+            keys.ACTION: head[keys.ACTION],
+            keys.NEXT: TensorDict({keys.OBSERVATION: bootstrap}, batch_size=G.shape),
+            keys.NSTEP_RETURN: G,
+            keys.BOOTSTRAP_DISCOUNT: discount,
+            keys.POLICY_VERSION: torch.full(G.shape, version, dtype=torch.int64),
+        },
+        batch_size=G.shape,
+    ).reshape(-1)
     return out, G, discount, last
 
 
@@ -89,8 +107,9 @@ def random_ends(B: int, W: int, seed: int) -> torch.Tensor:
     return ends
 
 
-@pytest.mark.parametrize("obs_shape,dtype",
-                         [((4, 10, 10), torch.bool), ((3, 5, 5), torch.uint8), ((4,), torch.float32)])
+@pytest.mark.parametrize(
+    "obs_shape,dtype", [((4, 10, 10), torch.bool), ((3, 5, 5), torch.uint8), ((4,), torch.float32)]
+)
 @pytest.mark.parametrize("n", [1, 3])
 def test_packed_insert_rebuilds_the_plain_transitions(obs_shape, dtype, n):
     B, T = 5, 12
@@ -125,8 +144,16 @@ def test_a_window_whose_observations_do_not_chain_is_refused():
 
 
 def test_the_shard_stores_the_plain_transitions_and_counts_the_bytes(tmp_path):
-    cfg = override(default_config(), **{"run.logger": "none", "run.run_dir": str(tmp_path), "algo.min_replay_size": 0,
-                                        "algo.capacity": 256, "algo.samples_per_insert": 0.0})
+    cfg = override(
+        default_config(),
+        **{
+            "run.logger": "none",
+            "run.run_dir": str(tmp_path),
+            "algo.min_replay_size": 0,
+            "algo.capacity": 256,
+            "algo.samples_per_insert": 0.0,
+        },
+    )
     roles = {0: "learner", 1: "replay"}
     hub = LocalHub(2)
     try:
@@ -157,8 +184,11 @@ def test_the_shard_stores_the_plain_transitions_and_counts_the_bytes(tmp_path):
         batch = client.collect(client.request(8), beta=1.0)
         client.stats_now()
         inserted, frames, sampled = client.wire_totals()
-        assert inserted == shard.inserts.bytes and frames == 30 and sampled >= payload_nbytes(batch.exclude(
-            keys.PRIORITY_WEIGHT, keys.SAMPLE_LEAF, keys.REPLAY_SHARD))
+        assert (
+            inserted == shard.inserts.bytes
+            and frames == 30
+            and sampled >= payload_nbytes(batch.exclude(keys.PRIORITY_WEIGHT, keys.SAMPLE_LEAF, keys.REPLAY_SHARD))
+        )
     finally:
         hub.close()
 
@@ -182,9 +212,12 @@ def test_a_minatar_step_costs_its_observation_plus_64_bytes(length, end):
     obs = 400  # [4, 10, 10] bool
     finals = int((ends[:, :-1] == 2).sum())
     assert (finals > 0) == (end == "truncated")
-    by_hand = (B * (W + 1) * obs  # the window's observations and the one after its last step
-               + B * T * (1 + 4 + 4 + 4 + 1)  # uint8 action, return, discount, priority, uint8 offset
-               + finals * (obs + 8) + 8)  # truncated episodes' final observations and int64 indices; the version
+    by_hand = (
+        B * (W + 1) * obs  # the window's observations and the one after its last step
+        + B * T * (1 + 4 + 4 + 4 + 1)  # uint8 action, return, discount, priority, uint8 offset
+        + finals * (obs + 8)
+        + 8
+    )  # truncated episodes' final observations and int64 indices; the version
     assert payload_nbytes(msg) == by_hand
     insert = (payload_nbytes(msg) + 2) / (B * T)  # the reply: held, stop
     net = QNetwork(info.shape, info.num_actions, cfg.net)

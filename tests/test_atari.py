@@ -1,5 +1,6 @@
 """Atari through ale-py (distrl/envs/atari.py): the C++ vector env that trains and the gymnasium
 path that evaluates see the same frames; evaluation plays full games; presets and counting."""
+
 from __future__ import annotations
 
 import numpy as np

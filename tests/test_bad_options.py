@@ -1,5 +1,6 @@
 """Bad options an operator hits: ``--nproc 0``, a NaN or infinite float field, and metric steps
 that went backwards after ``--resume``. Each fails loudly in one line, or is made consistent."""
+
 from __future__ import annotations
 
 import json
@@ -42,15 +43,18 @@ def test_nproc_one_still_runs_in_this_process(capsys):
 
 
 # ---- non-finite floats ---------------------------------------------------------------------------
-@pytest.mark.parametrize("item", [
-    "run.checkpoint_interval_s=nan",  # no check at all: checkpoints never came due
-    "run.checkpoint_interval_s=inf",
-    "run.target_return=nan",  # Optional[float]: the training mean never reaches it
-    "run.max_time_s=inf",
-    "transport.call_timeout_s=inf",  # a call that never times out: a hang
-    "algo.max_grad_norm=nan",  # impala checks neither of these
-    "algo.value_coef=-inf",
-])
+@pytest.mark.parametrize(
+    "item",
+    [
+        "run.checkpoint_interval_s=nan",  # no check at all: checkpoints never came due
+        "run.checkpoint_interval_s=inf",
+        "run.target_return=nan",  # Optional[float]: the training mean never reaches it
+        "run.max_time_s=inf",
+        "transport.call_timeout_s=inf",  # a call that never times out: a hang
+        "algo.max_grad_norm=nan",  # impala checks neither of these
+        "algo.value_coef=-inf",
+    ],
+)
 def test_a_non_finite_float_is_one_line_naming_the_field(item, capsys):
     from distrl.train import main
 

@@ -1,5 +1,6 @@
 """The pure helpers of ``experiments/bench_atari.py`` and ``experiments/sf2_atari.py``: parsing
 Sample Factory 2's log, the ideal's arithmetic, the table. Nothing here is timed or starts SF2."""
+
 from __future__ import annotations
 
 import math
@@ -70,10 +71,15 @@ def test_ratio_format():
 
 
 def _results() -> dict:
-    net = {"ideal": 1000.0, "env_only_limit": 5000.0, "torchrl": {"best + PPO": 200.0}, "torchrl_ref": 200.0,
-           "sf2": {"2 workers, defaults": 250.0}, "sf2_ref": 250.0,
-           "recipes": {"sf": {"nproc": 4, "fps_running": 800.0, "fps": 700.0, "ideal": 900.0},
-                       "apex": {"error": "boom"}}}
+    net = {
+        "ideal": 1000.0,
+        "env_only_limit": 5000.0,
+        "torchrl": {"best + PPO": 200.0},
+        "torchrl_ref": 200.0,
+        "sf2": {"2 workers, defaults": 250.0},
+        "sf2_ref": 250.0,
+        "recipes": {"sf": {"nproc": 4, "fps_running": 800.0, "fps": 700.0, "ideal": 900.0}, "apex": {"error": "boom"}},
+    }
     return {"cores": 2, "seconds": 120.0, "nets": {"nature": net}}
 
 

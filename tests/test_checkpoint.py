@@ -1,4 +1,5 @@
 """Atomic checkpoints: a crash before the rename leaves the previous one loadable."""
+
 from __future__ import annotations
 
 import sys
@@ -25,7 +26,9 @@ def test_damaged_newest_falls_back(tmp_path):
 
 def test_crash_between_temp_file_and_rename(tmp_path, jobs):
     save_checkpoint(tmp_path, 1, {"step": 1})
-    code = f"from distrl.runtime.checkpoint import save_checkpoint; save_checkpoint({str(tmp_path)!r}, 2, {{'step': 2}})"
+    code = (
+        f"from distrl.runtime.checkpoint import save_checkpoint; save_checkpoint({str(tmp_path)!r}, 2, {{'step': 2}})"
+    )
     job = jobs.start([sys.executable, "-c", code], env=child_env(DISTRL_FAULT="crash_before_rename"))
     assert job.wait(60) == 17, job.tail()  # died mid-save, after the temp file was written
     assert any(p.name.endswith(".tmp") for p in (tmp_path / "checkpoints").iterdir())

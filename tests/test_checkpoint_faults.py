@@ -3,6 +3,7 @@ checkpoint folder (garbage in every file, an old run's higher-numbered files, a 
 ``torch.save``, a crash's temporary file) and checks what an operator expects: a resume that would
 silently start over stops in one line instead, the checkpoint just written survives pruning, and no
 temporary file outlives the write that made it."""
+
 from __future__ import annotations
 
 import errno
@@ -11,8 +12,15 @@ import time
 import pytest
 import torch
 
-from distrl.runtime.checkpoint import (DamagedCheckpoints, checkpoint_dir, list_checkpoints, load_latest_checkpoint,
-                               resume_checkpoint, save_best, save_checkpoint)
+from distrl.runtime.checkpoint import (
+    DamagedCheckpoints,
+    checkpoint_dir,
+    list_checkpoints,
+    load_latest_checkpoint,
+    resume_checkpoint,
+    save_best,
+    save_checkpoint,
+)
 from distrl.cli.options import experiment_config
 from distrl.config import override
 from distrl.runtime.context import RoleContext
@@ -33,8 +41,9 @@ def saved_steps(run_dir) -> list[int]:
 
 def restore(run_dir, **fields):
     """What ``LearnerSession.restore`` gives a learner resumed in ``run_dir`` with config ``fields``."""
-    cfg = override(default_config(), **{"run.logger": "none", "run.run_dir": str(run_dir), "run.resume": True,
-                                        **fields})
+    cfg = override(
+        default_config(), **{"run.logger": "none", "run.run_dir": str(run_dir), "run.resume": True, **fields}
+    )
     session = LearnerSession(RoleContext(cfg, None, 0, {0: "learner"}, run_dir))
     model = torch.nn.Linear(4, 2)
     try:
@@ -44,6 +53,7 @@ def restore(run_dir, **fields):
 
 
 # ---- every checkpoint damaged: stop, do not start over -------------------------------------------
+
 
 def test_resume_with_every_checkpoint_damaged_is_refused(tmp_path):
     for step in (10, 20):
@@ -94,6 +104,7 @@ def test_a_damaged_resume_ends_in_one_line_and_exit_status_2(tmp_path, in_proces
 
 # ---- pruning by step, never the checkpoint just written ----------------------------------------
 
+
 def test_pruning_keeps_the_checkpoint_just_written_below_an_old_runs_numbers(tmp_path):
     """A run that starts over in a directory an earlier run checkpointed further: its own checkpoint
     stays, and the earlier run's higher-numbered ones go (``--resume`` would otherwise pick them)."""
@@ -128,6 +139,7 @@ def test_checkpoints_are_ordered_by_step_not_by_name(tmp_path):
 
 
 # ---- temporary files -----------------------------------------------------------------------------
+
 
 def test_a_full_disk_removes_the_temp_file_and_raises(tmp_path, monkeypatch):
     save_checkpoint(tmp_path, 1, {"step": 1})

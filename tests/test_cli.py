@@ -1,4 +1,5 @@
 """launch/train.py as a user meets it: --help, and one-line errors before any process group."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,19 +8,32 @@ import pytest
 def test_help_explains_every_option(jobs):
     proc = jobs.train(["impala", "--help"], timeout=60)
     assert proc.returncode == 0
-    for opt in ("--env", "--seed", "--total-frames", "--max-time-s", "--target-return", "--run-dir", "--logger",
-                "--experiment", "--set", "--resume"):
+    for opt in (
+        "--env",
+        "--seed",
+        "--total-frames",
+        "--max-time-s",
+        "--target-return",
+        "--run-dir",
+        "--logger",
+        "--experiment",
+        "--set",
+        "--resume",
+    ):
         assert opt in proc.stdout
 
 
-@pytest.mark.parametrize("args,message", [
-    (["impala", "--bogus"], "unrecognized arguments: --bogus"),
-    (["impala", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
-    (["sac"], "unknown recipe 'sac'; known recipes: a3c, apex"),
-    (["impala", "--set", "algo.lr=-1"], "algo.lr must be > 0"),
-    (["apex", "--env", "Pendulum-v1"], "apex is a DQN and acts in discrete action spaces only"),
-    (["impala", "--nproc", "3", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),  # before any process
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["impala", "--bogus"], "unrecognized arguments: --bogus"),
+        (["impala", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
+        (["sac"], "unknown recipe 'sac'; known recipes: a3c, apex"),
+        (["impala", "--set", "algo.lr=-1"], "algo.lr must be > 0"),
+        (["apex", "--env", "Pendulum-v1"], "apex is a DQN and acts in discrete action spaces only"),
+        (["impala", "--nproc", "3", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),  # before any process
+    ],
+)
 def test_bad_input_is_one_line(args, message, tmp_path, jobs):
     proc = jobs.train(args + ["--run-dir", str(tmp_path / "run")], timeout=60)
     assert proc.returncode == 2
@@ -66,15 +80,18 @@ def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(t
     # the config.json a run of these options holds: what --print-config prints, built here (no process)
     args = make_parser().parse_args(["impala", "--experiment", "debug", "--set", "net.hidden=32"])
     (run / "config.json").write_text(plan(build_config(args), 1).cfg.to_json())
-    proc = jobs.train(["impala", "--resume", "--run-dir", str(run), "--total-frames", "99999", "--print-config"],
-                     timeout=60)
+    proc = jobs.train(
+        ["impala", "--resume", "--run-dir", str(run), "--total-frames", "99999", "--print-config"], timeout=60
+    )
     cfg = json.loads(proc.stdout)
     assert cfg["net"]["hidden"] == [32] and cfg["run"]["env"] == "distrl/MatchSign-v0"
     assert cfg["run"]["resume"] is True and cfg["run"]["total_frames"] == 99999
 
-    for args, message in [(["impala", "--resume", "--run-dir", str(tmp_path / "typo")], "not a run directory"),
-                          (["seed", "--resume", "--run-dir", str(run)], "is a 'impala' run, not 'seed'"),
-                          (["impala", "--resume", "--run-dir", str(run), "--env", "CartPole-v1"], "not CartPole-v1")]:
+    for args, message in [
+        (["impala", "--resume", "--run-dir", str(tmp_path / "typo")], "not a run directory"),
+        (["seed", "--resume", "--run-dir", str(run)], "is a 'impala' run, not 'seed'"),
+        (["impala", "--resume", "--run-dir", str(run), "--env", "CartPole-v1"], "not CartPole-v1"),
+    ]:
         proc = jobs.train(args, timeout=60)
         assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "typo").exists()
@@ -115,17 +132,20 @@ def test_recipe_help_lists_its_config_fields_and_experiments(capsys):
     assert "config fields (--set" not in generic and "algo.gamma" not in generic and len(generic.splitlines()) < 60
 
 
-@pytest.mark.parametrize("item,message", [
-    ("algo=3", "--set algo=3: 'algo' is a config section, not a field: set one of its fields, e.g. algo."),
-    ("recipe=seed", "--set recipe=seed: the recipe is the command's first argument"),
-    ("run=x", "'run' is a config section"),
-    ("algo.nope=1", "unknown config field 'algo.nope'"),
-    ("algo.lr=fast", "algo.lr expects float, got 'fast'"),
-    ("net.hidden=a,b", "net.hidden expects int"),
-    ("run.resume=maybe", "run.resume expects a boolean"),
-    ("=3", "unknown config field ''"),
-    ("algo.lr", "--set expects KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "item,message",
+    [
+        ("algo=3", "--set algo=3: 'algo' is a config section, not a field: set one of its fields, e.g. algo."),
+        ("recipe=seed", "--set recipe=seed: the recipe is the command's first argument"),
+        ("run=x", "'run' is a config section"),
+        ("algo.nope=1", "unknown config field 'algo.nope'"),
+        ("algo.lr=fast", "algo.lr expects float, got 'fast'"),
+        ("net.hidden=a,b", "net.hidden expects int"),
+        ("run.resume=maybe", "run.resume expects a boolean"),
+        ("=3", "unknown config field ''"),
+        ("algo.lr", "--set expects KEY=VALUE"),
+    ],
+)
 def test_every_bad_set_is_one_line_naming_the_field(item, message, capsys):
     from distrl.train import main
 
@@ -145,9 +165,19 @@ def test_no_value_of_any_field_ends_in_a_traceback(recipe):
 
     for name, *_ in config_fields(experiment_config(recipe, "default")):
         for value in ("x", "", "none", "-1", "0", "1e30", "nan", "1,2"):
-            args = argparse.Namespace(recipe=recipe, experiment="default", resume=False, run_dir=None, env=None,
-                                      seed=None, total_frames=None, max_time_s=None, target_return=None,
-                                      logger=None, overrides=[f"{name}={value}"])
+            args = argparse.Namespace(
+                recipe=recipe,
+                experiment="default",
+                resume=False,
+                run_dir=None,
+                env=None,
+                seed=None,
+                total_frames=None,
+                max_time_s=None,
+                target_return=None,
+                logger=None,
+                overrides=[f"{name}={value}"],
+            )
             try:
                 build_config(args)
             except ValueError as e:
@@ -163,8 +193,13 @@ def test_every_subcommand_is_listed_and_its_help_shows_defaults(capsys):
     listing = capsys.readouterr().out
     for name in ("train", "compare", "sweep", "plot", "export-policy"):
         assert f"\n  {name} " in listing and name in COMMANDS
-    defaults = {"train": "(default: 1)", "compare": "(default: CartPole-v1)", "sweep": "(default: 0-9)",
-                "plot": "(default: curves.png)", "export-policy": "(default: checkpoints/best.pt)"}
+    defaults = {
+        "train": "(default: 1)",
+        "compare": "(default: CartPole-v1)",
+        "sweep": "(default: 0-9)",
+        "plot": "(default: curves.png)",
+        "export-policy": "(default: checkpoints/best.pt)",
+    }
     for name, default in defaults.items():
         try:
             status = console([name, "--help"])

@@ -1,5 +1,6 @@
 """The compact wire form of a trajectory gives back the trajectory leaf for leaf (but for the next
 observation of a terminated step, which nothing reads), and is smaller."""
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -12,9 +13,15 @@ from distrl.data.wire import payload_nbytes
 def rollout(B, T, obs_shape, dtype, seed=0, p_end=0.1, versions=None):
     """A [B, T] trajectory stepped the slow way: obs[t + 1] is next_obs[t] unless the episode ended."""
     g = torch.Generator().manual_seed(seed)
-    draw = (lambda: torch.rand(B, *obs_shape, generator=g) < 0.5) if dtype == torch.bool else (
-        (lambda: torch.randint(0, 256, (B, *obs_shape), generator=g, dtype=torch.uint8)) if dtype == torch.uint8
-        else (lambda: torch.randn(B, *obs_shape, generator=g)))
+    draw = (
+        (lambda: torch.rand(B, *obs_shape, generator=g) < 0.5)
+        if dtype == torch.bool
+        else (
+            (lambda: torch.randint(0, 256, (B, *obs_shape), generator=g, dtype=torch.uint8))
+            if dtype == torch.uint8
+            else (lambda: torch.randn(B, *obs_shape, generator=g))
+        )
+    )
     obs = torch.empty(T, B, *obs_shape, dtype=dtype)
     next_obs = torch.empty_like(obs)
     term = torch.rand(T, B, generator=g) < p_end / 2
@@ -26,13 +33,25 @@ def rollout(B, T, obs_shape, dtype, seed=0, p_end=0.1, versions=None):
         done = term[t] | trunc[t]
         current = torch.where(done.view(B, *[1] * len(obs_shape)), draw(), next_obs[t])  # a reset where done
     version = versions if versions is not None else torch.full((T, B), 7, dtype=torch.int64)
-    td = TensorDict({
-        keys.OBSERVATION: obs, keys.ACTION: torch.randint(0, 6, (T, B), generator=g),
-        keys.ACTION_LOG_PROB: torch.randn(T, B, generator=g), keys.POLICY_VERSION: version,
-        keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, keys.STEP_REWARD: torch.randn(T, B, 1, generator=g),
-                               keys.STEP_DONE: (term | trunc)[..., None], keys.STEP_TERMINATED: term[..., None],
-                               keys.STEP_TRUNCATED: trunc[..., None]}, batch_size=[T, B]),
-    }, batch_size=[T, B])
+    td = TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.ACTION: torch.randint(0, 6, (T, B), generator=g),
+            keys.ACTION_LOG_PROB: torch.randn(T, B, generator=g),
+            keys.POLICY_VERSION: version,
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: next_obs,
+                    keys.STEP_REWARD: torch.randn(T, B, 1, generator=g),
+                    keys.STEP_DONE: (term | trunc)[..., None],
+                    keys.STEP_TERMINATED: term[..., None],
+                    keys.STEP_TRUNCATED: trunc[..., None],
+                },
+                batch_size=[T, B],
+            ),
+        },
+        batch_size=[T, B],
+    )
     return td.transpose(0, 1).contiguous()
 
 
@@ -51,7 +70,9 @@ def assert_same(got: TensorDict, sent: TensorDict):
             assert torch.equal(got[k], sent[k]), k
 
 
-@pytest.mark.parametrize("obs_shape,dtype", [((4,), torch.float32), ((4, 10, 10), torch.bool), ((1, 84, 84), torch.uint8)])
+@pytest.mark.parametrize(
+    "obs_shape,dtype", [((4,), torch.float32), ((4, 10, 10), torch.bool), ((1, 84, 84), torch.uint8)]
+)
 @pytest.mark.parametrize("T", [1, 2, 20])
 def test_round_trip(obs_shape, dtype, T):
     traj = rollout(5, T, obs_shape, dtype, seed=T, p_end=0.3)

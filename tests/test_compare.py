@@ -1,6 +1,7 @@
 """``distrl compare``: bad input in one line before anything runs, the report written from run
 directories (compare.json rows, the seed's table in compare.md, the PNGs), and one short
 comparison of two recipes end to end."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,10 @@ def test_every_registered_recipe_has_a_seed_row_and_a_process_count():
     for spec in (*RECIPE_NAMES, EXAMPLE_RECIPE):
         recipe = get_recipe(spec)
         assert len(recipe.table_row) == 6 and all(recipe.table_row), spec
-    assert all(get_recipe(n).compare_nproc >= get_recipe(n).min_world_size or get_recipe(n).compare_nproc == 1
-               for n in RECIPE_NAMES)
+    assert all(
+        get_recipe(n).compare_nproc >= get_recipe(n).min_world_size or get_recipe(n).compare_nproc == 1
+        for n in RECIPE_NAMES
+    )
 
 
 def test_nproc_takes_one_count_or_one_per_recipe():
@@ -31,24 +34,27 @@ def test_nproc_takes_one_count_or_one_per_recipe():
             nproc_option(bad)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--recipes", "sac"], "unknown recipe 'sac'"),
-    (["--recipes", "impala,impala"], "distinct"),
-    (["--recipes", "nowhere.py:recipe"], "nowhere.py"),
-    (["--seeds", "x"], "--seeds expects ranges"),
-    (["--budget-s", "-1"], "--budget-s must be > 0"),
-    (["--frames", "0"], "--frames must be >= 1"),
-    (["--nproc", "0"], "--nproc: must be >= 1"),
-    (["--nproc", "impala=x"], "--nproc: invalid int value"),
-    (["--recipes", "impala", "--nproc", "seed=3"], "--nproc names seed"),
-    (["--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
-    (["--recipes", "apex", "--env", "Pendulum-v1"], "apex: apex is a DQN"),
-    (["--recipes", "impala", "--set", "algo.nope=1"], "impala: --set algo.nope=1: unknown config field"),
-    (["--recipes", "seed", "--nproc", "1", "--set", "transport.backend=rpc"], "seed: transport.backend=rpc needs"),
-    (["--logger", "csv"], "--logger: invalid choice"),
-    (["--report-only"], "holds no comparison"),
-    (["--bogus"], "unrecognized arguments: --bogus"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--recipes", "sac"], "unknown recipe 'sac'"),
+        (["--recipes", "impala,impala"], "distinct"),
+        (["--recipes", "nowhere.py:recipe"], "nowhere.py"),
+        (["--seeds", "x"], "--seeds expects ranges"),
+        (["--budget-s", "-1"], "--budget-s must be > 0"),
+        (["--frames", "0"], "--frames must be >= 1"),
+        (["--nproc", "0"], "--nproc: must be >= 1"),
+        (["--nproc", "impala=x"], "--nproc: invalid int value"),
+        (["--recipes", "impala", "--nproc", "seed=3"], "--nproc names seed"),
+        (["--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
+        (["--recipes", "apex", "--env", "Pendulum-v1"], "apex: apex is a DQN"),
+        (["--recipes", "impala", "--set", "algo.nope=1"], "impala: --set algo.nope=1: unknown config field"),
+        (["--recipes", "seed", "--nproc", "1", "--set", "transport.backend=rpc"], "seed: transport.backend=rpc needs"),
+        (["--logger", "csv"], "--logger: invalid choice"),
+        (["--report-only"], "holds no comparison"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
 def test_bad_input_is_one_line_and_nothing_is_written(args, message, tmp_path, capsys):
     out = tmp_path / "cmp"
     assert _status([*args, "--out", str(out)]) == 2
@@ -75,19 +81,41 @@ def _run(tmp_path, label: str, seed: int, fps: float, reached: bool, lag_hist: d
     """A finished run directory of ``label`` (summary.json and metrics.jsonl) and its record."""
     run_dir = tmp_path / "runs" / label / f"seed_{seed}"
     run_dir.mkdir(parents=True)
-    summary = {"recipe": label, "fps": fps, "frame_skip": 1, "frames_per_s": fps, "env_frames": int(fps * 60),
-               "eval_return_mean": 500.0 if reached else 120.0, "best_eval_return_mean": 500.0 if reached else 150.0,
-               "target_reached": {"wall_s": 20.0 + seed, "env_frames": 1000} if reached else None,
-               "min_return_after_target": 480.0 if reached else None, "return_mean_100": 490.0,
-               "policy_lag_mean": 1.5, "policy_lag_max": max(lag_hist), "policy_lag_hist": {str(k): v for k, v in lag_hist.items()},
-               "time_budget": {"learner": {"learn": 0.4, "wait": 0.5, "other": 0.1}, "actor": {"env": 0.9, "wait": 0.1}},
-               "stop_reason": "max_time", **(extra or {})}
+    summary = {
+        "recipe": label,
+        "fps": fps,
+        "frame_skip": 1,
+        "frames_per_s": fps,
+        "env_frames": int(fps * 60),
+        "eval_return_mean": 500.0 if reached else 120.0,
+        "best_eval_return_mean": 500.0 if reached else 150.0,
+        "target_reached": {"wall_s": 20.0 + seed, "env_frames": 1000} if reached else None,
+        "min_return_after_target": 480.0 if reached else None,
+        "return_mean_100": 490.0,
+        "policy_lag_mean": 1.5,
+        "policy_lag_max": max(lag_hist),
+        "policy_lag_hist": {str(k): v for k, v in lag_hist.items()},
+        "time_budget": {"learner": {"learn": 0.4, "wait": 0.5, "other": 0.1}, "actor": {"env": 0.9, "wait": 0.1}},
+        "stop_reason": "max_time",
+        **(extra or {}),
+    }
     (run_dir / "summary.json").write_text(json.dumps(summary))
     rows = [{"step": 1000 * i, "time": 100.0 + 5 * i, "actor/return_mean_100": 50.0 * i} for i in range(1, 6)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return {"label": label, "spec": label, "nproc": 3, "experiment": "default", "layout": "rank 0 learner",
-            "seed": seed, "run_dir": str(run_dir), "log": str(run_dir.parent / f"seed_{seed}.log"),
-            "exit_code": 0, "wall_s": 80.0, "killed": False, "cpu_s": 120.0}
+    return {
+        "label": label,
+        "spec": label,
+        "nproc": 3,
+        "experiment": "default",
+        "layout": "rank 0 learner",
+        "seed": seed,
+        "run_dir": str(run_dir),
+        "log": str(run_dir.parent / f"seed_{seed}.log"),
+        "exit_code": 0,
+        "wall_s": 80.0,
+        "killed": False,
+        "cpu_s": 120.0,
+    }
 
 
 def _comparison(tmp_path) -> dict:
@@ -96,16 +124,48 @@ def _comparison(tmp_path) -> dict:
     records = [
         _run(tmp_path, "impala", 0, 4000.0, True, {0: 10, 1: 80, 2: 10}, {"bytes_per_env_step": 44.8}),
         _run(tmp_path, "impala", 1, 5000.0, False, {1: 50, 3: 50}, {"bytes_per_env_step": 45.2}),
-        _run(tmp_path, "seed", 0, 9000.0, True, {0: 100}, {"inference_batch_fill_mean": 3.5, "frame_skip": 4,
-                                                            "frames_per_s": 36000.0}),
-        {"label": "sf", "spec": "sf", "nproc": 4, "experiment": "default", "layout": "rank 0 learner", "seed": 0,
-         "run_dir": str(tmp_path / "runs" / "sf" / "seed_0"), "log": str(tmp_path / "runs" / "sf" / "seed_0.log"),
-         "exit_code": 1, "wall_s": 5.0, "killed": False, "cpu_s": 4.0},
-        {"label": "apex", "spec": "apex", "nproc": 4, "experiment": "default", "layout": "", "skipped": "apex is a DQN"},
+        _run(
+            tmp_path,
+            "seed",
+            0,
+            9000.0,
+            True,
+            {0: 100},
+            {"inference_batch_fill_mean": 3.5, "frame_skip": 4, "frames_per_s": 36000.0},
+        ),
+        {
+            "label": "sf",
+            "spec": "sf",
+            "nproc": 4,
+            "experiment": "default",
+            "layout": "rank 0 learner",
+            "seed": 0,
+            "run_dir": str(tmp_path / "runs" / "sf" / "seed_0"),
+            "log": str(tmp_path / "runs" / "sf" / "seed_0.log"),
+            "exit_code": 1,
+            "wall_s": 5.0,
+            "killed": False,
+            "cpu_s": 4.0,
+        },
+        {
+            "label": "apex",
+            "spec": "apex",
+            "nproc": 4,
+            "experiment": "default",
+            "layout": "",
+            "skipped": "apex is a DQN",
+        },
     ]
     (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"label": "torn')
-    meta = {"command": "distrl compare --out X", "env": "CartPole-v1", "budget": "60 s per run", "seeds": "0-1",
-            "target_return": 475.0, "date": "2026-12-04 12:00 UTC", "machine": "2 cores (test), no GPU"}
+    meta = {
+        "command": "distrl compare --out X",
+        "env": "CartPole-v1",
+        "budget": "60 s per run",
+        "seeds": "0-1",
+        "target_return": 475.0,
+        "date": "2026-12-04 12:00 UTC",
+        "machine": "2 cores (test), no GPU",
+    }
     (tmp_path / "meta.json").write_text(json.dumps(meta))
     return meta
 
@@ -126,12 +186,17 @@ def test_the_report_from_run_directories(tmp_path):
     assert impala["cpu_cores_used"] == 1.5 and impala["busy_share_per_role"] == {"learner": 0.5, "actor": 0.9}
     seed = rows["seed"]
     assert seed["time_to_target_s"] == 20.0 and seed["inference_batch_fill"] == 3.5 and seed["frames_per_s"] == 36000.0
-    assert rows["sf"]["status"] == "failed" and "exit 1" in rows["sf"]["reason"] and "seed_0.log" in rows["sf"]["reason"]
+    assert (
+        rows["sf"]["status"] == "failed" and "exit 1" in rows["sf"]["reason"] and "seed_0.log" in rows["sf"]["reason"]
+    )
     assert rows["apex"]["status"] == "skipped" and rows["apex"]["reason"] == "apex is a DQN"
     md = (tmp_path / "compare.md").read_text()
     table = [line for line in md.splitlines() if line.startswith("| `")]
     assert len(table) == 8  # each recipe in the seed's table and in the measured one
-    assert "| `impala` | IMPALA (2018) | CPU (inference) | GPU | async | on-policy at large scale | 3 | 4,500 | never (1/2) | 310.0 |" in md
+    assert (
+        "| `impala` | IMPALA (2018) | CPU (inference) | GPU | async | on-policy at large scale | 3 | 4,500 | never "
+        "(1/2) | 310.0 |" in md
+    )
     assert "| `seed` | SEED RL (2020)" in md and "20.0 (1/1)" in md
     assert "failed: seed 0: exit 1" in md and "skipped: apex is a DQN" in md
     assert "Measured 2026-12-04 12:00 UTC on 2 cores (test)" in md and "Command: `distrl compare --out X`" in md
@@ -151,11 +216,29 @@ def test_compare_two_recipes_end_to_end(tmp_path, jobs):
     """vecenv (one process) and impala (two) on CartPole for 5 s each: progress lines, every
     output, the figures from the runs' own summaries, and the W&B run."""
     out = tmp_path / "cmp"
-    job = jobs.start([sys.executable, ROOT / "launch" / "compare.py", "--recipes", "vecenv,impala",
-                      "--nproc", "impala=2", "--budget-s", "5", "--out", out, "--logger", "wandb"])
+    job = jobs.start(
+        [
+            sys.executable,
+            ROOT / "launch" / "compare.py",
+            "--recipes",
+            "vecenv,impala",
+            "--nproc",
+            "impala=2",
+            "--budget-s",
+            "5",
+            "--out",
+            out,
+            "--logger",
+            "wandb",
+        ]
+    )
     assert job.wait(540) == 0, job.tail()
-    for line in ("[compare] 1/2 vecenv, seed 0, 1 process(es): started", "[compare] 2/2 impala, seed 0: ",
-                 "  [impala] frames ", "  [vecenv] frames "):
+    for line in (
+        "[compare] 1/2 vecenv, seed 0, 1 process(es): started",
+        "[compare] 2/2 impala, seed 0: ",
+        "  [impala] frames ",
+        "  [vecenv] frames ",
+    ):
         assert line in job.stdout, job.tail()
     rows = json.loads((out / "compare.json").read_text())["rows"]
     assert [(r["recipe"], r["status"], r["nproc"]) for r in rows] == [("vecenv", "ok", 1), ("impala", "ok", 2)]

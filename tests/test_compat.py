@@ -1,6 +1,7 @@
 """What a user kept from the previous release still works: a policy exported by distrl 0.2.0
 (``distrl export-policy``) and that run's directory, both from impala's ``debug`` experiment on the
 toy env, committed as they were written (``tests/fixtures/impala-debug-0.2.0``)."""
+
 from __future__ import annotations
 
 import gymnasium as gym

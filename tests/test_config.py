@@ -1,4 +1,5 @@
 """Config invariants, overrides, and the CLI's one-line errors (in process)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,16 +17,19 @@ def impala_cfg(**changes) -> Config:
     return override(get_recipe("impala").default_config(), **changes)
 
 
-@pytest.mark.parametrize("bad", [
-    lambda: RunConfig(total_frames=0),
-    lambda: RunConfig(logger="tensorboard"),
-    lambda: RunConfig(device="tpu"),
-    lambda: TransportConfig(backend="grpc"),
-    lambda: TransportConfig(call_timeout_s=0),
-    lambda: NetConfig(hidden=()),
-    lambda: ImpalaConfig(unroll_length=0),
-    lambda: ImpalaConfig(gamma=1.5),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: RunConfig(total_frames=0),
+        lambda: RunConfig(logger="tensorboard"),
+        lambda: RunConfig(device="tpu"),
+        lambda: TransportConfig(backend="grpc"),
+        lambda: TransportConfig(call_timeout_s=0),
+        lambda: NetConfig(hidden=()),
+        lambda: ImpalaConfig(unroll_length=0),
+        lambda: ImpalaConfig(gamma=1.5),
+    ],
+)
 def test_invariants_raise_value_error(bad):
     with pytest.raises(ValueError):
         bad()
@@ -66,8 +70,25 @@ def parse(*argv):
 
 
 def test_cli_options_land_in_config():
-    cfg = parse("impala", "--env", "Acrobot-v1", "--seed", "3", "--total-frames", "1000", "--max-time-s", "9",
-                "--target-return", "-100", "--run-dir", "/tmp/x", "--logger", "none", "--set", "algo.lr=0.01")
+    cfg = parse(
+        "impala",
+        "--env",
+        "Acrobot-v1",
+        "--seed",
+        "3",
+        "--total-frames",
+        "1000",
+        "--max-time-s",
+        "9",
+        "--target-return",
+        "-100",
+        "--run-dir",
+        "/tmp/x",
+        "--logger",
+        "none",
+        "--set",
+        "algo.lr=0.01",
+    )
     assert (cfg.run.env, cfg.run.seed, cfg.run.total_frames, cfg.run.max_time_s) == ("Acrobot-v1", 3, 1000, 9.0)
     assert (cfg.run.target_return, cfg.run.run_dir, cfg.run.logger, cfg.algo.lr) == (-100.0, "/tmp/x", "none", 0.01)
 
@@ -94,7 +115,9 @@ def test_plan_fills_run_dir_once():
 
 
 def test_world_size_the_recipe_cannot_fill():
-    recipe = dataclasses.replace(get_recipe("impala"), min_world_size=3, layout="rank 0 learner, rank 1 replay, ranks 2.. actors")
+    recipe = dataclasses.replace(
+        get_recipe("impala"), min_world_size=3, layout="rank 0 learner, rank 1 replay, ranks 2.. actors"
+    )
     with pytest.raises(ValueError, match=r"cannot run on 2 processes: it needs rank 0 learner, rank 1 replay"):
         recipe.rank_table(2, impala_cfg())
     assert recipe.rank_table(1, impala_cfg()) == {0: "learner", 1: "actor", 2: "actor"}  # local

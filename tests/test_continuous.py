@@ -2,6 +2,7 @@
 ``torch.distributions``, its bound treatment, observation normalisation (distrl/nn/obs_norm.py) merged
 across actors and across real processes, and its statistics surviving a checkpoint. Each recipe's
 own path has its own file (tests/test_{impala,seed,sf,a3c}_continuous.py)."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -73,8 +74,10 @@ def test_actions_are_clipped_at_the_env_and_the_log_prob_is_of_the_unclipped_sam
 def test_merged_statistics_equal_those_of_the_concatenated_data():
     """Every actor's moments merged at the learner (Chan et al.) = one pass over all the data."""
     g = torch.Generator().manual_seed(3)
-    parts = [torch.randn(n, 4, generator=g, dtype=torch.float64) * torch.tensor([0.01, 1.0, 30.0, 3.0]) + 5
-             for n in (3, 128, 1000, 41)]
+    parts = [
+        torch.randn(n, 4, generator=g, dtype=torch.float64) * torch.tensor([0.01, 1.0, 30.0, 3.0]) + 5
+        for n in (3, 128, 1000, 41)
+    ]
     norm = ObsNorm(4)
     for x in parts:  # in any order, in any grouping: the merge is associative
         norm.update_batch(x)
@@ -85,7 +88,9 @@ def test_merged_statistics_equal_those_of_the_concatenated_data():
     assert float(norm.count) == pytest.approx(len(every), abs=1e-3)
     # summed moments of two actors, merged once = each merged in turn
     both = ObsNorm(4)
-    both.update_moments(batch_moments(parts[0]) + batch_moments(parts[1]) + batch_moments(parts[2]) + batch_moments(parts[3]))
+    both.update_moments(
+        batch_moments(parts[0]) + batch_moments(parts[1]) + batch_moments(parts[2]) + batch_moments(parts[3])
+    )
     torch.testing.assert_close(both.mean, norm.mean, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(both.var, norm.var, rtol=1e-4, atol=1e-5)
 
@@ -112,8 +117,9 @@ def _merge_on_rank(rank: int, world: int, store: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        learner = SimpleNamespace(buf=SimpleNamespace(obs=rank_observations(rank)), world=world,
-                                  model=SimpleNamespace(obs_norm=ObsNorm(4)))
+        learner = SimpleNamespace(
+            buf=SimpleNamespace(obs=rank_observations(rank)), world=world, model=SimpleNamespace(obs_norm=ObsNorm(4))
+        )
         VecEnvLearner._update_obs_norm(learner)
         norm = learner.model.obs_norm
         torch.save({k: getattr(norm, k).detach().clone() for k in ("count", "mean", "var")}, f"{out}/rank{rank}.pt")
@@ -133,31 +139,39 @@ def test_statistics_merged_across_two_processes_equal_those_of_the_concatenated_
 
     # forked, not spawned: the ranks start with this process's modules imported (spawned ones import
     # torch and torchrl again: 22 s against 2 on a loaded 2-core machine); each sets one torch thread first
-    mp.start_processes(_merge_on_rank, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True,
-                       start_method="fork")
+    mp.start_processes(
+        _merge_on_rank, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True, start_method="fork"
+    )
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for name in ("count", "mean", "var"):
         assert torch.equal(got[0][name], got[1][name]), name  # one all-reduce: the same on both ranks
     every = torch.cat([rank_observations(r).reshape(-1, 4) for r in range(2)]).double()
     N, m, v = every.shape[0], every.mean(0), every.var(0, unbiased=False)
-    c0, u = 1e-4, 2.0 ** -24
+    c0, u = 1e-4, 2.0**-24
     mean_tol = c0 * m.abs() / N + u * m.abs()
     var_tol = c0 * ((1 - v).abs() + m.square()) / N + u * v
     count, mean, var = (got[0][k].double() for k in ("count", "mean", "var"))
     assert abs(float(count) - N) <= c0 + u * N
-    assert ((mean - m).abs() <= 2 * mean_tol).all(), ((mean - m).abs() / mean_tol)
-    assert ((var - v).abs() <= 2 * var_tol).all(), ((var - v).abs() / var_tol)
+    assert ((mean - m).abs() <= 2 * mean_tol).all(), (mean - m).abs() / mean_tol
+    assert ((var - v).abs() <= 2 * var_tol).all(), (var - v).abs() / var_tol
     # not one rank's statistics alone: a merge that skipped the other rank is far outside the bounds
     own = rank_observations(0).reshape(-1, 4).double()
-    assert ((own.mean(0) - m).abs() > 1000 * mean_tol).all() and ((own.var(0, unbiased=False) - v).abs() > 1000 * var_tol).all()
+    assert ((own.mean(0) - m).abs() > 1000 * mean_tol).all() and (
+        (own.var(0, unbiased=False) - v).abs() > 1000 * var_tol
+    ).all()
 
 
 def test_merge_moments_is_the_pooled_population_variance():
     a, b = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64), torch.tensor([10.0, -3.0], dtype=torch.float64)
-    n, m, v = merge_moments(torch.tensor(3.0), a.mean(), a.var(unbiased=False), torch.tensor(2.0), b.mean(),
-                            b.var(unbiased=False))
+    n, m, v = merge_moments(
+        torch.tensor(3.0), a.mean(), a.var(unbiased=False), torch.tensor(2.0), b.mean(), b.var(unbiased=False)
+    )
     ab = torch.cat([a, b])
-    assert float(n) == 5 and float(m) == pytest.approx(float(ab.mean())) and float(v) == pytest.approx(float(ab.var(unbiased=False)))
+    assert (
+        float(n) == 5
+        and float(m) == pytest.approx(float(ab.mean()))
+        and float(v) == pytest.approx(float(ab.var(unbiased=False)))
+    )
 
 
 def test_normalisation_is_part_of_the_parameters_and_survives_a_checkpoint(tmp_path):

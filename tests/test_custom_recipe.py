@@ -1,6 +1,7 @@
 """Custom recipes by path (``path/to/file.py:NAME``) and the one shipped, experiments/examples/custom/seed_apex.py:
 loading (and each bad spec in one line), the spec's round trip through a saved config, role files
 named by path, seed_apex's pieces against slow loops, and seed_apex end to end at world size 1."""
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ def at_root(monkeypatch):
 
 # ---------------------------------------------------------------- loading by path
 
+
 def test_a_recipe_loads_by_path(at_root):
     recipe = get_recipe(SPEC)
     assert isinstance(recipe, Recipe) and recipe.name == "seed_apex"
@@ -46,16 +48,19 @@ def test_a_recipe_loads_by_path(at_root):
     assert recipe.rank_table(1, cfg) == {0: "learner", 1: "replay", 2: "env_worker", 3: "env_worker"}
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("no_such_recipe", "unknown recipe 'no_such_recipe'"),
-    ("experiments/examples/custom/missing.py:recipe", "no such file"),
-    ("experiments/examples/custom/seed_apex.txt:recipe", "must be a .py file"),
-    ("experiments/examples/custom/seed_apex.py", "name the object in the file"),
-    ("experiments/examples/custom/seed_apex.py:", "name the object in the file"),
-    ("experiments/examples/custom/seed_apex.py:nothing", "defines no 'nothing'"),
-    ("experiments/examples/custom/seed_apex.py:SeedApexConfig", "not a distrl.recipes.Recipe"),
-    ("experiments/examples/custom/seed_apex.py:SPEC", "is a str, not a distrl.recipes.Recipe"),
-])
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("no_such_recipe", "unknown recipe 'no_such_recipe'"),
+        ("experiments/examples/custom/missing.py:recipe", "no such file"),
+        ("experiments/examples/custom/seed_apex.txt:recipe", "must be a .py file"),
+        ("experiments/examples/custom/seed_apex.py", "name the object in the file"),
+        ("experiments/examples/custom/seed_apex.py:", "name the object in the file"),
+        ("experiments/examples/custom/seed_apex.py:nothing", "defines no 'nothing'"),
+        ("experiments/examples/custom/seed_apex.py:SeedApexConfig", "not a distrl.recipes.Recipe"),
+        ("experiments/examples/custom/seed_apex.py:SPEC", "is a str, not a distrl.recipes.Recipe"),
+    ],
+)
 def test_a_bad_spec_is_one_line(at_root, spec, says):
     with pytest.raises(ValueError) as e:
         get_recipe(spec)
@@ -99,8 +104,10 @@ def test_roles_and_recipes_in_files_of_their_own(tmp_path):
         "from distrl.recipes import Recipe\nfrom distrl.recipes.base import role\n"
         "class Own:\n    def __init__(self, ctx):\n        self.ctx = ctx\n"
         "mine = Recipe(name='mine', description='d', layout='l', min_world_size=2, roles_for=lambda n: ['a'] * n,\n"
-        f"              builders={{'a': role(__name__ + ':Own'), 'b': role({str(tmp_path / 'roles.py')!r} + ':Hello')}},\n"
-        "              default_config=None, local_world_size=lambda cfg: 2)\n")
+        "              builders={'a': role(__name__ + ':Own'), "
+        f"'b': role({str(tmp_path / 'roles.py')!r} + ':Hello')}},\n"
+        "              default_config=None, local_world_size=lambda cfg: 2)\n"
+    )
     recipe = get_recipe(f"{tmp_path / 'mine.py'}:mine")
     ctx = RoleContext(None, None, 3, {3: "a"}, tmp_path)
     assert type(recipe.builders["a"](ctx)).__name__ == "Own" and recipe.builders["b"](ctx).rank == 3
@@ -119,6 +126,7 @@ def test_a_file_that_fails_to_run_is_not_half_registered(tmp_path):
 
 # ---------------------------------------------------------------- epsilon-greedy acting
 
+
 def test_the_ladder_spans_every_env_and_every_group_spans_the_ladder():
     groups = [(2, 0), (2, 1), (3, 0), (3, 1)]
     table = env_ladder(groups, 8, 0.4, 7.0)
@@ -133,15 +141,16 @@ def test_epsilon_greedy_actions_and_their_log_probabilities():
     q = torch.tensor([[0.0, 1.0, 0.5]]).expand(N, A)
     head.epsilon = torch.cat([torch.zeros(N // 2), torch.full((N // 2,), 0.6)])
     action, log_prob = head.sample(q, torch.Generator().manual_seed(0))
-    assert (action[:N // 2] == 1).all() and (log_prob[:N // 2] == 0).all()  # eps 0: greedy, probability 1
-    share = (action[N // 2:] == 1).float().mean()
+    assert (action[: N // 2] == 1).all() and (log_prob[: N // 2] == 0).all()  # eps 0: greedy, probability 1
+    share = (action[N // 2 :] == 1).float().mean()
     assert abs(share - (1 - 0.6 + 0.6 / 3)) < 0.02  # greedy with 1 - eps + eps / A
-    expect = torch.where(action[N // 2:] == 1, torch.tensor(0.6), torch.tensor(0.2)).log()
-    assert torch.allclose(log_prob[N // 2:], expect)
+    expect = torch.where(action[N // 2 :] == 1, torch.tensor(0.6), torch.tensor(0.2)).log()
+    assert torch.allclose(log_prob[N // 2 :], expect)
     assert (head.greedy(q) == 1).all()
 
 
 # ---------------------------------------------------------------- n-step windows against a slow loop
+
 
 def _play(B=2, T=4, n=3, chunks=4, gamma=0.9):
     """Steps of B scripted envs through NStepTrajectories as a server drives it; returns the windows,
@@ -167,8 +176,19 @@ def _play(B=2, T=4, n=3, chunks=4, gamma=0.9):
                 (term if kind == "term" else trunc)[b] = True
                 final.append(nxt[b].clone())
                 nxt[b, 1] = -(100 * t + b + 1)  # the reset observation
-        steps.append([(obs[b].clone(), int(action[b]), float(reward[b]), bool(term[b]), bool(trunc[b]),
-                       final.pop(0) if (term[b] or trunc[b]) else nxt[b].clone()) for b in range(B)])
+        steps.append(
+            [
+                (
+                    obs[b].clone(),
+                    int(action[b]),
+                    float(reward[b]),
+                    bool(term[b]),
+                    bool(trunc[b]),
+                    final.pop(0) if (term[b] or trunc[b]) else nxt[b].clone(),
+                )
+                for b in range(B)
+            ]
+        )
         final_obs = torch.stack([s[5] for s in steps[-1] if s[3] or s[4]]) if (term | trunc).any() else obs[:0]
         cut = g.observe(7, nxt, reward, term, trunc, final_obs)
         if cut is not None:
@@ -200,7 +220,10 @@ def test_windows_give_every_step_its_n_step_transition():
             last = steps[t + m - 1][b]
             disc = 0.0 if last[3] else disc
             assert torch.equal(item[keys.OBSERVATION], steps[t][b][0]) and int(item[keys.ACTION]) == steps[t][b][1]
-            assert abs(float(item[keys.NSTEP_RETURN]) - G) < 1e-4 and abs(float(item[keys.BOOTSTRAP_DISCOUNT]) - disc) < 1e-6
+            assert (
+                abs(float(item[keys.NSTEP_RETURN]) - G) < 1e-4
+                and abs(float(item[keys.BOOTSTRAP_DISCOUNT]) - disc) < 1e-6
+            )
             if disc:
                 assert torch.equal(item[keys.NEXT_OBSERVATION], last[5]), (b, t)
 
@@ -226,6 +249,7 @@ def test_a_restarted_worker_drops_the_carry():
 
 
 # ---------------------------------------------------------------- end to end
+
 
 @pytest.mark.timeout(180)
 def test_seed_apex_learns_the_toy_env_in_one_process(at_root, tmp_path, in_process):

@@ -9,6 +9,7 @@ An experiments script written as a path (``python experiments/X.py``) fails: it 
 Every ``python`` block compiles and its imports import. The site itself (``mkdocs build --strict``)
 is built by an integration test.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,7 @@ from distrl.recipes import RECIPE_NAMES
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SHELL = ("bash", "sh", "shell", "console")
 #: a shell line starting with one of these is a distrl command the test parses
-STARTS = ("distrl ", "python launch/", "python experiments/", "python -m distrl", "python -m experiments.",
-          "torchrun ")
+STARTS = ("distrl ", "python launch/", "python experiments/", "python -m distrl", "python -m experiments.", "torchrun ")
 
 
 def test_readme_lists_exactly_the_recipes_that_exist():
@@ -49,12 +49,16 @@ def test_no_page_or_module_cites_a_file_outside_the_repository():
 def test_no_page_points_at_an_issue_tracker_or_a_branch():
     """A reader of the docs has the repository, not its tracker: an issue number, "the issue" or a
     branch name says nothing to them."""
-    pattern = re.compile(r"\bissues?\b|\bbranch [`'\"]|\b(?:on|in|from|to) (?:the |a )?[`'\"]?[\w/.-]+[`'\"]? branch\b"
-                         r"|/pull/\d|(?<![\w&])#\d+\b", re.I)
+    pattern = re.compile(
+        r"\bissues?\b|\bbranch [`'\"]|\b(?:on|in|from|to) (?:the |a )?[`'\"]?[\w/.-]+[`'\"]? branch\b"
+        r"|/pull/\d|(?<![\w&])#\d+\b",
+        re.I,
+    )
     for path in DOCS:
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            hits = [m.group(0) for m in pattern.finditer(line)
-                    if "pytorch/rl" not in line and "github.com" not in line]  # upstream's issues are citable
+            hits = [
+                m.group(0) for m in pattern.finditer(line) if "pytorch/rl" not in line and "github.com" not in line
+            ]  # upstream's issues are citable
             assert not hits, f"{path.relative_to(ROOT)}:{n}: {hits}: {line.strip()}"
 
 
@@ -67,6 +71,7 @@ def test_the_readmes_links_lead_somewhere():
 
 
 # ---- code blocks ----------------------------------------------------------------------------------
+
 
 def fenced_blocks(path) -> list[tuple[str, int, str]]:
     """``(language, first line number, text)`` of every fenced code block of ``path``."""
@@ -154,6 +159,7 @@ def stop_after_parsing():
             if depth[0] == 0:
                 raise Parsed(result)
             return result
+
         return parse
 
     for name, original in originals.items():
@@ -178,7 +184,10 @@ def run_parse_only(target) -> tuple[bool, str]:
         except SystemExit as e:
             return e.code in (0, None), err.getvalue()
         else:
-            return code == 0, err.getvalue() + f"\n(it ran to the end with status {code}: no argparse parser stopped it)"
+            return (
+                code == 0,
+                err.getvalue() + f"\n(it ran to the end with status {code}: no argparse parser stopped it)",
+            )
     if isinstance(parsed, tuple) and hasattr(parsed[0], "recipe"):
         ns, extra = parsed
         return check_train([ns.recipe, *extra, "--max-time-s", str(ns.max_time_s)])
@@ -297,8 +306,9 @@ def test_every_command_in_the_docs_parses(where, words, monkeypatch):
     assert ok, f"{where}: {shlex.join(words)}\n{err}"
 
 
-PYTHON_BLOCKS = [(f"{p.relative_to(ROOT)}:{n}", text) for p in DOCS for lang, n, text in fenced_blocks(p)
-                 if lang in ("python", "py")]
+PYTHON_BLOCKS = [
+    (f"{p.relative_to(ROOT)}:{n}", text) for p in DOCS for lang, n, text in fenced_blocks(p) if lang in ("python", "py")
+]
 
 
 @pytest.mark.parametrize("where,text", PYTHON_BLOCKS, ids=[w for w, _ in PYTHON_BLOCKS])
@@ -319,6 +329,7 @@ def test_every_shell_block_of_a_page_names_its_language():
 
 # ---- the site -------------------------------------------------------------------------------------
 
+
 def test_every_page_is_in_the_site_navigation():
     import yaml
 
@@ -326,7 +337,7 @@ def test_every_page_is_in_the_site_navigation():
 
     def pages(nav):
         for item in nav:
-            for value in (item.values() if isinstance(item, dict) else [item]):
+            for value in item.values() if isinstance(item, dict) else [item]:
                 yield from (pages(value) if isinstance(value, list) else [value])
 
     listed = set(pages(config["nav"]))
@@ -344,6 +355,8 @@ def test_mkdocs_build_strict(jobs, tmp_path):
     """``mkdocs build --strict``, as .ci/run runs it: no broken link, no missing page, every API
     object the reference names still exists."""
     pytest.importorskip("mkdocs", reason='mkdocs is not installed (pip install -e ".[docs]")')
-    job = jobs.start([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", tmp_path / "site"],
-                     env=child_env(NO_MKDOCS_2_WARNING="1"))
+    job = jobs.start(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", tmp_path / "site"],
+        env=child_env(NO_MKDOCS_2_WARNING="1"),
+    )
     assert job.wait(180) == 0, job.tail()

@@ -5,6 +5,7 @@ for a conv, ``in * out + out`` for a linear layer), so a layer added, dropped or
 The image heads run on MinAtar-like ``[B, 4, 10, 10]`` bool batches, forward and backward (nature,
 which cannot take 10x10, on its smallest image, 36x36). Quick tier: no processes, no training.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -56,8 +57,11 @@ COUNTS = [
     ("minatar", (6, 10, 12), 6 * 16 * 3 * 3 + 16 + (16 * 8 * 10) * 128 + 128),  # H and W apart
     ("impala", MINATAR, impala_convs(4) + (32 * 2 * 2) * 256 + 256),  # 10 -> 5 -> 3 -> 2; 130_768
     ("impala", ATARI, impala_convs(4) + (32 * 11 * 11) * 256 + 256),  # 84 -> 42 -> 21 -> 11; 1_089_232
-    ("nature", ATARI, (4 * 32 * 8 * 8 + 32) + (32 * 64 * 4 * 4 + 64) + (64 * 64 * 3 * 3 + 64)
-     + (64 * 7 * 7) * 512 + 512),  # 84 -> 20 -> 9 -> 7; 1_684_128
+    (
+        "nature",
+        ATARI,
+        (4 * 32 * 8 * 8 + 32) + (32 * 64 * 4 * 4 + 64) + (64 * 64 * 3 * 3 + 64) + (64 * 7 * 7) * 512 + 512,
+    ),  # 84 -> 20 -> 9 -> 7; 1_684_128
     ("nature", (4, 36, 36), 8224 + 32832 + 36928 + 64 * 1 * 1 * 512 + 512),  # 36 -> 8 -> 3 -> 1
 ]
 
@@ -105,25 +109,41 @@ def test_a_uint8_batch_runs_end_to_end_and_reaches_the_encoder_as_uint8():
 
 
 # 2. choosing one
-@pytest.mark.parametrize("shape,name", [
-    ((4,), "mlp"), (MINATAR, "minatar"), ((1, 16, 16), "minatar"), ((3, 16, 40), "impala"),
-    ((3, 24, 24), "impala"), ((3, 35, 64), "impala"), ((3, 36, 36), "nature"), (ATARI, "nature"),
-])
+@pytest.mark.parametrize(
+    "shape,name",
+    [
+        ((4,), "mlp"),
+        (MINATAR, "minatar"),
+        ((1, 16, 16), "minatar"),
+        ((3, 16, 40), "impala"),
+        ((3, 24, 24), "impala"),
+        ((3, 35, 64), "impala"),
+        ((3, 36, 36), "nature"),
+        (ATARI, "nature"),
+    ],
+)
 def test_auto_picks_by_shape(shape, name):
     assert resolve_encoder(shape) == name
     assert resolve_encoder(shape, "impala") == "impala"  # a name is taken as given
     assert type(make_encoder(shape, NetConfig())) is ENCODERS[name]
 
 
-@pytest.mark.parametrize("name,shape,message", [
-    ("auto", (10, 10), "encoder auto: observations of shape (10, 10) are neither flat"),
-    ("auto", (1, 4, 10, 10), "neither flat [F] nor images [C, H, W]"),
-    ("nature", MINATAR, "encoder nature takes images [C, H, W] of at least 36x36, got shape (4, 10, 10)"),
-    ("minatar", (4,), "encoder minatar takes images [C, H, W] of at least 3x3, got shape (4,): set net.encoder=mlp"),
-    ("minatar", (4, 2, 10), "at least 3x3"),
-    ("impala", (16,), "encoder impala takes images"),
-    ("mlp", MINATAR, "encoder mlp takes flat observations [F], got shape (4, 10, 10)"),
-])
+@pytest.mark.parametrize(
+    "name,shape,message",
+    [
+        ("auto", (10, 10), "encoder auto: observations of shape (10, 10) are neither flat"),
+        ("auto", (1, 4, 10, 10), "neither flat [F] nor images [C, H, W]"),
+        ("nature", MINATAR, "encoder nature takes images [C, H, W] of at least 36x36, got shape (4, 10, 10)"),
+        (
+            "minatar",
+            (4,),
+            "encoder minatar takes images [C, H, W] of at least 3x3, got shape (4,): set net.encoder=mlp",
+        ),
+        ("minatar", (4, 2, 10), "at least 3x3"),
+        ("impala", (16,), "encoder impala takes images"),
+        ("mlp", MINATAR, "encoder mlp takes flat observations [F], got shape (4, 10, 10)"),
+    ],
+)
 def test_a_shape_an_encoder_cannot_take_is_a_one_line_error(name, shape, message):
     with pytest.raises(ValueError) as err:
         make_encoder(shape, NetConfig(encoder=name))
@@ -150,8 +170,9 @@ def test_names_config_and_command_line_agree():
 
 # 3. every head over every image encoder
 def grads_everywhere(model: torch.nn.Module) -> bool:
-    return all(p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
-               for p in model.parameters())
+    return all(
+        p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0 for p in model.parameters()
+    )
 
 
 def partition(groups, model) -> bool:
@@ -256,8 +277,9 @@ def test_the_numpy_policy_refuses_an_image_policy_in_one_line():
 
 
 # 4. a checkpoint of an image network, back as a TorchRL actor
-@pytest.mark.parametrize("recipe,name", [("impala", "minatar"), ("impala", "impala"), ("apex", "auto"),
-                                         ("vecenv", "auto")])
+@pytest.mark.parametrize(
+    "recipe,name", [("impala", "minatar"), ("impala", "impala"), ("apex", "auto"), ("vecenv", "auto")]
+)
 def test_load_policy_rebuilds_an_image_network(tmp_path, recipe, name):
     torch.manual_seed(3)
     net = NetConfig(encoder=name)

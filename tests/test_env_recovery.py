@@ -2,6 +2,7 @@
 env and goes on; after ``run.env_max_failures`` failures in a row it gives up with one line naming
 the env id, the count and the last exception. Unit tests of the policy (no sleeping), then two
 short jobs at world size 1 with an injected env fault (distrl/runtime/faults.py)."""
+
 from __future__ import annotations
 
 import json
@@ -62,6 +63,7 @@ def test_bad_settings_are_refused():
 
 # ---- jobs at world size 1 ----------------------------------------------------------------------------
 
+
 def _faulty_env(tmp_path: Path, fault: str) -> dict:
     return child_env(DISTRL_FAULT=fault, DISTRL_FAULT_LOG=str(tmp_path / "faults.jsonl"))
 
@@ -84,8 +86,21 @@ def test_seed_env_worker_recreates_a_failed_env_group_and_goes_on(tmp_path, jobs
 @pytest.mark.timeout(120)
 def test_impala_actor_gives_up_on_an_env_that_always_fails(tmp_path, jobs):
     run = tmp_path / "run"
-    args = ["impala", "--experiment", "debug", "--logger", "none", "--run-dir", str(run),
-            "--set", "algo.local_actors=1", "--set", "run.env_max_failures=3", "--set", "run.peer_grace_s=1"]
+    args = [
+        "impala",
+        "--experiment",
+        "debug",
+        "--logger",
+        "none",
+        "--run-dir",
+        str(run),
+        "--set",
+        "algo.local_actors=1",
+        "--set",
+        "run.env_max_failures=3",
+        "--set",
+        "run.peer_grace_s=1",
+    ]
     proc = jobs.train(args, env=_faulty_env(tmp_path, "env_error_always@1:3"), timeout=80)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out[-3000:]  # the only actor is lost: all_peers_lost after the grace

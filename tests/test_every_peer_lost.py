@@ -5,6 +5,7 @@ job under ``torchrun --max-restarts`` restarts and resumes instead of idling to 
 The quick test drives :meth:`LearnerSession.should_stop` alone (no ``tick``: a learner waiting for
 data calls only that) over the in-process transport; the others kill both actors of a real
 ``--nproc 3`` impala job. Figures are printed for the closing notes: run with -s."""
+
 from __future__ import annotations
 
 import json
@@ -77,8 +78,9 @@ def test_should_stop_alone_notices_every_peer_lost_after_the_grace(tmp_path, cap
     assert summary["stop_reason"] == "all_peers_lost" and set(summary["lost_ranks"]) == {"1", "2"}
     assert summary["checkpoint"] == "checkpoints/ckpt_0000000000.pt" and (tmp_path / summary["checkpoint"]).is_file()
     lines = [line for line in capsys.readouterr().out.splitlines() if "every peer is lost" in line]
-    assert lines == [f"[learner] every peer is lost (ranks 1 (actor), 2 (actor)) for {grace:g} s: "
-                     "stopping with a checkpoint"], lines
+    assert lines == [
+        f"[learner] every peer is lost (ranks 1 (actor), 2 (actor)) for {grace:g} s: stopping with a checkpoint"
+    ], lines
 
 
 def test_every_apex_actor_lost_stops_though_a_replay_shard_lives(tmp_path, capsys):
@@ -89,8 +91,17 @@ def test_every_apex_actor_lost_stops_though_a_replay_shard_lives(tmp_path, capsy
     from distrl.roles.session import LearnerSession
     from distrl.transport.local import LocalHub
 
-    argv = ["apex", "--experiment", "debug", "--logger", "none", "--run-dir", str(tmp_path),
-            "--set", "run.peer_grace_s=0.2"]
+    argv = [
+        "apex",
+        "--experiment",
+        "debug",
+        "--logger",
+        "none",
+        "--run-dir",
+        str(tmp_path),
+        "--set",
+        "run.peer_grace_s=0.2",
+    ]
     cfg = build_config(make_parser().parse_args(argv))
     hub = LocalHub(4, num_threads=4)
     peers = {r: hub.endpoint(r) for r in (1, 2, 3)}
@@ -118,8 +129,18 @@ def test_every_apex_actor_lost_stops_though_a_replay_shard_lives(tmp_path, capsy
 @pytest.mark.timeout(240)
 def test_every_actor_killed_the_job_checkpoints_and_exits_4(tmp_path, jobs):
     run = tmp_path / "run"
-    args = DEBUG + ["--run-dir", str(run), "--total-frames", "100000000", "--max-time-s", "600",
-                    "--set", f"run.peer_grace_s={GRACE_S:g}", "--nproc", "3"]
+    args = DEBUG + [
+        "--run-dir",
+        str(run),
+        "--total-frames",
+        "100000000",
+        "--max-time-s",
+        "600",
+        "--set",
+        f"run.peer_grace_s={GRACE_S:g}",
+        "--nproc",
+        "3",
+    ]
     # without the fix the job idles until --max-time-s: the wait below fails it long before
     proc = jobs.train(args, env=faulty_env(tmp_path, KILL_BOTH), timeout=180)
     ended = time.time()
@@ -144,8 +165,10 @@ def test_every_actor_killed_the_job_checkpoints_and_exits_4(tmp_path, jobs):
     detected = max(v["time"] for v in s["lost_ranks"].values()) - last_kill
     waited = s["wall_s"] - max(v["wall_s"] for v in s["lost_ranks"].values())  # the learner's own clock
     down = ended - last_kill
-    print(f"\nevery actor SIGKILLed: the last one detected in {detected * 1000:.0f} ms, the learner stopped "
-          f"{waited:.1f}s after (grace {GRACE_S:g}s), the job exited {down:.1f}s after the kill, status 4")
+    print(
+        f"\nevery actor SIGKILLed: the last one detected in {detected * 1000:.0f} ms, the learner stopped "
+        f"{waited:.1f}s after (grace {GRACE_S:g}s), the job exited {down:.1f}s after the kill, status 4"
+    )
     assert detected < 5.0
     assert GRACE_S <= waited and down < GRACE_S + 30
 
@@ -153,8 +176,16 @@ def test_every_actor_killed_the_job_checkpoints_and_exits_4(tmp_path, jobs):
 @pytest.mark.timeout(300)
 def test_every_actor_lost_under_max_restarts_the_restart_resumes(tmp_path, jobs):
     run = tmp_path / "run"
-    args = DEBUG + ["--run-dir", str(run), "--total-frames", "40000", "--max-time-s", "600",
-                    "--set", f"run.peer_grace_s={GRACE_S:g}"]
+    args = DEBUG + [
+        "--run-dir",
+        str(run),
+        "--total-frames",
+        "40000",
+        "--max-time-s",
+        "600",
+        "--set",
+        f"run.peer_grace_s={GRACE_S:g}",
+    ]
     cmd = train_cmd(args, nproc=3)
     cmd.insert(cmd.index("torch.distributed.run") + 1, "--max-restarts=1")
     job = jobs.start(cmd, env=faulty_env(tmp_path, KILL_BOTH))

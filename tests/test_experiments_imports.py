@@ -5,6 +5,7 @@ script), and no file reaches for another module's underscore-prefixed name.
 
 Read from the source alone (``ast``), nothing imported: quick, and a broken script is reported as
 the rule it breaks, not as an import error."""
+
 from __future__ import annotations
 
 import ast
@@ -38,7 +39,7 @@ def absolute(node: ast.ImportFrom, path: Path) -> str:
     package = module_name(path).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
-    base = package[:len(package) - node.level + 1]
+    base = package[: len(package) - node.level + 1]
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -69,11 +70,17 @@ def test_the_files_are_found():
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_file_edits_sys_path(path):
     """``python -m experiments.X`` from the root finds distrl and experiments by itself."""
-    hits = [node.lineno for node in ast.walk(tree(path))
-            if (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
-                and node.value.id == "sys")
-            or (isinstance(node, ast.ImportFrom) and node.module == "sys"
-                and any(a.name == "path" for a in node.names))]
+    hits = [
+        node.lineno
+        for node in ast.walk(tree(path))
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        )
+        or (isinstance(node, ast.ImportFrom) and node.module == "sys" and any(a.name == "path" for a in node.names))
+    ]
     assert not hits, f"{path.relative_to(ROOT)} touches sys.path at lines {hits}: run it as python -m experiments.X"
 
 
@@ -83,12 +90,18 @@ def test_no_file_imports_another_modules_private_name(path):
     hits = []
     for node in ast.walk(tree(path)):
         if isinstance(node, ast.ImportFrom):
-            hits += [f"{node.lineno}: from {absolute(node, path)} import {a.name}" for a in node.names
-                     if a.name.startswith("_") and not a.name.startswith("__")]
+            hits += [
+                f"{node.lineno}: from {absolute(node, path)} import {a.name}"
+                for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__")
+            ]
         if isinstance(node, ast.Import):
-            hits += [f"{node.lineno}: import {a.name}" for a in node.names
-                     if a.name.startswith("experiments.") and any(p.startswith("_") and not p.startswith("__")
-                                                                   for p in a.name.split("."))]
+            hits += [
+                f"{node.lineno}: import {a.name}"
+                for a in node.names
+                if a.name.startswith("experiments.")
+                and any(p.startswith("_") and not p.startswith("__") for p in a.name.split("."))
+            ]
     assert not hits, f"{path.relative_to(ROOT)} imports private names:\n" + "\n".join(hits)
 
 
@@ -100,7 +113,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                found.append(stack[stack.index(nxt):] + [nxt])
+                found.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = 2
@@ -124,7 +137,10 @@ def test_no_import_circle_among_experiments_modules():
 def test_the_kit_imports_no_script():
     """The kit sits below every script: a script may import the kit, the kit never a script, so no
     circle can form through it."""
-    wrong = {name: sorted(m for m in deps if not m.startswith("experiments.kit"))
-             for name, deps in GRAPH.items() if name.startswith("experiments.kit")}
+    wrong = {
+        name: sorted(m for m in deps if not m.startswith("experiments.kit"))
+        for name, deps in GRAPH.items()
+        if name.startswith("experiments.kit")
+    }
     wrong = {k: v for k, v in wrong.items() if v}
     assert not wrong, f"kit modules importing scripts: {wrong}"

@@ -1,5 +1,6 @@
 """Door 3: ``distrl.FleetCollector`` yields TorchRL ``[B, T]`` batches from impala's actors, takes
 weights back through ``update_policy_weights_``, honours ``total_frames`` and leaves nothing behind."""
+
 from __future__ import annotations
 
 import os
@@ -109,8 +110,9 @@ def test_actor_processes_over_rpc(no_leaked_processes):
     listens on loopback, nothing is left after, the user's environment variables included (a leaked
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE changed how every later torchrun job named its run dir)."""
     environ = dict(os.environ)
-    with distrl.FleetCollector(**TOY, world_size=3, frames_per_batch=80, total_frames=2_000, queue_size=2,
-                               init_timeout_s=60.0) as collector:
+    with distrl.FleetCollector(
+        **TOY, world_size=3, frames_per_batch=80, total_frames=2_000, queue_size=2, init_timeout_s=60.0
+    ) as collector:
         versions, sockets = [], set()
         for batch in collector:
             assert tuple(batch.batch_size) == (8, 10)

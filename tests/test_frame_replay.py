@@ -2,6 +2,7 @@
 transitions exactly; the replay shard keeps each frame once in a ring beside the transitions,
 samples the very stacks that went in, kills (never mis-serves) a transition whose frames the ring
 has overwritten, checkpoints it all, and stays under 8 KiB a transition of 84x84 frames."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,7 @@ from distrl.config import override
 from distrl.data import keys
 from distrl.data.wire import payload_nbytes
 from distrl.recipes.apex.recipe import default as default_config
-from distrl.data.transitions import (STACKS, pack_transitions, unpack_frame_transitions,
-                                             unpack_transitions)
+from distrl.data.transitions import STACKS, pack_transitions, unpack_frame_transitions, unpack_transitions
 from distrl.runtime.context import RoleContext
 from distrl.replay.frame_store import FrameReplayStore
 from distrl.replay.server import ReplayServer
@@ -35,13 +35,24 @@ def stacked_window(B: int, W: int, ends: torch.Tensor, K: int = 4, shape=(6, 6),
     for t in range(W):
         obs[t], next_obs[t] = current, torch.cat([current[:, 1:], draw()], 1)
         current = torch.where((term[t] | trunc[t]).view(B, 1, 1, 1), fresh(), next_obs[t])
-    td = TensorDict({
-        keys.OBSERVATION: obs, keys.ACTION: torch.randint(0, 6, (W, B), generator=g),
-        keys.CHOSEN_ACTION_VALUE: torch.randn(W, B, generator=g),
-        keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, keys.STEP_REWARD: torch.randn(W, B, 1, generator=g),
-                               keys.STEP_DONE: (term | trunc)[..., None], keys.STEP_TERMINATED: term[..., None],
-                               keys.STEP_TRUNCATED: trunc[..., None]}, batch_size=[W, B]),
-    }, batch_size=[W, B])
+    td = TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.ACTION: torch.randint(0, 6, (W, B), generator=g),
+            keys.CHOSEN_ACTION_VALUE: torch.randn(W, B, generator=g),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: next_obs,
+                    keys.STEP_REWARD: torch.randn(W, B, 1, generator=g),
+                    keys.STEP_DONE: (term | trunc)[..., None],
+                    keys.STEP_TERMINATED: term[..., None],
+                    keys.STEP_TRUNCATED: trunc[..., None],
+                },
+                batch_size=[W, B],
+            ),
+        },
+        batch_size=[W, B],
+    )
     return td.transpose(0, 1).contiguous()
 
 
@@ -119,8 +130,16 @@ def test_a_transition_whose_frames_were_overwritten_is_never_served():
 
 
 def test_the_shard_keeps_frames_once_and_restores_them(tmp_path):
-    cfg = override(default_config(), **{"run.logger": "none", "run.run_dir": str(tmp_path), "algo.min_replay_size": 0,
-                                        "algo.capacity": 256, "algo.samples_per_insert": 0.0})
+    cfg = override(
+        default_config(),
+        **{
+            "run.logger": "none",
+            "run.run_dir": str(tmp_path),
+            "algo.min_replay_size": 0,
+            "algo.capacity": 256,
+            "algo.samples_per_insert": 0.0,
+        },
+    )
     roles = {0: "learner", 1: "replay", 2: "replay"}
     hub = LocalHub(3)
     try:
@@ -140,9 +159,18 @@ def test_the_shard_keeps_frames_once_and_restores_them(tmp_path):
         assert isinstance(other.store, FrameReplayStore) and len(other.store) == plain.shape[0]
         tr = other.store.sample(32)
         assert_same(tr.select(*plain.keys(True, True)), plain[tr[keys.REPLAY_INDEX]])
-        applied = hub.endpoint(0).call_sync(2, "update_priorities", TensorDict({
-            keys.REPLAY_INDEX: tr[keys.REPLAY_INDEX], keys.REPLAY_GENERATION: tr[keys.REPLAY_GENERATION],
-            keys.PRIORITY: torch.ones(32)}), 10.0)
+        applied = hub.endpoint(0).call_sync(
+            2,
+            "update_priorities",
+            TensorDict(
+                {
+                    keys.REPLAY_INDEX: tr[keys.REPLAY_INDEX],
+                    keys.REPLAY_GENERATION: tr[keys.REPLAY_GENERATION],
+                    keys.PRIORITY: torch.ones(32),
+                }
+            ),
+            10.0,
+        )
         assert int(applied[keys.PRIORITIES_APPLIED]) == 32
     finally:
         hub.close()
@@ -159,18 +187,29 @@ def atari_stream(B: int = 8, T: int = 64, n: int = 3, K: int = 4, shape=(84, 84)
         stream = torch.cat([stream, torch.randint(0, 256, (B, new, *shape), generator=g, dtype=torch.uint8)], 1)
         stacks = stream.unfold(1, K, 1).movedim(-1, 2)  # [B, steps + 1, K, *F]: step s shows frames s..s+K-1
         lo = max(step - (n - 1), 0)
-        obs, next_obs = stacks[:, lo:step + T], stacks[:, lo + 1:step + T + 1]
+        obs, next_obs = stacks[:, lo : step + T], stacks[:, lo + 1 : step + T + 1]
         W = obs.shape[1]
         zeros = torch.zeros(B, W, 1, dtype=torch.bool)
-        window = TensorDict({keys.OBSERVATION: obs, keys.ACTION: torch.randint(0, 6, (B, W), generator=g),
-                             keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, keys.STEP_TERMINATED: zeros,
-                                                    keys.STEP_TRUNCATED: zeros,
-                                                    keys.STEP_REWARD: torch.randn(B, W, 1, generator=g)}, [B, W])},
-                            [B, W])
+        window = TensorDict(
+            {
+                keys.OBSERVATION: obs,
+                keys.ACTION: torch.randint(0, 6, (B, W), generator=g),
+                keys.NEXT: TensorDict(
+                    {
+                        keys.OBSERVATION: next_obs,
+                        keys.STEP_TERMINATED: zeros,
+                        keys.STEP_TRUNCATED: zeros,
+                        keys.STEP_REWARD: torch.randn(B, W, 1, generator=g),
+                    },
+                    [B, W],
+                ),
+            },
+            [B, W],
+        )
         G, discount, last = nstep_returns(window[keys.REWARD][..., 0], zeros[..., 0], zeros[..., 0], 0.99, n)
         yield pack_transitions(window, G, discount, last, torch.rand(G.numel(), generator=g), version, frames=True)
         step += T
-        stream = stream[:, -(n - 1 + K):]  # what the next window needs of the past
+        stream = stream[:, -(n - 1 + K) :]  # what the next window needs of the past
         step, version, new = n - 1, version + 1, T
 
 
@@ -187,9 +226,11 @@ def test_atari_shaped_transitions_cost_under_8_kib():
         frames, tr, priority = unpack_frame_transitions(msg)
         assert store.extend(tr, priority, frames)
     per = store.nbytes() / len(store)
-    print(f"replay: {per:.0f} bytes per transition ({store.nbytes() / 2**20:.1f} MiB for {len(store)}); "
-          f"insert wire {wire / steps:.0f} bytes per env step; {store.written / store.inserted:.3f} frames stored "
-          "per transition")
+    print(
+        f"replay: {per:.0f} bytes per transition ({store.nbytes() / 2**20:.1f} MiB for {len(store)}); "
+        f"insert wire {wire / steps:.0f} bytes per env step; {store.written / store.inserted:.3f} frames stored "
+        "per transition"
+    )
     # the oldest windows' first steps read frames of the window before (about one message back): at 5k
     # transitions the ring's 5% room is half a message, so a few of the oldest die a little early
     assert len(store) >= 0.99 * capacity

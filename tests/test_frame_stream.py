@@ -1,11 +1,12 @@
 """distrl/data/frame_stream.py: a frame stack crosses one new frame per step and is rebuilt exactly."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from distrl.data.frame_stream import FINAL_FULL, FRAME, FULL, FULL_INDEX, StackReceiver, StackSender
+from distrl.data.frame_stream import FINAL_FULL, FRAME, FULL_INDEX, StackReceiver, StackSender
 from distrl.data.wire import payload_nbytes
 
 
@@ -75,7 +76,7 @@ def test_atari_frames_cost_one_frame_per_env_step():
     obs, _ = env.reset(seed=0)
     sender, receiver = StackSender(), StackReceiver()
     done = torch.zeros(B, dtype=torch.bool)
-    sent = 0
+    sent, info, d = 0, {}, None  # the step's outcome: none before the first step
     for t in range(steps + 1):
         obs_t = torch.from_numpy(obs)
         final = obs_t[:0] if t == 0 else torch.from_numpy(final_observations(obs, info, d)[d])

@@ -1,6 +1,7 @@
 """Frame stacks cross the wire and sit in replay once per frame: the codec
 (``distrl/data/frames.py``) against a slow loop, and IMPALA's frame-stack wire form
 (``distrl/data/compact.py``) exact and one 84x84 frame plus at most 64 bytes per env step."""
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -34,13 +35,25 @@ def stacked_rollout(B, T, K=4, shape=(84, 84), p_end=0.05, seed=0) -> TensorDict
     """A ``[B, T]`` IMPALA trajectory of frame stacks (``tests/test_compact.py``'s keys)."""
     obs, next_obs, term, trunc = frame_stream(B, T, K, shape, p_end, seed)
     g = torch.Generator().manual_seed(seed + 1)
-    td = TensorDict({
-        keys.OBSERVATION: obs, keys.ACTION: torch.randint(0, 6, (T, B), generator=g),
-        keys.ACTION_LOG_PROB: torch.randn(T, B, generator=g), keys.POLICY_VERSION: torch.full((T, B), 3),
-        keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, keys.STEP_REWARD: torch.randn(T, B, 1, generator=g),
-                               keys.STEP_DONE: (term | trunc)[..., None], keys.STEP_TERMINATED: term[..., None],
-                               keys.STEP_TRUNCATED: trunc[..., None]}, batch_size=[T, B]),
-    }, batch_size=[T, B])
+    td = TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.ACTION: torch.randint(0, 6, (T, B), generator=g),
+            keys.ACTION_LOG_PROB: torch.randn(T, B, generator=g),
+            keys.POLICY_VERSION: torch.full((T, B), 3),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: next_obs,
+                    keys.STEP_REWARD: torch.randn(T, B, 1, generator=g),
+                    keys.STEP_DONE: (term | trunc)[..., None],
+                    keys.STEP_TERMINATED: term[..., None],
+                    keys.STEP_TRUNCATED: trunc[..., None],
+                },
+                batch_size=[T, B],
+            ),
+        },
+        batch_size=[T, B],
+    )
     return td.transpose(0, 1).contiguous()
 
 
@@ -114,11 +127,15 @@ def test_impala_frame_form_chains_to_what_the_receiver_holds(p_end):
     # one 84x84 frame a step, amortised (Atari's B=16, T=20); an episode's end adds its reset's 3 zero
     # frames (and a truncated one its final stack): here every 50 steps, in Atari every few thousand
     assert per_step < 7056 + 64 + p_end * 7 * 7056, per_step
-    print(f"impala frame-stack wire: {per_step:.1f} bytes per env step (whole stacks: {payload_nbytes(pack_trajectory(second)) / (B * T):.0f})")
+    print(
+        f"impala frame-stack wire: {per_step:.1f} bytes per env step (whole stacks: "
+        f"{payload_nbytes(pack_trajectory(second)) / (B * T):.0f})"
+    )
 
 
 def test_the_stream_chains_only_to_what_the_receiver_acknowledged():
     from distrl.data.compact import FrameReceiver, FrameSender
+
     B, T = 4, 10
     parts = stacked_rollout(B, 4 * T, shape=(6, 6), p_end=0.05).split(T, dim=1)
     sender, receiver, acked, sizes = FrameSender(), FrameReceiver(), -1, []
@@ -154,9 +171,16 @@ def test_the_impala_learner_rebuilds_an_actors_frame_stacks_across_messages(tmp_
     try:
         sender, acked, B, T = FrameSender(), -1, 4, 20
         for i, part in enumerate(stacked_rollout(B, 3 * T, p_end=0.02).split(T, dim=1)):
-            msg = TensorDict({keys.TRAJ: part, keys.PARAMS_VERSION: torch.tensor(-1), keys.ENV_ERRORS: torch.tensor(0),
-                              keys.EPISODE_RETURNS: torch.zeros(0), keys.EPISODE_LENGTHS: torch.zeros(0, dtype=torch.int64),
-                              keys.ACTOR_RANK: torch.tensor(1)})
+            msg = TensorDict(
+                {
+                    keys.TRAJ: part,
+                    keys.PARAMS_VERSION: torch.tensor(-1),
+                    keys.ENV_ERRORS: torch.tensor(0),
+                    keys.EPISODE_RETURNS: torch.zeros(0),
+                    keys.EPISODE_LENGTHS: torch.zeros(0, dtype=torch.int64),
+                    keys.ACTOR_RANK: torch.tensor(1),
+                }
+            )
             wire = wire_message(msg, sender, acked)
             assert int(wire[keys.TRAJ, REF_FRAMES]) == (B * 4 if i else 0)
             acked = int(learner._put_trajectory(wire)[FRAMES_ACK])

@@ -9,6 +9,7 @@ with rho_t = min(rho_bar, pi/mu), c_i = min(c_bar, pi/mu), and here
     pi/mu = exp(log pi(a_t|x_t) - log mu(a_t|x_t)),
     log pi(a|x) = sum_j log N(a_j; mean_j(x), std_j(x)^2)  (torch.distributions.Normal, summed over A).
 """
+
 from __future__ import annotations
 
 import copy
@@ -57,16 +58,26 @@ def continuous_batch(B=3, T=9, F=4, A=2, seed=0) -> TensorDict:
     g = torch.Generator().manual_seed(seed)
     done = torch.rand(B, T, 1, generator=g) < 0.2
     term = done & (torch.rand(B, T, 1, generator=g) < 0.5)  # some ends are truncations
-    return TensorDict({
-        keys.OBSERVATION: torch.randn(B, T, F, generator=g),
-        keys.ACTION: torch.randn(B, T, A, generator=g),
-        keys.NEXT: TensorDict({keys.OBSERVATION: torch.randn(B, T, F, generator=g),
-                               keys.STEP_REWARD: torch.randn(B, T, 1, generator=g), keys.STEP_DONE: done,
-                               keys.STEP_TERMINATED: term}, batch_size=[B, T]),
-    }, batch_size=[B, T])
+    return TensorDict(
+        {
+            keys.OBSERVATION: torch.randn(B, T, F, generator=g),
+            keys.ACTION: torch.randn(B, T, A, generator=g),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: torch.randn(B, T, F, generator=g),
+                    keys.STEP_REWARD: torch.randn(B, T, 1, generator=g),
+                    keys.STEP_DONE: done,
+                    keys.STEP_TERMINATED: term,
+                },
+                batch_size=[B, T],
+            ),
+        },
+        batch_size=[B, T],
+    )
 
 
 # ---- the math ---------------------------------------------------------------------------------
+
 
 def test_gaussian_head_log_probs_are_normal_log_probs():
     model = gaussian_model(4, 3, seed=0)
@@ -95,8 +106,15 @@ def test_vtrace_on_gaussian_actions_matches_the_slow_loop(rho_bar, c_bar):
     obs, action = batch[keys.OBSERVATION], batch[keys.ACTION]
     with torch.no_grad():
         batch[keys.ACTION_LOG_PROB] = normal_log_prob(mu, obs, action)
-    hp = SimpleNamespace(gamma=0.97, rho_bar=rho_bar, c_bar=c_bar, value_coef=0.5, entropy_coef=0.01,
-                         normalize_advantage=False, reward_scale=0.5)
+    hp = SimpleNamespace(
+        gamma=0.97,
+        rho_bar=rho_bar,
+        c_bar=c_bar,
+        value_coef=0.5,
+        entropy_coef=0.01,
+        normalize_advantage=False,
+        reward_scale=0.5,
+    )
     got = impala_loss(pi, batch, hp)
 
     with torch.no_grad():
@@ -111,18 +129,31 @@ def test_vtrace_on_gaussian_actions_matches_the_slow_loop(rho_bar, c_bar):
     for b in range(B):
         ratio_b = ratio[b].tolist()
         ratios_seen += ratio_b
-        v = slow_vtrace_targets(hp.gamma, ratio_b, V[b].tolist(), V_next[b].tolist(), r[b].tolist(),
-                                done[b].tolist(), term[b].tolist(), rho_bar, c_bar)
+        v = slow_vtrace_targets(
+            hp.gamma,
+            ratio_b,
+            V[b].tolist(),
+            V_next[b].tolist(),
+            r[b].tolist(),
+            done[b].tolist(),
+            term[b].tolist(),
+            rho_bar,
+            c_bar,
+        )
         for s in range(T):
             v_next = V_next[b, s].item() if done[b, s] or s == T - 1 else v[s + 1]  # v_{s+1}
-            adv = min(rho_bar, ratio_b[s]) * (r[b, s].item() + hp.gamma * (0.0 if term[b, s] else v_next) - V[b, s].item())
+            adv = min(rho_bar, ratio_b[s]) * (
+                r[b, s].item() + hp.gamma * (0.0 if term[b, s] else v_next) - V[b, s].item()
+            )
             policy -= adv * log_pi[b, s].item()
             value_sq += (v[s] - V[b, s].item()) ** 2
     assert min(ratios_seen) < 0.9 and max(ratios_seen) > 1.1  # the truncations are exercised
-    torch.testing.assert_close(got["loss_value"].double(), torch.tensor(0.5 * value_sq / (B * T), dtype=torch.float64),
-                               atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(got["loss_policy"].double(), torch.tensor(policy / (B * T), dtype=torch.float64),
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        got["loss_value"].double(), torch.tensor(0.5 * value_sq / (B * T), dtype=torch.float64), atol=1e-5, rtol=1e-4
+    )
+    torch.testing.assert_close(
+        got["loss_policy"].double(), torch.tensor(policy / (B * T), dtype=torch.float64), atol=1e-5, rtol=1e-4
+    )
     torch.testing.assert_close(got["entropy"], pi.head.entropy(pi.policy(obs)).mean())
     assert math.isfinite(float(got[keys.LOSS].detach()))
 
@@ -139,6 +170,7 @@ def test_float_actions_pack_and_unpack_unchanged():
 
 # ---- the roles --------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def hub():
     h = LocalHub(2)
@@ -147,8 +179,16 @@ def hub():
 
 
 def pendulum_config():
-    return override(impala.mujoco(), **{"run.env": ENV, "run.logger": "none", "run.eval_episodes": 0,
-                                        "algo.envs_per_actor": 4, "algo.unroll_length": 16})
+    return override(
+        impala.mujoco(),
+        **{
+            "run.env": ENV,
+            "run.logger": "none",
+            "run.eval_episodes": 0,
+            "algo.envs_per_actor": 4,
+            "algo.unroll_length": 16,
+        },
+    )
 
 
 @pytest.fixture
@@ -265,10 +305,30 @@ def test_inverted_pendulum_learns_past_a_random_policy(tmp_path, jobs):
 
     pytest.importorskip("mujoco")
     run = tmp_path / "run"
-    proc = jobs.train(["impala", "--experiment", "mujoco", "--env", "InvertedPendulum-v5", "--total-frames", "25000",
-                       "--max-time-s", "60", "--run-dir", str(run), "--logger", "none",
-                       "--set", "algo.unroll_length=16", "--set", "run.eval_episodes=10",
-                       "--set", "run.eval_interval_s=0"], timeout=150)
+    proc = jobs.train(
+        [
+            "impala",
+            "--experiment",
+            "mujoco",
+            "--env",
+            "InvertedPendulum-v5",
+            "--total-frames",
+            "25000",
+            "--max-time-s",
+            "60",
+            "--run-dir",
+            str(run),
+            "--logger",
+            "none",
+            "--set",
+            "algo.unroll_length=16",
+            "--set",
+            "run.eval_episodes=10",
+            "--set",
+            "run.eval_interval_s=0",
+        ],
+        timeout=150,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["stop_reason"] == "total_frames" and s["learner_updates"] > 0 and s["episodes"] > 0, s

@@ -1,4 +1,5 @@
 """IMPALA end to end: one process on the local transport, and torchrun with 3 processes."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,9 @@ def test_world_size_one_learns_the_toy_env(impala_debug_run):
 @pytest.mark.timeout(240)
 def test_torchrun_three_processes_with_wandb_offline(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run), "--logger", "wandb"], nproc=3,
-                      timeout=180)
+    proc = jobs.train(
+        ["impala", "--experiment", "debug", "--run-dir", str(run), "--logger", "wandb"], nproc=3, timeout=180
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["roles"] == {"0": "learner", "1": "actor", "2": "actor"}
@@ -43,7 +45,21 @@ def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, jobs):
     350: the lowest training mean after 475 was 419.6 over docs/impala.md's 10-seed sweeps, 392.9
     and 438.5 in two runs of this test at load 4-7."""
     run = tmp_path / "run"
-    proc = jobs.train(["impala", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "60",
-                       "--run-dir", str(run), "--logger", "none"], nproc=3, timeout=220)
+    proc = jobs.train(
+        [
+            "impala",
+            "--env",
+            "CartPole-v1",
+            *hold_args(),
+            "--max-time-s",
+            "60",
+            "--run-dir",
+            str(run),
+            "--logger",
+            "none",
+        ],
+        nproc=3,
+        timeout=220,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_held(read_summary(run), floor=350.0)

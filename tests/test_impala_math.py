@@ -7,6 +7,7 @@ with rho_t = min(rho_bar, pi/mu), c_i = min(c_bar, pi/mu). An episode end at t c
 after t; a termination also drops gamma V(x_{t+1}). The policy gradient uses
     A_s = rho_s (r_s + gamma v_{s+1} - V(x_s)), with v_{s+1} := V(x_{s+1}) at an episode end.
 """
+
 from __future__ import annotations
 
 import copy
@@ -53,8 +54,9 @@ def test_vtrace_matches_slow_loop(rho_bar, c_bar):
     adv, vs = vtrace_targets(gamma, log_pi, log_mu, V, V_next, r, done, term, rho_bar, c_bar)
     for b in range(B):
         col = lambda x: x[b, :, 0].tolist()  # noqa: E731
-        slow_adv, slow_v = slow_vtrace(gamma, col(log_pi), col(log_mu), col(V), col(V_next), col(r),
-                                       col(done), col(term), rho_bar, c_bar)
+        slow_adv, slow_v = slow_vtrace(
+            gamma, col(log_pi), col(log_mu), col(V), col(V_next), col(r), col(done), col(term), rho_bar, c_bar
+        )
         torch.testing.assert_close(vs[b, :, 0], torch.tensor(slow_v), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(adv[b, :, 0], torch.tensor(slow_adv), atol=1e-5, rtol=1e-5)
 
@@ -71,8 +73,9 @@ def test_vtrace_matches_torchrl(rho_bar, c_bar):
     done = torch.rand(B, T, 1, generator=g) < 0.1
     term = done & (torch.rand(B, T, 1, generator=g) < 0.5)
     got = vtrace_targets(gamma, log_pi, log_mu, V, V_next, r, done, term, rho_bar, c_bar)
-    want = vtrace_advantage_estimate(gamma, log_pi, log_mu, V, V_next, r, done, term, rho_thresh=rho_bar,
-                                     c_thresh=c_bar, time_dim=-2)
+    want = vtrace_advantage_estimate(
+        gamma, log_pi, log_mu, V, V_next, r, done, term, rho_thresh=rho_bar, c_thresh=c_bar, time_dim=-2
+    )
     for a, b in zip(got, want):  # float32 sums of up to 32 terms of size ~10 in different orders
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
@@ -80,16 +83,24 @@ def test_vtrace_matches_torchrl(rho_bar, c_bar):
 def random_batch(B=3, T=7, F=4, A=2, seed=0) -> TensorDict:
     g = torch.Generator().manual_seed(seed)
     done = torch.rand(B, T, 1, generator=g) < 0.2
-    return TensorDict({
-        keys.OBSERVATION: torch.randn(B, T, F, generator=g),
-        keys.ACTION: torch.randint(A, (B, T), generator=g),
-        keys.ACTION_LOG_PROB: -torch.rand(B, T, generator=g) - 0.3,
-        keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
-        keys.NEXT: TensorDict({
-            keys.OBSERVATION: torch.randn(B, T, F, generator=g), "reward": torch.randn(B, T, 1, generator=g),
-            "done": done, "terminated": done & (torch.rand(B, T, 1, generator=g) < 0.5),
-        }, batch_size=[B, T]),
-    }, batch_size=[B, T])
+    return TensorDict(
+        {
+            keys.OBSERVATION: torch.randn(B, T, F, generator=g),
+            keys.ACTION: torch.randint(A, (B, T), generator=g),
+            keys.ACTION_LOG_PROB: -torch.rand(B, T, generator=g) - 0.3,
+            keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: torch.randn(B, T, F, generator=g),
+                    "reward": torch.randn(B, T, 1, generator=g),
+                    "done": done,
+                    "terminated": done & (torch.rand(B, T, 1, generator=g) < 0.5),
+                },
+                batch_size=[B, T],
+            ),
+        },
+        batch_size=[B, T],
+    )
 
 
 def test_loss_gradient_is_the_actor_critic_gradient():
@@ -98,7 +109,19 @@ def test_loss_gradient_is_the_actor_critic_gradient():
     model = ActorCritic(4, 2)
     batch = random_batch()
     gamma, rho_bar, c_bar, vc, ec = 0.99, 1.0, 1.0, 0.5, 0.01
-    out = impala_loss(model, batch, SimpleNamespace(gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, value_coef=vc, entropy_coef=ec, normalize_advantage=False, reward_scale=1.0))
+    out = impala_loss(
+        model,
+        batch,
+        SimpleNamespace(
+            gamma=gamma,
+            rho_bar=rho_bar,
+            c_bar=c_bar,
+            value_coef=vc,
+            entropy_coef=ec,
+            normalize_advantage=False,
+            reward_scale=1.0,
+        ),
+    )
     grads = torch.autograd.grad(out["loss"], list(model.parameters()))
 
     logits, value = model(batch[keys.OBSERVATION])
@@ -109,9 +132,18 @@ def test_loss_gradient_is_the_actor_critic_gradient():
     B, T = batch.batch_size
     pg, vl, n = 0.0, 0.0, B * T
     for b in range(B):
-        adv, vs = slow_vtrace(gamma, log_pi[b].tolist(), batch[keys.ACTION_LOG_PROB][b].tolist(),
-                              value[b, :, 0].tolist(), v_next[b].tolist(), batch[keys.REWARD][b, :, 0].tolist(),
-                              batch[keys.DONE][b, :, 0].tolist(), batch[keys.TERMINATED][b, :, 0].tolist(), rho_bar, c_bar)
+        adv, vs = slow_vtrace(
+            gamma,
+            log_pi[b].tolist(),
+            batch[keys.ACTION_LOG_PROB][b].tolist(),
+            value[b, :, 0].tolist(),
+            v_next[b].tolist(),
+            batch[keys.REWARD][b, :, 0].tolist(),
+            batch[keys.DONE][b, :, 0].tolist(),
+            batch[keys.TERMINATED][b, :, 0].tolist(),
+            rho_bar,
+            c_bar,
+        )
         for t in range(T):
             pg = pg - adv[t] * log_pi[b, t] / n
             vl = vl + 0.5 * (vs[t] - value[b, t, 0]) ** 2 / n
@@ -127,10 +159,30 @@ def test_on_policy_ratio_is_one():
     with torch.no_grad():
         logits, _ = model(batch[keys.OBSERVATION])
         batch[keys.ACTION_LOG_PROB] = torch.log_softmax(logits, -1).gather(-1, batch[keys.ACTION].unsqueeze(-1))[..., 0]
-    out = impala_loss(model, batch, SimpleNamespace(gamma=0.99, rho_bar=1.0, c_bar=1.0, value_coef=0.5, entropy_coef=0.01, normalize_advantage=False, reward_scale=1.0))
+    out = impala_loss(
+        model,
+        batch,
+        SimpleNamespace(
+            gamma=0.99,
+            rho_bar=1.0,
+            c_bar=1.0,
+            value_coef=0.5,
+            entropy_coef=0.01,
+            normalize_advantage=False,
+            reward_scale=1.0,
+        ),
+    )
     assert out["rho_mean"].item() == pytest.approx(1.0, abs=1e-5)
-    assert set(out.keys()) == {"loss", "loss_policy", "loss_value", "entropy", "rho_mean", "advantage_std",
-                               "value_mean", "logit_range"}
+    assert set(out.keys()) == {
+        "loss",
+        "loss_policy",
+        "loss_value",
+        "entropy",
+        "rho_mean",
+        "advantage_std",
+        "value_mean",
+        "logit_range",
+    }
 
 
 def sharpened_model(obs_dim: int, num_actions: int, seed: int) -> ActorCritic:
@@ -165,9 +217,18 @@ def slow_impala_loss(model, batch, gamma, rho_bar, c_bar, value_coef, entropy_co
         lp = torch.log_softmax(logits, -1)
         lp_a = [lp[t, batch[keys.ACTION][b, t]] for t in range(T)]
         log_mu = batch[keys.ACTION_LOG_PROB][b].double().tolist()
-        adv, v = slow_vtrace(gamma, [x.item() for x in lp_a], log_mu, values[:, 0].tolist(), V_next,
-                             [reward_scale * x for x in batch[keys.REWARD][b, :, 0].tolist()],
-                             batch[keys.DONE][b, :, 0].tolist(), batch[keys.TERMINATED][b, :, 0].tolist(), rho_bar, c_bar)
+        adv, v = slow_vtrace(
+            gamma,
+            [x.item() for x in lp_a],
+            log_mu,
+            values[:, 0].tolist(),
+            V_next,
+            [reward_scale * x for x in batch[keys.REWARD][b, :, 0].tolist()],
+            batch[keys.DONE][b, :, 0].tolist(),
+            batch[keys.TERMINATED][b, :, 0].tolist(),
+            rho_bar,
+            c_bar,
+        )
         for t in range(T):
             log_pi.append(lp_a[t])
             H.append(-(lp[t].exp() * lp[t]).sum())
@@ -184,9 +245,16 @@ def slow_impala_loss(model, batch, gamma, rho_bar, c_bar, value_coef, entropy_co
     L_pi = -sum(A[s] * log_pi[s] for s in range(n)) / n
     L_v = sum((vs[s] - V[s]) ** 2 / 2 for s in range(n)) / n
     H_mean = sum(H) / n
-    return {"loss": L_pi + value_coef * L_v - entropy_coef * H_mean, "loss_policy": L_pi, "loss_value": L_v,
-            "entropy": H_mean, "rho_mean": _f64(sum(ratio) / n), "advantage_std": _f64(std_A),
-            "value_mean": _f64(sum(x.item() for x in V) / n), "logit_range": _f64(sum(gaps) / n)}
+    return {
+        "loss": L_pi + value_coef * L_v - entropy_coef * H_mean,
+        "loss_policy": L_pi,
+        "loss_value": L_v,
+        "entropy": H_mean,
+        "rho_mean": _f64(sum(ratio) / n),
+        "advantage_std": _f64(std_A),
+        "value_mean": _f64(sum(x.item() for x in V) / n),
+        "logit_range": _f64(sum(gaps) / n),
+    }
 
 
 @pytest.mark.parametrize("normalize", [False, True])
@@ -210,7 +278,19 @@ def test_loss_and_its_reported_terms_match_the_slow_loop(rho_bar, c_bar, normali
         g = torch.Generator().manual_seed(4)
         batch[keys.ACTION_LOG_PROB] = log_pi + (torch.rand(log_pi.shape, generator=g) * 3.2 - 1.6)
     gamma, vc, ec, scale = 0.97, 0.5, 0.1, 0.5
-    out = impala_loss(model, batch, SimpleNamespace(gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, value_coef=vc, entropy_coef=ec, normalize_advantage=normalize, reward_scale=scale))
+    out = impala_loss(
+        model,
+        batch,
+        SimpleNamespace(
+            gamma=gamma,
+            rho_bar=rho_bar,
+            c_bar=c_bar,
+            value_coef=vc,
+            entropy_coef=ec,
+            normalize_advantage=normalize,
+            reward_scale=scale,
+        ),
+    )
     grads = torch.autograd.grad(out["loss"], list(model.parameters()))
 
     model64 = copy.deepcopy(model).double()
@@ -218,7 +298,8 @@ def test_loss_and_its_reported_terms_match_the_slow_loop(rho_bar, c_bar, normali
     expected = torch.autograd.grad(want["loss"], list(model64.parameters()))
     assert set(out.keys()) == set(want)
     for name, w in want.items():
-        torch.testing.assert_close(out[name].double(), w.detach(), rtol=1e-5, atol=1e-6,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            out[name].double(), w.detach(), rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}"
+        )
     for got, w in zip(grads, expected):
         torch.testing.assert_close(got.double(), w, rtol=1e-5, atol=1e-6)

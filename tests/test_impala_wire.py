@@ -1,6 +1,7 @@
 """IMPALA's bytes on the wire: an actor's packed message and the learner's parameter replies against
 the issue's bound (the observation's own bytes plus 64 per env step) on MinAtar Breakout; the
 learner unpacks what it queues, and refuses a packed message whose parts do not fit, in one line."""
+
 from __future__ import annotations
 
 import pytest
@@ -56,7 +57,11 @@ def params_bytes_per_step(cfg) -> float:
     info = env_info(cfg.run.env)
     board = ParameterBoard(ActorCritic(info.shape, info.num_actions, cfg.net))
     board.publish(0)
-    return cfg.algo.local_actors * payload_nbytes(board.reply(-1, False)) / (cfg.algo.params_every * cfg.algo.frames_per_batch)
+    return (
+        cfg.algo.local_actors
+        * payload_nbytes(board.reply(-1, False))
+        / (cfg.algo.params_every * cfg.algo.frames_per_batch)
+    )
 
 
 def stop_reply_bytes() -> int:
@@ -105,7 +110,9 @@ def test_the_learner_unpacks_and_queues_the_trajectory(actor, learner):
     queued = learner.queue.get_nowait()
     assert_same(queued[keys.TRAJ], msg[keys.TRAJ])
     assert torch.equal(queued[keys.EPISODE_RETURNS], msg[keys.EPISODE_RETURNS])
-    assert learner.wire.frames == msg[keys.TRAJ].numel() and learner.wire.bytes == payload_nbytes(wire_message(msg)) + payload_nbytes(reply)
+    assert learner.wire.frames == msg[keys.TRAJ].numel() and learner.wire.bytes == payload_nbytes(
+        wire_message(msg)
+    ) + payload_nbytes(reply)
 
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "distrl.envs.torchrl_factories:cartpole_with_stepcounter"])

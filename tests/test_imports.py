@@ -9,6 +9,7 @@ package re-exporting its submodules is no cycle.
 
 Run as a script (``python tests/test_imports.py``) to print the same reports.
 """
+
 from __future__ import annotations
 
 import ast
@@ -70,9 +71,14 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> list[Import]:
                     names.append(a.name)
             if names and base in known:
                 out.append(Import(base, node.lineno, tuple(names)))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "import_module" and node.args
-              and isinstance(node.args[0], ast.Constant) and node.args[0].value in known):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value in known
+        ):
             out.append(Import(node.args[0].value, node.lineno))
     return [i for i in out if i.target != module]
 
@@ -158,8 +164,9 @@ def cycle_report(known: dict[str, Path] | None = None) -> list[str]:
     out = []
     for comp in strongly_connected(g):
         cycle = " -> ".join(shortest_cycle(g, comp))
-        edges = "\n".join(f"    {a} -> {b}   ({_file(a, known)}:{g[a][b]})"
-                          for a in comp for b in sorted(g[a]) if b in comp)
+        edges = "\n".join(
+            f"    {a} -> {b}   ({_file(a, known)}:{g[a][b]})" for a in comp for b in sorted(g[a]) if b in comp
+        )
         out.append(f"cycle {cycle}; every import among these modules:\n{edges}")
     return out
 
@@ -213,8 +220,10 @@ def test_no_import_cycle():
 
 def test_no_private_name_from_another_module():
     uses = private_uses()
-    assert not uses, ("modules reaching for another module's private name (make it public, with a "
-                      "docstring, or move it where it belongs):\n" + "\n".join(uses))
+    assert not uses, (
+        "modules reaching for another module's private name (make it public, with a "
+        "docstring, or move it where it belongs):\n" + "\n".join(uses)
+    )
 
 
 def test_the_parser_sees_what_it_must(tmp_path):
@@ -232,8 +241,10 @@ def test_the_parser_sees_what_it_must(tmp_path):
     [report] = cycle_report(known)
     assert "distrl.b -> distrl.sub.a" in report and "distrl.sub.a -> distrl.b" in report
     uses = private_uses(known)
-    assert [u.split(": ", 1)[1] for u in uses] == ["distrl.b uses distrl.c._secret",
-                                                   "distrl.sub.a imports distrl.b._hidden"]
+    assert [u.split(": ", 1)[1] for u in uses] == [
+        "distrl.b uses distrl.c._secret",
+        "distrl.sub.a imports distrl.b._hidden",
+    ]
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """The keys each loss reads are exactly what the actors produce (style rule 3)."""
+
 from __future__ import annotations
 
 import ast
@@ -18,8 +19,9 @@ from distrl.transport.local import LocalHub
 @pytest.mark.parametrize("env", ["CartPole-v1", "distrl.envs.torchrl_factories:cartpole_with_stepcounter"])
 def test_impala_actor_message_carries_the_learner_keys(tmp_path: Path, env: str):
     """The gymnasium path and the TorchRL Collector path (a factory env, docs/torchrl.md door 1) alike."""
-    cfg = override(get_recipe("impala").default_config(),
-                   **{"run.env": env, "algo.envs_per_actor": 3, "algo.unroll_length": 5})
+    cfg = override(
+        get_recipe("impala").default_config(), **{"run.env": env, "algo.envs_per_actor": 3, "algo.unroll_length": 5}
+    )
     hub = LocalHub(2)
     actor = ImpalaActor(RoleContext(cfg, hub.endpoint(1), 1, {0: "learner", 1: "actor"}, tmp_path))
     msg = actor._unroll()
@@ -49,14 +51,17 @@ _PLAIN_DICTS = {
     ("recipes/apex/actor.py", "s"): "the same plain dict, swapped out to be sent",
     ("recipes/apex/learner.py", "p"): "a plain dict of the actors' counts not yet folded into the tracker",
     ("recipes/apex/learner.py", "tracker.counters"): "RunTracker's counters (summary.json), a plain dict",
-    ("recipes/impala/learner.py", "self.session.tracker.counters"): "RunTracker's counters (summary.json), a plain dict",
+    (
+        "recipes/impala/learner.py",
+        "self.session.tracker.counters",
+    ): "RunTracker's counters (summary.json), a plain dict",
     ("studies/sweep.py", "r"): "one seed's row of a sweep (plain dict read from summary.json)",
     ("studies/sweep.py", "agg"): "a sweep's aggregate (plain dict written to JSON)",
 }
 #: (file, literal) -> why that literal, anywhere in that file, is not a TensorDict data key
 _ALLOWED_LITERALS = {
     ("roles/collector_runner.py", "version"): "ActPolicy's buffer name: the weights TensorDict mirrors "
-                                              "the module's attribute tree (update_policy_weights_)",
+    "the module's attribute tree (update_policy_weights_)"
 }
 
 
@@ -73,6 +78,7 @@ def _key_uses(tree: ast.AST, rel: str):
     """``(line, literal)`` of each string literal used as a TensorDict key in ``tree``: a subscript
     index, an ``in_keys``/``out_keys`` element, the first argument of ``.get``/``.set``, an element of
     a ``("next", ...)`` tuple, a dict key given to ``TensorDict(...)``, or the left of ``in x.keys()``."""
+
     def plain(receiver: ast.AST) -> bool:
         return (rel, ast.unparse(receiver)) in _PLAIN_DICTS
 
@@ -85,14 +91,23 @@ def _key_uses(tree: ast.AST, rel: str):
             if isinstance(func, ast.Attribute) and func.attr in ("get", "set") and node.args and not plain(func.value):
                 found += _literals(node.args[0])
             found += [lit for kw in node.keywords if kw.arg in ("in_keys", "out_keys") for lit in _literals(kw.value)]
-            if isinstance(func, ast.Name) and func.id == "TensorDict" and node.args and isinstance(node.args[0], ast.Dict):
+            if (
+                isinstance(func, ast.Name)
+                and func.id == "TensorDict"
+                and node.args
+                and isinstance(node.args[0], ast.Dict)
+            ):
                 stack = [node.args[0]]
                 while stack:  # nested plain dicts become nested TensorDicts
                     d = stack.pop()
                     found += [k for k in d.keys if k is not None and isinstance(k, ast.Constant)]
                     stack += [v for v in d.values if isinstance(v, ast.Dict)]
-        elif isinstance(node, ast.Tuple) and node.elts and isinstance(node.elts[0], ast.Constant) \
-                and node.elts[0].value == keys.NEXT:
+        elif (
+            isinstance(node, ast.Tuple)
+            and node.elts
+            and isinstance(node.elts[0], ast.Constant)
+            and node.elts[0].value == keys.NEXT
+        ):
             found += _literals(node)
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
             right = node.comparators[0]
@@ -123,16 +138,34 @@ def test_tensordict_keys_come_from_data_keys():
 
 def test_the_key_scan_sees_each_kind_of_use():
     """The scan above finds each form it claims to, and leaves a plain value alone."""
-    src = '''
+    src = """
 td["reward"]; td["next", "done"]; td.get("observation"); td.set("action", x)
 M(in_keys=["observation"], out_keys=[("next", "reward")]); TensorDict({"stop": x, "next": {"terminated": y}})
 if "params" in reply.keys(): pass
 if cfg.recipe == "action": pass
 log({"reward": 1.0}); f("observation"); TensorDict(stop=x)
-'''
+"""
     got = sorted(value for _, value in _key_uses(ast.parse(src), "x.py"))
-    assert got == sorted(["reward", "next", "done", "observation", "action", "observation", "next", "reward",
-                          "stop", "next", "terminated", "params", "next", "done", "next", "reward"])
+    assert got == sorted(
+        [
+            "reward",
+            "next",
+            "done",
+            "observation",
+            "action",
+            "observation",
+            "next",
+            "reward",
+            "stop",
+            "next",
+            "terminated",
+            "params",
+            "next",
+            "done",
+            "next",
+            "reward",
+        ]
+    )
 
 
 def test_keys_module_imports_nothing_from_distrl():

@@ -1,5 +1,6 @@
 """Launches as a user makes them: run directories per job, two torchrun "nodes" on this machine,
 the Slurm script, and which sockets a one-machine launch listens on."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,10 @@ def test_another_jobs_run_is_refused_on_every_rank(tmp_path, jobs):
     proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run)], nproc=3, timeout=120)
     assert proc.returncode != 0 and "already holds a run" in proc.stderr, proc.stderr[-2000:]
     assert "died" not in proc.stdout + proc.stderr and "[impala] frames" not in proc.stdout
-    assert (run / "config.json").read_text() == "{}" and sorted(p.name for p in run.iterdir()) == ["config.json",
-                                                                                                   "job_id"]
+    assert (run / "config.json").read_text() == "{}" and sorted(p.name for p in run.iterdir()) == [
+        "config.json",
+        "job_id",
+    ]
 
 
 @pytest.mark.parametrize("recipe", ["impala", "seed"])
@@ -55,8 +58,17 @@ def test_slurm_script_is_valid_bash_and_uses_the_c10d_rendezvous(jobs):
     script = ROOT / "launch" / "slurm.sbatch"
     assert jobs.start(["bash", "-n", script]).wait(30) == 0
     text = script.read_text()
-    for needed in ("#SBATCH --nodes", "srun", "torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint", "--rdzv-id",
-                   "-m distrl.train", "TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+    for needed in (
+        "#SBATCH --nodes",
+        "srun",
+        "torchrun",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint",
+        "--rdzv-id",
+        "-m distrl.train",
+        "TP_SOCKET_IFNAME",
+        "GLOO_SOCKET_IFNAME",
+    ):
         assert needed in text, needed
 
 

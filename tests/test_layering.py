@@ -3,6 +3,7 @@ back through others, and the top of ``distrl/`` stays small. An AST walk, no imp
 
 An import under ``if TYPE_CHECKING:`` is an annotation, never executed, and is not counted.
 """
+
 from __future__ import annotations
 
 import ast
@@ -33,7 +34,8 @@ def _module(path: Path) -> str:
 def _is_type_checking(node: ast.If) -> bool:
     t = node.test
     return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST):
@@ -50,8 +52,11 @@ def _imports(tree: ast.AST):
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("distrl."):
             yield node.lineno, node.module
             # ``from distrl.runtime import faults`` imports the module distrl.runtime.faults
-            yield from ((node.lineno, f"{node.module}.{a.name}") for a in node.names
-                        if (ROOT.parent / f"{node.module}.{a.name}".replace(".", "/")).with_suffix(".py").exists())
+            yield from (
+                (node.lineno, f"{node.module}.{a.name}")
+                for a in node.names
+                if (ROOT.parent / f"{node.module}.{a.name}".replace(".", "/")).with_suffix(".py").exists()
+            )
         stack.extend(ast.iter_child_nodes(node))
 
 
@@ -103,7 +108,7 @@ def test_no_import_cycles():
         state[m] = 1
         for d in sorted(graph[m]):
             if state.get(d) == 1:
-                cycles.append(" -> ".join(path[path.index(d):] + [d]))
+                cycles.append(" -> ".join(path[path.index(d) :] + [d]))
             elif d not in state:
                 visit(d, path + [d])
         state[m] = 2
@@ -117,9 +122,13 @@ def test_no_import_cycles():
 def test_the_top_of_the_package_stays_small():
     top = sorted(p.name for p in ROOT.glob("*.py"))
     assert len(top) <= 8, f"{len(top)} modules at the top of distrl/ (at most 8): {top}"
-    long = [f"{p.relative_to(ROOT.parent)}: {n}" for p in ROOT.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 350]
+    long = [
+        f"{p.relative_to(ROOT.parent)}: {n}" for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > 350
+    ]
     assert not long, "files over 350 lines:\n" + "\n".join(long)
-    recipes = [f"{p.relative_to(ROOT.parent)}: {n}" for p in (ROOT / "recipes").glob("*/recipe.py")
-               if (n := len(p.read_text().splitlines())) > 200]
+    recipes = [
+        f"{p.relative_to(ROOT.parent)}: {n}"
+        for p in (ROOT / "recipes").glob("*/recipe.py")
+        if (n := len(p.read_text().splitlines())) > 200
+    ]
     assert not recipes, "recipe.py files over 200 lines:\n" + "\n".join(recipes)

@@ -1,5 +1,6 @@
 """distrl's fast stand-ins in the models (the sigmoid-based tanh, the per-tower gradient clip), and
 the flat networks' layout kept from earlier releases."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,8 +42,9 @@ def test_clip_towers_clips_each_tower_on_its_own(max_norm):
     total = clip_towers(model.tower_parameters(), max_norm)
     norms = []
     for tower in model.tower_parameters():  # the slow loop: each tower's norm, scaled to max_norm
-        before = torch.sqrt(sum((grads[i] ** 2).sum() for i, p in enumerate(model.parameters())
-                                if any(p is q for q in tower)))
+        before = torch.sqrt(
+            sum((grads[i] ** 2).sum() for i, p in enumerate(model.parameters()) if any(p is q for q in tower))
+        )
         scale = min(1.0, max_norm / (float(before) + 1e-6))
         for i, p in enumerate(model.parameters()):
             if any(p is q for q in tower):
@@ -66,8 +68,13 @@ def test_flat_networks_are_the_torchrl_mlps_of_earlier_releases():
     net = NetConfig(hidden=(32, 16), activation="elu")
 
     def mlp(n_in, n_out, last=False):
-        return MLP(in_features=n_in, out_features=n_out, num_cells=list(net.hidden[:-1] if last else net.hidden),
-                   activation_class=ACTIVATIONS[net.activation], activate_last_layer=last)
+        return MLP(
+            in_features=n_in,
+            out_features=n_out,
+            num_cells=list(net.hidden[:-1] if last else net.hidden),
+            activation_class=ACTIVATIONS[net.activation],
+            activate_last_layer=last,
+        )
 
     def same(model, *old: tuple[str, torch.nn.Module]):
         want = {f"{prefix}.{k}": v for prefix, m in old for k, v in m.state_dict().items()}
@@ -93,8 +100,13 @@ def test_flat_networks_are_the_torchrl_mlps_of_earlier_releases():
     old_pi, old_pi_core = mlp(5, 16, last=True), torch.nn.LSTMCell(16, 8)  # the old _Tower's build order
     old_v, old_v_core = mlp(5, 16, last=True), torch.nn.LSTMCell(16, 8)
     torch.manual_seed(0)
-    same(RecurrentActorCritic(5, 3, net, 8), ("pi.encoder", old_pi), ("pi.core", old_pi_core),
-         ("v.encoder", old_v), ("v.core", old_v_core))
+    same(
+        RecurrentActorCritic(5, 3, net, 8),
+        ("pi.encoder", old_pi),
+        ("pi.core", old_pi_core),
+        ("v.encoder", old_v),
+        ("v.core", old_v_core),
+    )
 
 
 def test_a_dueling_q_network_is_value_plus_centred_advantages():

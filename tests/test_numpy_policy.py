@@ -4,6 +4,7 @@ Same logits as the torch MLP (to float32 rounding), the same distribution as
 ``sample_actions``, the log-probability of the sampled action as torch computes it, and weights
 that follow the module's own parameters.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """distrl installed from a wheel, without a checkout: the ``distrl`` command, ``-m distrl.train``,
 the experiments inside the package, ``__version__``, the license and the version pins."""
+
 from __future__ import annotations
 
 import shutil
@@ -13,8 +14,9 @@ import pytest
 from helpers import ROOT, TEST_EXTRA_MODULES, Jobs, child_env
 
 # What a build must not see or write: the checkout's own outputs and caches.
-NOT_SOURCE = shutil.ignore_patterns(".git", "build", "dist", "runs", "wandb", "*.egg-info", "__pycache__",
-                                    ".pytest_cache", ".whl", ".gl")
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", "build", "dist", "runs", "wandb", "*.egg-info", "__pycache__", ".pytest_cache", ".whl", ".gl"
+)
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +27,25 @@ def installed(tmp_path_factory) -> Path:
     shutil.copytree(ROOT, tmp / "src", ignore=NOT_SOURCE)
     jobs = Jobs(tmp / "logs")
     try:
-        build = jobs.start([sys.executable, "-m", "pip", "wheel", tmp / "src", "--no-deps", "--no-build-isolation",
-                            "-q", "-w", tmp / "dist"])
+        build = jobs.start(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                tmp / "src",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                tmp / "dist",
+            ]
+        )
         assert build.wait(180) == 0, build.tail()
         wheel = next((tmp / "dist").glob("distrl-*.whl"))
-        install = jobs.start([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", tmp / "site", wheel])
+        install = jobs.start(
+            [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", tmp / "site", wheel]
+        )
         assert install.wait(90) == 0, install.tail()
     finally:
         jobs.close()
@@ -46,8 +62,9 @@ def run_installed(jobs: Jobs, site: Path, args: list, cwd: Path, timeout: float 
 def test_the_wheel_runs_without_a_checkout(installed, tmp_path, jobs):
     import distrl
 
-    proc = run_installed(jobs, installed, [sys.executable, "-c", "import distrl; print(distrl.__file__, distrl.__version__)"],
-                         tmp_path)
+    proc = run_installed(
+        jobs, installed, [sys.executable, "-c", "import distrl; print(distrl.__file__, distrl.__version__)"], tmp_path
+    )
     where, version = proc.stdout.split()
     assert where.startswith(str(installed)) and version == distrl.__version__
     proc = run_installed(jobs, installed, [str(installed / "bin" / "distrl"), "--version"], tmp_path)
@@ -57,12 +74,31 @@ def test_the_wheel_runs_without_a_checkout(installed, tmp_path, jobs):
         proc = run_installed(jobs, installed, [str(installed / "bin" / "distrl"), command, "--help"], tmp_path)
         assert proc.returncode == 0 and proc.stdout.startswith(f"usage: distrl {command}"), proc.stderr
     # the console command, with an experiment from inside the package, trains and writes its run
-    proc = run_installed(jobs, installed, [str(installed / "bin" / "distrl"), "train", "impala", "--experiment", "debug",
-                                     "--total-frames", "3000", "--run-dir", "run"], tmp_path, timeout=150)
+    proc = run_installed(
+        jobs,
+        installed,
+        [
+            str(installed / "bin" / "distrl"),
+            "train",
+            "impala",
+            "--experiment",
+            "debug",
+            "--total-frames",
+            "3000",
+            "--run-dir",
+            "run",
+        ],
+        tmp_path,
+        timeout=150,
+    )
     assert proc.returncode == 0 and (tmp_path / "run" / "summary.json").is_file(), proc.stdout + proc.stderr
     # the module torchrun runs (-m distrl.train), here without torchrun
-    proc = run_installed(jobs, installed, [sys.executable, "-m", "distrl.train", "seed", "--experiment", "debug_lstm",
-                                     "--print-config"], tmp_path)
+    proc = run_installed(
+        jobs,
+        installed,
+        [sys.executable, "-m", "distrl.train", "seed", "--experiment", "debug_lstm", "--print-config"],
+        tmp_path,
+    )
     assert proc.returncode == 0 and '"core": "lstm"' in proc.stdout, proc.stderr
 
 

@@ -1,4 +1,5 @@
 """Images end to end: the env boundary, and every path keeping an image's dtype up to the network."""
+
 from __future__ import annotations
 
 import sys
@@ -49,8 +50,9 @@ def test_an_actor_unroll_keeps_the_images_bool_and_the_message_small():
     model = ActorCritic(SHAPE, 3)
     gen = torch.Generator().manual_seed(0)
     try:
-        traj, _, _ = runner.unroll(lambda obs: dict(zip((keys.ACTION, keys.ACTION_LOG_PROB),
-                                                        sample_actions(model.policy(obs), gen))), T)
+        traj, _, _ = runner.unroll(
+            lambda obs: dict(zip((keys.ACTION, keys.ACTION_LOG_PROB), sample_actions(model.policy(obs), gen))), T
+        )
     finally:
         runner.close()
     assert traj[keys.OBSERVATION].dtype == torch.bool and traj[keys.OBSERVATION].shape == (B, T, *SHAPE)
@@ -66,15 +68,24 @@ def test_seed_requests_and_sf_slots_hold_images_in_their_dtype():
     B = 3
     obs = torch.zeros(B, *SHAPE, dtype=torch.bool)
     done = torch.tensor([True, False, False])
-    msg = TensorDict({keys.OBSERVATION: obs, keys.STEP_REWARD: torch.zeros(B), keys.STEP_TERMINATED: done,
-                      keys.STEP_TRUNCATED: torch.zeros(B, dtype=torch.bool),
-                      keys.FINAL_OBSERVATION: torch.ones(1, *SHAPE, dtype=torch.bool), keys.WORKER_RANK: torch.tensor(1),
-                      keys.ENV_GROUP: torch.tensor(0), keys.RUN_ID: torch.tensor(7)})
+    msg = TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.STEP_REWARD: torch.zeros(B),
+            keys.STEP_TERMINATED: done,
+            keys.STEP_TRUNCATED: torch.zeros(B, dtype=torch.bool),
+            keys.FINAL_OBSERVATION: torch.ones(1, *SHAPE, dtype=torch.bool),
+            keys.WORKER_RANK: torch.tensor(1),
+            keys.ENV_GROUP: torch.tensor(0),
+            keys.RUN_ID: torch.tensor(7),
+        }
+    )
     req = Request.from_message(msg, B, SHAPE, torch.bool)
     assert req.obs.dtype == torch.bool and req.final_obs.shape == (1, *SHAPE)
     with pytest.raises(ValueError, match="expected"):
-        Request.from_message(msg.apply(lambda x: x.float() if x.dtype == torch.bool and x.dim() > 1 else x), B, SHAPE,
-                             torch.bool)
+        Request.from_message(
+            msg.apply(lambda x: x.float() if x.dtype == torch.bool and x.dim() > 1 else x), B, SHAPE, torch.bool
+        )
     layout = rollout_layout(2, B, 5, SHAPE, 10, 1, torch.bool)
     assert layout[keys.TRAJ][keys.OBSERVATION].dtype == torch.bool
     assert layout[keys.TRAJ][keys.OBSERVATION].shape == (2, B, 5, *SHAPE)

@@ -1,4 +1,5 @@
 """Learning-curve plots: series read back from metrics.jsonl, several runs on shared axes, the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,10 @@ def write_run(run_dir, recipe: str, rows: list[dict], torn_tail: bool = False) -
 
 
 def test_series_are_read_back_in_frames_and_seconds(tmp_path):
-    rows = [{"step": 1000 * i, "time": 50.0 + 2 * i, "actor/return_mean_100": 10.0 + i, "learner/fps": 500.0}
-            for i in range(1, 4)]
+    rows = [
+        {"step": 1000 * i, "time": 50.0 + 2 * i, "actor/return_mean_100": 10.0 + i, "learner/fps": 500.0}
+        for i in range(1, 4)
+    ]
     write_run(tmp_path / "a", "impala", rows, torn_tail=True)  # a killed run's half-written last row
     s = load_series(tmp_path / "a")
     assert s["actor/return_mean_100"] == [(1000.0, 0.0, 11.0), (2000.0, 2.0, 12.0), (3000.0, 4.0, 13.0)]

@@ -1,5 +1,6 @@
 """``net.precision`` (an image encoder under bfloat16 autocast, float32 out) and ``run.lr_schedule``
 (the learning rate over the budget, on the clock ``--resume`` restores). Quick tier."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,14 +39,15 @@ def test_bfloat16_log_probs_stay_close_and_the_gradient_reaches_every_weight():
     half = ActorCritic(ATARI, 6, NetConfig(precision="bfloat16"))
     half.load_state_dict(full.state_dict())
     obs, action = frames(16), torch.randint(0, 6, (16,))
-    (out_a, v_a), (out_b, v_b) = full(obs), half(obs)
+    (out_a, _), (out_b, v_b) = full(obs), half(obs)
     assert out_b.dtype == v_b.dtype == torch.float32
     lp_a, _ = full.head.log_prob_entropy(out_a, action)
     lp_b, ent_b = half.head.log_prob_entropy(out_b, action)
     assert (lp_a - lp_b).abs().max() < 1e-2
     (-lp_b.mean() + v_b.square().mean() - ent_b.mean()).backward()
-    assert all(p.grad is not None and p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all()
-               for p in half.parameters())
+    assert all(
+        p.grad is not None and p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all() for p in half.parameters()
+    )
 
 
 def test_auto_is_bfloat16_only_where_the_device_computes_it():
@@ -89,9 +91,9 @@ def test_orthogonal_init_is_ppos_and_keeps_the_features_scale(shape):
     policy_last, value_last = model.policy[-1], model.value.head if len(shape) == 3 else model.value[-1]
     for layer in convs:
         w = layer.weight.reshape(layer.weight.shape[0], -1)
-        gain = 0.01 if layer is policy_last else 1.0 if layer is value_last else 2 ** 0.5
+        gain = 0.01 if layer is policy_last else 1.0 if layer is value_last else 2**0.5
         gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
-        assert torch.allclose(gram, gain ** 2 * torch.eye(len(gram)), atol=1e-4 * max(gain ** 2, 1e-2)), layer
+        assert torch.allclose(gram, gain**2 * torch.eye(len(gram)), atol=1e-4 * max(gain**2, 1e-2)), layer
         assert not layer.bias.any()
     if shape == ATARI:  # the reason for it: the Nature features of the input's scale, not ~25x smaller
         obs = frames(8)

@@ -1,4 +1,5 @@
 """The progress line's budget and ETA, and what W&B receives (a fake WandbLogger: no wandb start)."""
+
 from __future__ import annotations
 
 import time
@@ -55,8 +56,20 @@ def test_progress_is_the_further_budget_and_eta_the_sooner_one(clock, tmp_path, 
 def test_progress_after_resume_uses_this_runs_rate(clock, tmp_path):
     cfg = override(default_config(), **{"run.total_frames": 1_000_000, "run.max_time_s": 1000.0})
     t = RunTracker(cfg, tmp_path, {0: "learner"}, None)
-    t.load_state_dict({"env_frames": 500_000, "episodes": 0, "updates": 0, "returns": [], "lag_sum": 0.0,
-                       "lag_count": 0, "lag_max": 0, "lag_hist": {}, "counters": {}, "wall_s": 100.0})
+    t.load_state_dict(
+        {
+            "env_frames": 500_000,
+            "episodes": 0,
+            "updates": 0,
+            "returns": [],
+            "lag_sum": 0.0,
+            "lag_count": 0,
+            "lag_max": 0,
+            "lag_hist": {},
+            "counters": {},
+            "wall_s": 100.0,
+        }
+    )
     clock.t += 10
     t.add_frames(100_000)  # 10k/s in this run; 400k left
     assert t.progress() == pytest.approx((0.6, 40.0))
@@ -118,8 +131,15 @@ def test_wandb_gets_one_row_per_report_the_config_and_the_tags(fake_wandb, tmp_p
     k = logger.kwargs
     assert (k["project"], k["entity"], k["group"], k["exp_name"]) == ("distrl", None, "impala", "impala-CartPole-v1-x")
     assert k["tags"] == ["impala", "CartPole-v1"] and k["config"]["algo"]["lr"] == cfg.algo.lr and k["id"] == "abc"
-    cfg = override(cfg, **{"run.wandb_project": "p", "run.wandb_entity": "team", "run.wandb_group": "sweep1",
-                           "run.wandb_name": "seed3"})
+    cfg = override(
+        cfg,
+        **{
+            "run.wandb_project": "p",
+            "run.wandb_entity": "team",
+            "run.wandb_group": "sweep1",
+            "run.wandb_name": "seed3",
+        },
+    )
     MetricsWriter(tmp_path, "wandb", "ignored", cfg.to_dict()).close()
     k = fake_wandb[-1].kwargs
     assert (k["project"], k["entity"], k["group"], k["exp_name"]) == ("p", "team", "sweep1", "seed3")

@@ -4,6 +4,7 @@ detect, throughput kept, time to checkpoint) are printed for the closing notes: 
 
 Every inner timeout (a job's, a wait's) adds up to well under the test's own ``timeout`` mark, so a
 job that hangs fails its test with its output, and the ``jobs`` fixture still kills it."""
+
 from __future__ import annotations
 
 import copy
@@ -38,8 +39,12 @@ def fault_times(tmp_path: Path) -> list[dict]:
 def test_sigkill_one_of_three_actors_the_run_goes_on(tmp_path, jobs):
     run = tmp_path / "run"
     # --max-time-s 170: the frame budget ends the run even on a loaded machine (debug's 60 s did not)
-    proc = jobs.train(DEBUG + ["--run-dir", str(run), "--total-frames", "180000", "--max-time-s", "170"], nproc=4,
-                      env=faulty_env(tmp_path, "kill@2:150"), timeout=200)
+    proc = jobs.train(
+        DEBUG + ["--run-dir", str(run), "--total-frames", "180000", "--max-time-s", "170"],
+        nproc=4,
+        env=faulty_env(tmp_path, "kill@2:150"),
+        timeout=200,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     s = read_summary(run)
@@ -55,8 +60,10 @@ def test_sigkill_one_of_three_actors_the_run_goes_on(tmp_path, jobs):
     # on a slower machine: the rows are timed, not counted in frames)
     assert before and after, f"no throughput rows on one side of the loss: {len(before)} before, {len(after)} after"
     kept = (sum(after) / len(after)) / (sum(before) / len(before))
-    print(f"\nSIGKILL actor: detected in {detect * 1000:.0f} ms (at {lost['wall_s']:.1f}s), throughput kept {kept:.0%} "
-          f"with 2 of 3 actors; {s['fps']:.0f} fps overall")
+    print(
+        f"\nSIGKILL actor: detected in {detect * 1000:.0f} ms (at {lost['wall_s']:.1f}s), throughput kept {kept:.0%} "
+        f"with 2 of 3 actors; {s['fps']:.0f} fps overall"
+    )
     # a lost connection noticed (10 ms when idle), not the 30 s call timeout; room for a loaded machine
     assert detect < 5.0
     assert kept > 0.5  # 2 cores shared by 4 processes: losing 1 of 3 actors costs at most ~1/3
@@ -66,9 +73,14 @@ def test_sigkill_one_of_three_actors_the_run_goes_on(tmp_path, jobs):
 def test_sigstop_actor_is_declared_lost_within_the_call_timeout(tmp_path, jobs):
     run = tmp_path / "run"
     timeout_s = 3.0
-    job = jobs.start(train_cmd(DEBUG + ["--run-dir", str(run), "--total-frames", "200000",
-                                        "--set", f"transport.call_timeout_s={timeout_s}"], nproc=3),
-                     env=faulty_env(tmp_path, "stop@2:40"))
+    job = jobs.start(
+        train_cmd(
+            DEBUG
+            + ["--run-dir", str(run), "--total-frames", "200000", "--set", f"transport.call_timeout_s={timeout_s}"],
+            nproc=3,
+        ),
+        env=faulty_env(tmp_path, "stop@2:40"),
+    )
     job.wait_for("lost rank 2 (actor)", timeout=90)
     tree = {p: proc_state(p) for p in job.pids()}
     stopped = [p for p, st in tree.items() if st == "T"]
@@ -131,8 +143,10 @@ def test_a_rank_that_never_starts_is_named(tmp_path, jobs):
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert f"rank 2 (actor) did not start within {init_timeout_s}s" in out, out[-3000:]
-    print(f"\nnever-started rank: job failed {since_fault:.1f}s after the rank stalled ({took:.1f}s in all) "
-          f"with init timeout {init_timeout_s}s")
+    print(
+        f"\nnever-started rank: job failed {since_fault:.1f}s after the rank stalled ({took:.1f}s in all) "
+        f"with init timeout {init_timeout_s}s"
+    )
     # From the stall (the other ranks start waiting then): the init timeout, then torchrun notices
     # and tears the ranks down (~15 s on 2 busy cores). The stalled rank sleeps 10 x the init
     # timeout: a job that ended only when it woke would take 50 s. Start-up (5-20 s under load)
@@ -183,6 +197,7 @@ def _in_process_learner(args: list[str]):
     def close() -> None:
         learner.session.tracker.writer.close()
         hub.pool.shutdown()
+
     return learner, close
 
 
@@ -192,14 +207,21 @@ def _fixed_batch(learner, seed: int, B: int = 4, T: int = 20) -> TensorDict:
     g = torch.Generator().manual_seed(seed)
     (F,), A = learner.model.obs_shape, learner.model.num_actions
     done = torch.rand(B, T, 1, generator=g) < 0.05
-    return TensorDict({
-        "observation": torch.randn(B, T, F, generator=g),
-        "action": torch.randint(A, (B, T), generator=g),
-        "action_log_prob": torch.full((B, T), -float(np.log(A))),
-        "policy_version": torch.zeros(B, T, dtype=torch.int64),
-        "next": {"observation": torch.randn(B, T, F, generator=g), "reward": torch.rand(B, T, 1, generator=g),
-                 "done": done, "terminated": done.clone()},
-    }, batch_size=[B, T])
+    return TensorDict(
+        {
+            "observation": torch.randn(B, T, F, generator=g),
+            "action": torch.randint(A, (B, T), generator=g),
+            "action_log_prob": torch.full((B, T), -float(np.log(A))),
+            "policy_version": torch.zeros(B, T, dtype=torch.int64),
+            "next": {
+                "observation": torch.randn(B, T, F, generator=g),
+                "reward": torch.rand(B, T, 1, generator=g),
+                "done": done,
+                "terminated": done.clone(),
+            },
+        },
+        batch_size=[B, T],
+    )
 
 
 def _draws() -> tuple:
@@ -210,8 +232,9 @@ def _draws() -> tuple:
 def _assert_rng_is(rng: dict) -> None:
     assert torch.equal(torch.get_rng_state(), rng["torch"]), "torch's RNG state was not restored"
     mine, saved = np.random.get_state(), rng["numpy"]
-    assert mine[0] == saved[0] and np.array_equal(mine[1], saved[1]) and mine[2:] == saved[2:], \
+    assert mine[0] == saved[0] and np.array_equal(mine[1], saved[1]) and mine[2:] == saved[2:], (
         "numpy's RNG state was not restored"
+    )
     assert random.getstate() == rng["python"], "Python's RNG state was not restored"
 
 
@@ -240,8 +263,18 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, jobs, traini
     resume = tmp_path / "resume"
     shutil.copytree(run / "checkpoints", resume / "checkpoints")
     shutil.copy(run / "config.json", resume / "config.json")
-    in_proc = ["impala", "--experiment", "debug", "--logger", "none", "--run-dir", str(resume), "--resume",
-               "--total-frames", "10000000"]
+    in_proc = [
+        "impala",
+        "--experiment",
+        "debug",
+        "--logger",
+        "none",
+        "--run-dir",
+        str(resume),
+        "--resume",
+        "--total-frames",
+        "10000000",
+    ]
     k = ckpt["tracker"]["updates"]
     a, close_a = _in_process_learner(in_proc)
     try:
@@ -297,8 +330,19 @@ def test_seed_sigkill_one_env_worker_the_run_goes_on(tmp_path, jobs):
     run = tmp_path / "run"
     # the kill comes at rank 2's 200th step of 16 envs (~6.4k frames from both workers): 20k frames leave
     # twice that for the run to go on with one worker; the frame budget ends it even on a loaded machine
-    args = ["seed", "--experiment", "debug", "--logger", "none", "--run-dir", str(run), "--total-frames", "20000",
-            "--max-time-s", "170"]
+    args = [
+        "seed",
+        "--experiment",
+        "debug",
+        "--logger",
+        "none",
+        "--run-dir",
+        str(run),
+        "--total-frames",
+        "20000",
+        "--max-time-s",
+        "170",
+    ]
     proc = jobs.train(args, nproc=3, env=faulty_env(tmp_path, "kill@2:200"), timeout=200)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
@@ -315,8 +359,19 @@ def test_apex_sigkill_one_of_two_replay_shards_the_run_goes_on(tmp_path, jobs):
     """Ape-X with 2 shards (learner, shards 1-2, actors 3-4): shard 2 dies at its 40th insert;
     the learner names it in one line and samples shard 1 to the end of the frame budget."""
     run = tmp_path / "run"
-    args = ["apex", "--experiment", "debug", "--run-dir", str(run), "--set", "algo.shards=2",
-            "--total-frames", "16000", "--max-time-s", "170"]
+    args = [
+        "apex",
+        "--experiment",
+        "debug",
+        "--run-dir",
+        str(run),
+        "--set",
+        "algo.shards=2",
+        "--total-frames",
+        "16000",
+        "--max-time-s",
+        "170",
+    ]
     proc = jobs.train(args, nproc=5, env=faulty_env(tmp_path, "kill@2:40"), timeout=200)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

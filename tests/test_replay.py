@@ -1,5 +1,6 @@
 """Replay storage: FIFO at capacity under far more inserts than it holds, malformed inserts refused
 and counted, and its contents carried through the learner's checkpoint and back on resume."""
+
 from __future__ import annotations
 
 import signal
@@ -18,8 +19,14 @@ from distrl.roles.session import LearnerSession
 def transitions(start: int, n: int) -> TensorDict:
     """``n`` items whose observation is their insertion index (so FIFO order can be read back)."""
     idx = torch.arange(start, start + n, dtype=torch.float32)
-    return TensorDict({"observation": idx[:, None].expand(n, 4).clone(), "action": torch.zeros(n, dtype=torch.long),
-                       ("next", "reward"): torch.ones(n, 1)}, [n])
+    return TensorDict(
+        {
+            "observation": idx[:, None].expand(n, 4).clone(),
+            "action": torch.zeros(n, dtype=torch.long),
+            ("next", "reward"): torch.ones(n, 1),
+        },
+        [n],
+    )
 
 
 def stored_indices(store: ReplayStore) -> set[int]:
@@ -38,12 +45,15 @@ def test_inserts_far_beyond_capacity_evict_oldest_first():
     assert sample.shape == (16,) and all(total - 100 <= int(i) < total for i in sample["observation"][:, 0])
 
 
-@pytest.mark.parametrize("bad", [
-    lambda td: td.set("observation", td["observation"][:, :3]),  # wrong shape
-    lambda td: td.set("observation", td["observation"].double()),  # wrong dtype
-    lambda td: td.exclude(("next", "reward")),  # missing key
-    lambda td: td.reshape(2, 5),  # not a flat batch of items
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda td: td.set("observation", td["observation"][:, :3]),  # wrong shape
+        lambda td: td.set("observation", td["observation"].double()),  # wrong dtype
+        lambda td: td.exclude(("next", "reward")),  # missing key
+        lambda td: td.reshape(2, 5),  # not a flat batch of items
+    ],
+)
 def test_a_malformed_insert_is_refused_and_counted(bad):
     store = ReplayStore(capacity=50, batch_size=4)
     assert store.extend(transitions(0, 10))

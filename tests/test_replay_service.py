@@ -1,5 +1,6 @@
 """Door 4 of docs/torchrl.md: the replay role as a TorchRL-style buffer in a user's loop
 (``distrl.ReplayServiceBuffer.local``: real ``ReplayServer`` shards on threads, no torchrun)."""
+
 from __future__ import annotations
 
 import time
@@ -43,7 +44,9 @@ def test_extend_sample_and_priorities_over_two_shards():
         batch = rb.sample()
         assert batch.shape == (32,) and batch["x"].shape == (32, 1)
         assert {"index", "index_generation", "replay_shard", "priority_weight"} <= set(batch.keys())
-        assert set(batch["replay_shard"].tolist()) == {1, 2} and torch.allclose(batch["priority_weight"], torch.ones(32))
+        assert set(batch["replay_shard"].tolist()) == {1, 2} and torch.allclose(
+            batch["priority_weight"], torch.ones(32)
+        )
         # every sampled item drops to ~0 but item x=7 (the loss's td_error), which then dominates
         seen_7 = False
         for _ in range(50):

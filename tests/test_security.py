@@ -6,6 +6,7 @@ a run, and checks it is kept out (docs/reliability.md, "Who can reach a run").
   naming the holder's pid and host, writes nothing, and goes ahead once the holder is gone;
 - a checkpoint that names code to run is refused (weights-only), not executed.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,15 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from distrl.runtime.checkpoint import (DamagedCheckpoints, checkpoint_dir, load_latest_checkpoint, resume_checkpoint,
-                               rng_state, save_best, save_checkpoint)
+from distrl.runtime.checkpoint import (
+    DamagedCheckpoints,
+    checkpoint_dir,
+    load_latest_checkpoint,
+    resume_checkpoint,
+    rng_state,
+    save_best,
+    save_checkpoint,
+)
 from distrl.data import shm
 from distrl.runtime.job import LOCK_NAME, RunDirBusy, claim_run_dir, ensure_run_dir_free
 from distrl.recipes.sf import doorbell
@@ -43,9 +51,13 @@ def open_umask():
 
 # ---- owner-only files --------------------------------------------------------------------------------
 
+
 def test_shared_memory_and_its_doorbells_are_owner_only(tmp_path, open_umask):
-    td, path = shm.create(TensorDict({"obs": torch.zeros(4, 3), ("next", "done"): torch.zeros(4, dtype=torch.bool)},
-                                     [4]), "sec", root=tmp_path)
+    td, path = shm.create(
+        TensorDict({"obs": torch.zeros(4, 3), ("next", "done"): torch.zeros(4, dtype=torch.bool)}, [4]),
+        "sec",
+        root=tmp_path,
+    )
     try:
         doorbell.make(path, learner=0, inference_ranks=[1], worker_ranks=[2])
         modes = {p.relative_to(path).as_posix(): mode(p) for p in path.rglob("*")}
@@ -64,6 +76,7 @@ def test_checkpoints_are_owner_only(tmp_path, open_umask):
 
 
 # ---- checkpoints are read weights-only ----------------------------------------------------------------
+
 
 class _RunsCode:
     """What a crafted checkpoint holds: unpickling it creates a file (it could run anything)."""
@@ -93,6 +106,7 @@ def test_a_checkpoint_that_names_code_is_refused_not_run(tmp_path):
 
 # ---- one launch per run directory -----------------------------------------------------------------------
 
+
 def test_a_second_claim_names_the_holder_and_a_released_lock_is_free(tmp_path, open_umask):
     run = tmp_path / "run"
     with claim_run_dir(run):
@@ -116,8 +130,9 @@ with claim_run_dir(sys.argv[1]):
 """
 
 
-def test_a_second_launch_on_a_held_run_dir_fails_in_one_line_then_resumes(tmp_path, jobs, in_process, capsys,
-                                                                         open_umask):
+def test_a_second_launch_on_a_held_run_dir_fails_in_one_line_then_resumes(
+    tmp_path, jobs, in_process, capsys, open_umask
+):
     """The first launch (a process holding the lock as rank 0 does) is alive: a second one, even
     with ``--resume``, stops in one line naming its pid and host, exit 2, nothing written. Once the
     first is SIGKILLed (its lock dropped by the kernel, its lock file left behind), the resume runs,

@@ -2,6 +2,7 @@
 float32 ``[B, A]`` actions through the replies, the unroll buffers and the env workers' envs, log-probs
 that are ``torch.distributions.Normal``'s, observation statistics the learner merges and inference
 reads; and one short run on InvertedPendulum-v5 that must beat a random policy."""
+
 from __future__ import annotations
 
 import math
@@ -29,7 +30,19 @@ from distrl.recipes.seed.env_worker import SeedEnvWorker
 from distrl.recipes.seed.inference import InferenceServer
 from distrl.nn.obs_norm import fold_observations
 from distrl.data.unrolls import GroupTrajectories
-from distrl.roles.batcher import ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED, Request
+from distrl.roles.batcher import (
+    ACTION,
+    FINAL_OBS,
+    GROUP,
+    OBS,
+    RANK,
+    REWARD,
+    RUN_ID,
+    STOP,
+    TERMINATED,
+    TRUNCATED,
+    Request,
+)
 
 from helpers import assert_beats_random, read_summary
 
@@ -51,9 +64,19 @@ def _model(core: str):
 
 
 def _server(core: str, T: int = 3, envs: int = 2):
-    cfg = override(get_recipe("seed").default_config(), **{
-        "algo.envs_per_worker": envs, "algo.groups_per_worker": 1, "algo.unroll_length": T, "algo.core": core,
-        "algo.core_size": 4, "net.hidden": (8,), "algo.max_wait_ms": 0.0, "run.env": "Pendulum-v1"})
+    cfg = override(
+        get_recipe("seed").default_config(),
+        **{
+            "algo.envs_per_worker": envs,
+            "algo.groups_per_worker": 1,
+            "algo.unroll_length": T,
+            "algo.core": core,
+            "algo.core_size": 4,
+            "net.hidden": (8,),
+            "algo.max_wait_ms": 0.0,
+            "run.env": "Pendulum-v1",
+        },
+    )
     out, lock = queue.Queue(maxsize=8), threading.Lock()
     return InferenceServer(_model(core), lock, lambda: 0, cfg, [1], F, torch.device("cpu"), out), out
 
@@ -61,9 +84,18 @@ def _server(core: str, T: int = 3, envs: int = 2):
 def _msg(obs: torch.Tensor, reward=None, run_id: int = 1) -> TensorDict:
     n = obs.shape[0]
     z = torch.zeros(n, dtype=torch.bool)
-    return TensorDict({OBS: obs, REWARD: torch.zeros(n) if reward is None else reward, TERMINATED: z, TRUNCATED: z,
-                       FINAL_OBS: torch.zeros(0, F), RANK: torch.tensor(1), GROUP: torch.tensor(0),
-                       RUN_ID: torch.tensor(run_id)})
+    return TensorDict(
+        {
+            OBS: obs,
+            REWARD: torch.zeros(n) if reward is None else reward,
+            TERMINATED: z,
+            TRUNCATED: z,
+            FINAL_OBS: torch.zeros(0, F),
+            RANK: torch.tensor(1),
+            GROUP: torch.tensor(0),
+            RUN_ID: torch.tensor(run_id),
+        }
+    )
 
 
 @torch.no_grad()  # as the inference thread's loop serves
@@ -74,6 +106,7 @@ def _serve(server: InferenceServer, td: TensorDict, obs_shape=F) -> TensorDict:
 
 
 # ---------------------------------------------------------------- the recurrent model's Gaussian head
+
 
 def test_recurrent_gaussian_steps_replays_and_trains_with_normal_log_probs():
     model = _model("lstm")
@@ -93,10 +126,23 @@ def test_recurrent_gaussian_steps_replays_and_trains_with_normal_log_probs():
     replay, _ = view(obs)
     torch.testing.assert_close(replay[:, 0], out)  # the replay's first step is the server's step
     assert view.head is model.head  # impala_loss reads a Gaussian through it, not as logits
-    batch = TensorDict({
-        keys.OBSERVATION: obs, keys.ACTION: torch.randn(B, T, A), keys.ACTION_LOG_PROB: torch.full((B, T), -2.0),
-        keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, "reward": torch.ones(B, T, 1), "done": done[..., None],
-                               "terminated": done[..., None]}, [B, T])}, [B, T])
+    batch = TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.ACTION: torch.randn(B, T, A),
+            keys.ACTION_LOG_PROB: torch.full((B, T), -2.0),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: next_obs,
+                    "reward": torch.ones(B, T, 1),
+                    "done": done[..., None],
+                    "terminated": done[..., None],
+                },
+                [B, T],
+            ),
+        },
+        [B, T],
+    )
     hp = seed_recipe.mujoco().algo
     loss = impala_loss(UnrolledCore(model, state0, done), batch, hp)
     loss["loss"].backward()
@@ -116,6 +162,7 @@ def test_recurrent_discrete_model_is_unchanged_and_for_env_reads_the_action_spac
 
 
 # ---------------------------------------------------------------- buffers, replies, chunks
+
 
 def test_unroll_buffers_keep_float_actions():
     g = GroupTrajectories(2, F, 2, action_shape=(A,), action_dtype=torch.float32)
@@ -182,8 +229,10 @@ def test_observation_statistics_the_learner_merges_reach_inference():
 
 
 def test_env_worker_steps_pendulum_with_the_servers_float_actions(tmp_path):
-    cfg = override(seed_recipe.mujoco(), **{"run.env": "Pendulum-v1", "algo.envs_per_worker": 4,
-                                            "algo.unroll_length": 2, "net.hidden": (8,)})
+    cfg = override(
+        seed_recipe.mujoco(),
+        **{"run.env": "Pendulum-v1", "algo.envs_per_worker": 4, "algo.unroll_length": 2, "net.hidden": (8,)},
+    )
     worker = SeedEnvWorker(RoleContext(cfg, None, 1, {0: "learner", 1: "env_worker"}, Path(tmp_path)))
     torch.manual_seed(0)
     model = ActorCritic.for_env(env_info("Pendulum-v1"), cfg.net)
@@ -226,9 +275,30 @@ def test_inverted_pendulum_learns_past_a_random_policy(tmp_path, jobs):
     states by :data:`MARGIN`."""
     pytest.importorskip("mujoco")
     run = tmp_path / "run"
-    proc = jobs.train(["seed", "--experiment", "mujoco", "--env", "InvertedPendulum-v5", "--total-frames", "25000",
-                       "--max-time-s", "60", "--run-dir", str(run), "--logger", "none", "--set", "algo.batch_size=4",
-                       "--set", "run.eval_episodes=10", "--set", "run.eval_interval_s=0"], timeout=150)
+    proc = jobs.train(
+        [
+            "seed",
+            "--experiment",
+            "mujoco",
+            "--env",
+            "InvertedPendulum-v5",
+            "--total-frames",
+            "25000",
+            "--max-time-s",
+            "60",
+            "--run-dir",
+            str(run),
+            "--logger",
+            "none",
+            "--set",
+            "algo.batch_size=4",
+            "--set",
+            "run.eval_episodes=10",
+            "--set",
+            "run.eval_interval_s=0",
+        ],
+        timeout=150,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["env"] == "InvertedPendulum-v5" and s["stop_reason"] == "total_frames" and s["learner_updates"] > 0

@@ -1,13 +1,20 @@
 """SEED end to end: one process on the local transport (feed-forward and LSTM cores), torchrun with
 3 processes, and the byte count impala reports for comparison."""
+
 from __future__ import annotations
 
 import pytest
 
 from helpers import assert_held, hold_args, read_metrics, read_summary as read_common_summary
 
-SEED_KEYS = {"bytes_per_env_step", "inference_batch_fill_mean", "inference_latency_ms_mean",
-             "inference_latency_ms_p95", "inference_compute_ms_mean", "inference_batches"}
+SEED_KEYS = {
+    "bytes_per_env_step",
+    "inference_batch_fill_mean",
+    "inference_latency_ms_mean",
+    "inference_latency_ms_p95",
+    "inference_compute_ms_mean",
+    "inference_batches",
+}
 ROLES = {"0": "learner", "1": "env_worker", "2": "env_worker"}
 
 
@@ -24,8 +31,10 @@ def check_measured(s: dict) -> None:
     # x 2.0 requests against 3.3 ms. The p95 is over the last 10k requests, the mean over all,
     # so no order between them is certain: printed, not asserted.
     latency, compute = s["inference_latency_ms_mean"], s["inference_compute_ms_mean"]
-    print(f"\ninference: latency {latency} ms mean, {s['inference_latency_ms_p95']} ms p95; "
-          f"compute {compute} ms a batch; fill {s['inference_batch_fill_mean']}")
+    print(
+        f"\ninference: latency {latency} ms mean, {s['inference_latency_ms_p95']} ms p95; "
+        f"compute {compute} ms a batch; fill {s['inference_batch_fill_mean']}"
+    )
     assert compute > 0 and latency * s["inference_batch_fill_mean"] >= compute, (latency, compute)
     # obs (4 B) + reward (4) + done flags (2) in, action (4) out per env step, plus small headers
     assert 14 <= s["bytes_per_env_step"] < 40
@@ -74,7 +83,21 @@ def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, jobs):
     training mean after 475 was 375.7 over that sweep's 10 seeds (397.2 with 4 processes). 100 s:
     the sweep reached 475 at 33-73 s (median 67 s) with 3 processes, on shared cores."""
     run = tmp_path / "run"
-    proc = jobs.train(["seed", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "100",
-                       "--run-dir", str(run), "--logger", "none"], nproc=3, timeout=240)
+    proc = jobs.train(
+        [
+            "seed",
+            "--env",
+            "CartPole-v1",
+            *hold_args(),
+            "--max-time-s",
+            "100",
+            "--run-dir",
+            str(run),
+            "--logger",
+            "none",
+        ],
+        nproc=3,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_held(read_summary(run), floor=325.0)

@@ -1,5 +1,6 @@
 """SEED's pieces in one process: the batching policy, per-env trajectory assembly, recurrent state
 resets (episode end, worker restart), the recurrent replay the learner trains on, the handlers."""
+
 from __future__ import annotations
 
 import queue
@@ -21,13 +22,25 @@ from distrl.nn.models import ActorCritic
 from distrl.data.keys import CORE_STATE
 from distrl.nn.recurrent import RecurrentActorCritic, UnrolledCore
 from distrl.roles.batcher import (
-    ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED, DynamicBatcher, Request,
+    ACTION,
+    FINAL_OBS,
+    GROUP,
+    OBS,
+    RANK,
+    REWARD,
+    RUN_ID,
+    STOP,
+    TERMINATED,
+    TRUNCATED,
+    DynamicBatcher,
+    Request,
 )
 from distrl.recipes.seed.inference import InferenceServer
 from distrl.data.unrolls import GroupTrajectories
 
 
 # ---------------------------------------------------------------- batching policy
+
 
 @dataclass(eq=False)
 class FakeRequest:
@@ -107,6 +120,7 @@ def test_a_pulling_batcher_fills_its_queue_itself_with_the_same_policy():
 
 # ---------------------------------------------------------------- trajectory assembly
 
+
 def _f(*rows):
     return torch.tensor(rows, dtype=torch.float32).reshape(len(rows), -1)
 
@@ -159,10 +173,20 @@ def test_recurrent_state_resets_on_episode_end_and_on_worker_restart():
 
 
 def _server(core="lstm", groups=1, envs=2, T=3, max_wait_ms=0.0, max_batch_envs=64):
-    cfg = override(get_recipe("seed").default_config(), **{
-        "algo.envs_per_worker": envs * groups, "algo.groups_per_worker": groups, "algo.unroll_length": T,
-        "algo.core": core, "algo.core_size": 4, "net.hidden": (8,), "algo.max_wait_ms": max_wait_ms,
-        "algo.max_batch_envs": max_batch_envs, "run.env": "distrl/MatchSign-v0"})
+    cfg = override(
+        get_recipe("seed").default_config(),
+        **{
+            "algo.envs_per_worker": envs * groups,
+            "algo.groups_per_worker": groups,
+            "algo.unroll_length": T,
+            "algo.core": core,
+            "algo.core_size": 4,
+            "net.hidden": (8,),
+            "algo.max_wait_ms": max_wait_ms,
+            "algo.max_batch_envs": max_batch_envs,
+            "run.env": "distrl/MatchSign-v0",
+        },
+    )
     torch.manual_seed(0)
     net = NetConfig(hidden=(8,))
     model = RecurrentActorCritic(1, 2, net, 4) if core == "lstm" else ActorCritic(1, 2, net)
@@ -173,10 +197,18 @@ def _server(core="lstm", groups=1, envs=2, T=3, max_wait_ms=0.0, max_batch_envs=
 def _msg(obs, reward=None, term=None, trunc=None, final=None, run_id=1, group=0, rank=1) -> TensorDict:
     n = len(obs)
     z = torch.zeros(n, dtype=torch.bool)
-    return TensorDict({OBS: _f(*obs), REWARD: torch.zeros(n) if reward is None else torch.tensor(reward),
-                       TERMINATED: z if term is None else _b(*term), TRUNCATED: z if trunc is None else _b(*trunc),
-                       FINAL_OBS: torch.zeros(0, 1) if final is None else _f(*final), RANK: torch.tensor(rank),
-                       GROUP: torch.tensor(group), RUN_ID: torch.tensor(run_id)})
+    return TensorDict(
+        {
+            OBS: _f(*obs),
+            REWARD: torch.zeros(n) if reward is None else torch.tensor(reward),
+            TERMINATED: z if term is None else _b(*term),
+            TRUNCATED: z if trunc is None else _b(*trunc),
+            FINAL_OBS: torch.zeros(0, 1) if final is None else _f(*final),
+            RANK: torch.tensor(rank),
+            GROUP: torch.tensor(group),
+            RUN_ID: torch.tensor(run_id),
+        }
+    )
 
 
 def test_server_steps_each_env_from_its_own_state_and_resets_it():
@@ -258,21 +290,48 @@ def test_recurrent_replay_matches_stepping_and_trains_with_the_impala_loss():
         want_next.append(model.step(next_obs[:, t], state)[1])
     torch.testing.assert_close(logits, torch.stack(want_logits, 1))
     torch.testing.assert_close(view.value(next_obs), torch.stack(want_next, 1))
-    batch = TensorDict({
-        keys.OBSERVATION: obs, keys.ACTION: torch.randint(0, 2, (B, T)),
-        keys.ACTION_LOG_PROB: torch.full((B, T), -0.7),
-        keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, "reward": torch.ones(B, T, 1), "done": done[..., None],
-                               "terminated": done[..., None]}, [B, T])}, [B, T])
-    out = impala_loss(UnrolledCore(model, state0, done), batch, SimpleNamespace(gamma=0.99, rho_bar=1.0, c_bar=1.0, value_coef=0.5, entropy_coef=0.01, normalize_advantage=False, reward_scale=1.0))
+    batch = TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.ACTION: torch.randint(0, 2, (B, T)),
+            keys.ACTION_LOG_PROB: torch.full((B, T), -0.7),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: next_obs,
+                    "reward": torch.ones(B, T, 1),
+                    "done": done[..., None],
+                    "terminated": done[..., None],
+                },
+                [B, T],
+            ),
+        },
+        [B, T],
+    )
+    out = impala_loss(
+        UnrolledCore(model, state0, done),
+        batch,
+        SimpleNamespace(
+            gamma=0.99,
+            rho_bar=1.0,
+            c_bar=1.0,
+            value_coef=0.5,
+            entropy_coef=0.01,
+            normalize_advantage=False,
+            reward_scale=1.0,
+        ),
+    )
     out["loss"].backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"algo.envs_per_worker": 10, "algo.groups_per_worker": 3}, "must be a multiple of algo.groups_per_worker"),
-    ({"algo.core": "gru"}, "algo.core must be one of"),
-    ({"algo.max_wait_ms": -1}, "algo.max_wait_ms must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"algo.envs_per_worker": 10, "algo.groups_per_worker": 3}, "must be a multiple of algo.groups_per_worker"),
+        ({"algo.core": "gru"}, "algo.core must be one of"),
+        ({"algo.max_wait_ms": -1}, "algo.max_wait_ms must be >= 0"),
+    ],
+)
 def test_config_invariants(changes, message):
     with pytest.raises(ValueError, match=message):
         override(get_recipe("seed").default_config(), **changes)

@@ -1,5 +1,6 @@
 """A learner session inside someone's process takes SIGTERM for its checkpoint-and-stop, and gives
 the caller's handler back when it finishes."""
+
 from __future__ import annotations
 
 import signal
@@ -23,4 +24,3 @@ def test_finish_gives_the_callers_sigterm_handler_back(tmp_path):
     model = torch.nn.Linear(2, 2)
     session.finish("total_frames", [], model, torch.optim.SGD(model.parameters(), lr=0.1))
     assert signal.getsignal(signal.SIGTERM) is mine
-

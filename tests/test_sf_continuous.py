@@ -4,6 +4,7 @@ against a slow per-sample loop in the papers' notation; observation-normalisatio
 in at the learner after its step and reaching inference inside the flat parameter vector; the
 ``mujoco`` preset for every MuJoCo id; and one short run on Pendulum-v1 that must beat a random
 policy."""
+
 from __future__ import annotations
 
 import copy
@@ -36,6 +37,7 @@ ENV = "Pendulum-v1"  # obs 3, action Box(-2, 2, (1,)): continuous and cheap
 
 # ---------------------------------------------------------------- the slots
 
+
 def test_slots_hold_float32_action_vectors_for_a_box_and_int64_indices_otherwise():
     cont = rollout_layout(3, 4, 5, 17, 10, action_shape=(6,), action_dtype=torch.float32)
     disc = rollout_layout(3, 4, 5, 17, 10)
@@ -45,6 +47,7 @@ def test_slots_hold_float32_action_vectors_for_a_box_and_int64_indices_otherwise
 
 
 # ---------------------------------------------------------------- the APPO loss
+
 
 def gaussian_batch(model: ActorCritic, B: int = 4, T: int = 6, F: int = 3, seed: int = 0) -> TensorDict:
     """Whole unrolls (a termination, a truncation) with float32 actions ``[B, T, A]`` drawn from the
@@ -59,11 +62,24 @@ def gaussian_batch(model: ActorCritic, B: int = 4, T: int = 6, F: int = 3, seed:
     with torch.no_grad():
         action, log_mu = model.head.sample(model.policy(obs), g)
     log_mu = log_mu + (torch.rand(B, T, generator=g) * 2 - 1) * 0.6
-    return TensorDict({keys.OBSERVATION: obs, keys.ACTION: action, keys.ACTION_LOG_PROB: log_mu,
-                       keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
-                       keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, "reward": torch.randn(B, T, 1, generator=g),
-                                              "done": done, "terminated": term}, batch_size=[B, T])},
-                      batch_size=[B, T])
+    return TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.ACTION: action,
+            keys.ACTION_LOG_PROB: log_mu,
+            keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: next_obs,
+                    "reward": torch.randn(B, T, 1, generator=g),
+                    "done": done,
+                    "terminated": term,
+                },
+                batch_size=[B, T],
+            ),
+        },
+        batch_size=[B, T],
+    )
 
 
 @pytest.mark.parametrize("vtrace", [True, False])
@@ -79,8 +95,9 @@ def test_appo_loss_under_the_gaussian_head_matches_the_per_sample_loop(vtrace):
     cancels to near zero keeps the absolute error of the terms it sums: atol 1e-5 of the largest
     element (measured <= 2.2e-7 of it). No ratio sits
     within 1e-3 of a clip edge, where float32 and float64 could choose different branches."""
-    algo = override(debug(), **{"algo.vtrace": vtrace, "algo.normalize_advantage": True,
-                                "algo.entropy_coef": 0.01}).algo
+    algo = override(
+        debug(), **{"algo.vtrace": vtrace, "algo.normalize_advantage": True, "algo.entropy_coef": 0.01}
+    ).algo
     torch.manual_seed(0)
     model = ActorCritic(3, None, action_dim=2)
     with torch.no_grad():  # a spread-out policy: the mean moves with the state, the std differs per dim
@@ -96,19 +113,30 @@ def test_appo_loss_under_the_gaussian_head_matches_the_per_sample_loop(vtrace):
     eps = algo.clip_eps
     assert min(abs(abs(x - 1) - eps) for x in want["ratios"]) > 1e-3
     assert 0 < float(out["clip_fraction"]) < 1
-    for name in ("loss", "loss_policy", "loss_value", "entropy", "approx_kl", "clip_fraction", "advantage_std",
-                 "value_mean"):
-        torch.testing.assert_close(out[name].double(), want[name].detach(), rtol=1e-5, atol=1e-6,
-                                   msg=lambda m, n=name: f"{n}: {m}")
+    for name in (
+        "loss",
+        "loss_policy",
+        "loss_value",
+        "entropy",
+        "approx_kl",
+        "clip_fraction",
+        "advantage_std",
+        "value_mean",
+    ):
+        torch.testing.assert_close(
+            out[name].double(), want[name].detach(), rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}"
+        )
     scale = max(float(w.abs().max()) for w in expected)
     for got, w in zip(grads, expected):
         torch.testing.assert_close(got.double(), w, rtol=1e-5, atol=1e-5 * scale)
     # the entropy is the Normal's, summed over the action's dims, whatever the state
-    assert float(out["entropy"]) == pytest.approx(sum(0.5 + 0.5 * math.log(2 * math.pi) + s for s in (-0.5, 0.3)),
-                                                   rel=1e-6)
+    assert float(out["entropy"]) == pytest.approx(
+        sum(0.5 + 0.5 * math.log(2 * math.pi) + s for s in (-0.5, 0.3)), rel=1e-6
+    )
 
 
 # ---------------------------------------------------------------- learner and inference
+
 
 def _cfg(**more):
     return override(debug(), **{"run.env": ENV, "run.logger": "none", **more})  # 2 groups of 8 envs, 20 steps
@@ -133,7 +161,7 @@ def _inference(cfg, roles, hub, shared):
 
 def _rows(learner, seed: int = 0) -> TensorDict:
     """A batch ``[N, T]`` as the slots hold it, observations far from the initial statistics."""
-    batch = learner.traj[:2].clone().reshape(-1, learner.traj.shape[2])[:learner.algo.batch_size]
+    batch = learner.traj[:2].clone().reshape(-1, learner.traj.shape[2])[: learner.algo.batch_size]
     g = torch.Generator().manual_seed(seed)
     batch[keys.OBSERVATION] = torch.randn(batch[keys.OBSERVATION].shape, generator=g) * 3.0 + 5.0
     batch[keys.NEXT_OBSERVATION] = torch.cat([batch[keys.OBSERVATION][:, 1:], batch[keys.OBSERVATION][:, -1:]], 1)
@@ -185,8 +213,10 @@ def test_epochs_and_minibatches_step_on_every_row_once_a_pass_then_fold_and_publ
         from distrl.recipes.sf import learner as learner_module
 
         seen, loss = [], learner_module.appo_loss
-        learner_module.appo_loss = lambda model, rows, algo: (seen.append(rows[keys.OBSERVATION][:, 0].clone()),
-                                                              loss(model, rows, algo))[1]
+        learner_module.appo_loss = lambda model, rows, algo: (
+            seen.append(rows[keys.OBSERVATION][:, 0].clone()),
+            loss(model, rows, algo),
+        )[1]
         counts = []
         step = learner.optim.step
         learner.optim.step = lambda *a, **k: (counts.append(float(learner.model.obs_norm.count)), step(*a, **k))[1]
@@ -195,7 +225,7 @@ def test_epochs_and_minibatches_step_on_every_row_once_a_pass_then_fold_and_publ
         assert len(seen) == 6 and counts == [pytest.approx(1e-4)] * 6  # statistics untouched until the last step
         rows = batch[keys.OBSERVATION][:, 0]  # [N, F]: one row's first observation names it
         for epoch in range(3):
-            got = torch.cat(seen[2 * epoch:2 * epoch + 2])
+            got = torch.cat(seen[2 * epoch : 2 * epoch + 2])
             assert got.shape == rows.shape
             assert sorted(map(tuple, got.tolist())) == sorted(map(tuple, rows.tolist()))  # each row once a pass
         assert float(learner.model.obs_norm.count) == pytest.approx(batch.numel() + 1e-4)
@@ -217,8 +247,10 @@ def test_inference_writes_float32_actions_whose_log_probs_are_the_normal_ones(tm
         inference = _inference(cfg, roles, hub, learner.shared)
         answered = []
         inference.bell = SimpleNamespace(answer=lambda rank, group, status=0: answered.append((rank, group)))
-        traj = {k: learner.traj[k].numpy() for k in (keys.OBSERVATION, keys.ACTION, keys.ACTION_LOG_PROB,
-                                                     keys.POLICY_VERSION)}
+        traj = {
+            k: learner.traj[k].numpy()
+            for k in (keys.OBSERVATION, keys.ACTION, keys.ACTION_LOG_PROB, keys.POLICY_VERSION)
+        }
         B = cfg.algo.envs_per_group
         learner.traj[keys.OBSERVATION][1, :, 3] = torch.randn(B, 3)
         learner.traj[keys.OBSERVATION][2, :, 0] = torch.randn(B, 3)
@@ -240,6 +272,7 @@ def test_inference_writes_float32_actions_whose_log_probs_are_the_normal_ones(tm
 
 
 # ---------------------------------------------------------------- the rollout worker
+
 
 class _Env:
     """A vector env that records the actions it is stepped with."""
@@ -263,10 +296,15 @@ def test_rollout_worker_steps_its_envs_with_the_float_actions_inference_wrote():
     w.budget, w.steps, w.num_slots = TimeBudget(), 1, S
     layout = rollout_layout(S, B, T, 3, 1, 4, action_shape=(A,), action_dtype=torch.float32)["traj"]
     nxt = layout[keys.NEXT]
-    w.buf = {keys.OBSERVATION: layout[keys.OBSERVATION].numpy(), keys.ACTION: layout[keys.ACTION].numpy(),
-             keys.NEXT_OBSERVATION: nxt[keys.OBSERVATION].numpy(),
-             **{k: nxt[k].numpy()[..., 0] for k in (keys.STEP_REWARD, keys.STEP_TERMINATED, keys.STEP_TRUNCATED,
-                                                    keys.STEP_DONE, keys.EPISODE_RETURN)}}
+    w.buf = {
+        keys.OBSERVATION: layout[keys.OBSERVATION].numpy(),
+        keys.ACTION: layout[keys.ACTION].numpy(),
+        keys.NEXT_OBSERVATION: nxt[keys.OBSERVATION].numpy(),
+        **{
+            k: nxt[k].numpy()[..., 0]
+            for k in (keys.STEP_REWARD, keys.STEP_TERMINATED, keys.STEP_TRUNCATED, keys.STEP_DONE, keys.EPISODE_RETURN)
+        },
+    }
     w.stop_flag, w.evicted_flag = np.zeros(1, np.int64), np.zeros(4, np.int64)
     env = _Env(B)
     w.groups = [_Group(env, np.zeros((B, 3), np.float32), 1, None)]
@@ -278,6 +316,7 @@ def test_rollout_worker_steps_its_envs_with_the_float_actions_inference_wrote():
 
 
 # ---------------------------------------------------------------- the preset
+
 
 def test_every_mujoco_id_starts_from_the_mujoco_preset_and_it_passes_the_recipe_checks():
     from distrl.cli.options import default_experiment
@@ -307,10 +346,32 @@ def test_inverted_pendulum_learns_past_a_random_policy(tmp_path, jobs):
     initial states by :data:`MARGIN`."""
     pytest.importorskip("mujoco")
     run = tmp_path / "run"
-    proc = jobs.train(["sf", "--experiment", "mujoco", "--env", "InvertedPendulum-v5", "--total-frames", "20000",
-                       "--max-time-s", "60", "--run-dir", str(run), "--logger", "none",
-                       "--set", "algo.unroll_length=16", "--set", "algo.batch_size=16", "--set", "run.eval_episodes=10",
-                       "--set", "run.eval_interval_s=0"], timeout=150)
+    proc = jobs.train(
+        [
+            "sf",
+            "--experiment",
+            "mujoco",
+            "--env",
+            "InvertedPendulum-v5",
+            "--total-frames",
+            "20000",
+            "--max-time-s",
+            "60",
+            "--run-dir",
+            str(run),
+            "--logger",
+            "none",
+            "--set",
+            "algo.unroll_length=16",
+            "--set",
+            "algo.batch_size=16",
+            "--set",
+            "run.eval_episodes=10",
+            "--set",
+            "run.eval_interval_s=0",
+        ],
+        timeout=150,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["stop_reason"] == "total_frames" and s["learner_updates"] > 0, s

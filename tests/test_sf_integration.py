@@ -1,6 +1,7 @@
 """Sample Factory end to end: one process on the local transport, torchrun with 4 processes and a
 rollout worker killed while it owns slots, a learner killed, and CartPole learning that holds.
 Every run must leave no shared-memory file behind (checked after every test by conftest.py)."""
+
 from __future__ import annotations
 
 import os
@@ -9,9 +10,18 @@ import pytest
 
 from helpers import assert_held, child_env, hold_args, read_metrics, read_summary as read_common_summary
 
-SF_KEYS = {"slots", "slots_reclaimed", "slot_waits", "samples_dropped_for_lag", "inference_batch_fill_mean",
-           "inference_batch_envs_mean", "inference_latency_ms_mean", "inference_batches", "policy_lag_hist",
-           "time_budget"}
+SF_KEYS = {
+    "slots",
+    "slots_reclaimed",
+    "slot_waits",
+    "samples_dropped_for_lag",
+    "inference_batch_fill_mean",
+    "inference_batch_envs_mean",
+    "inference_latency_ms_mean",
+    "inference_batches",
+    "policy_lag_hist",
+    "time_budget",
+}
 ROLES = {"0": "learner", "1": "inference", "2": "rollout_worker", "3": "rollout_worker"}
 
 
@@ -27,11 +37,24 @@ def read_summary(run_dir, roles: dict = ROLES) -> dict:
 @pytest.mark.timeout(180)
 def test_world_size_one_two_inference_ranks_learn_the_toy_env_within_the_lag_cap(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = jobs.train(["sf", "--experiment", "debug", "--run-dir", str(run), "--set", "algo.max_policy_lag=1",
-                       "--set", "algo.inference_ranks=2"], timeout=120)
+    proc = jobs.train(
+        [
+            "sf",
+            "--experiment",
+            "debug",
+            "--run-dir",
+            str(run),
+            "--set",
+            "algo.max_policy_lag=1",
+            "--set",
+            "algo.inference_ranks=2",
+        ],
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    s = read_summary(run, {"0": "learner", "1": "inference", "2": "inference", "3": "rollout_worker",
-                           "4": "rollout_worker"})
+    s = read_summary(
+        run, {"0": "learner", "1": "inference", "2": "inference", "3": "rollout_worker", "4": "rollout_worker"}
+    )
     assert s["stop_reason"] == "total_frames" and s["eval_return_mean"] >= 19.0, s  # uniform 10, perfect 20
     assert s["policy_lag_max"] <= 1  # the cap: nothing older was trained on...
     assert s["samples_dropped_for_lag"] == s["counters"].get("samples_dropped_for_lag", 0)  # ...and drops counted
@@ -44,8 +67,12 @@ def test_torchrun_four_processes_goes_on_when_a_worker_is_killed_holding_slots(t
     run = tmp_path / "run"
     # rank 3 SIGKILLs itself at its 40th round, while it owns a slot and a spare per group; the
     # learner on a core of its own, the others on the rest (the Atari preset's layout)
-    proc = jobs.train(["sf", "--experiment", "debug", "--run-dir", str(run), "--set", "algo.learner_cores=1"],
-                      nproc=4, timeout=180, env=child_env(DISTRL_FAULT="kill@3:40"))
+    proc = jobs.train(
+        ["sf", "--experiment", "debug", "--run-dir", str(run), "--set", "algo.learner_cores=1"],
+        nproc=4,
+        timeout=180,
+        env=child_env(DISTRL_FAULT="kill@3:40"),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     if len(os.sched_getaffinity(0)) >= 2:
         assert f"[learner] on core(s) [{min(os.sched_getaffinity(0))}]" in proc.stdout
@@ -57,8 +84,12 @@ def test_torchrun_four_processes_goes_on_when_a_worker_is_killed_holding_slots(t
 
 @pytest.mark.timeout(240)
 def test_a_killed_learner_ends_the_job_and_leaves_no_shared_memory(tmp_path, jobs):
-    proc = jobs.train(["sf", "--experiment", "debug", "--run-dir", str(tmp_path / "run")], nproc=4, timeout=180,
-                      env=child_env(DISTRL_FAULT="kill@0:5"))
+    proc = jobs.train(
+        ["sf", "--experiment", "debug", "--run-dir", str(tmp_path / "run")],
+        nproc=4,
+        timeout=180,
+        env=child_env(DISTRL_FAULT="kill@0:5"),
+    )
     assert proc.returncode != 0
     assert "injecting kill on rank 0" in proc.stdout + proc.stderr
 
@@ -72,7 +103,10 @@ def test_torchrun_cartpole_reaches_475_and_holds_it(tmp_path, jobs):
     collapse, what this test is for, falls below 100 (docs/sf.md). 45 s: the sweeps reached 475 at a median
     6.3 s with 4 processes; a collapse comes within seconds of the crossing."""
     run = tmp_path / "run"
-    proc = jobs.train(["sf", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "45", "--run-dir", str(run),
-                       "--logger", "none"], nproc=4, timeout=220)
+    proc = jobs.train(
+        ["sf", "--env", "CartPole-v1", *hold_args(), "--max-time-s", "45", "--run-dir", str(run), "--logger", "none"],
+        nproc=4,
+        timeout=220,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_held(read_summary(run), floor=300.0)

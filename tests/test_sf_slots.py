@@ -3,6 +3,7 @@ worker finds its own slots reserved), a lost worker's slots are retired, never h
 and a worker evicted while it was stopped writes nothing more when continued: unit tests of the
 pool, the learner and the worker in one process, and a SIGSTOP/SIGCONT of a rollout worker under
 torchrun (no shared-memory file or process left behind: checked after every test by conftest.py)."""
+
 from __future__ import annotations
 
 import os
@@ -28,6 +29,7 @@ from helpers import child_env, proc_state, read_summary, train_cmd
 
 # ---------------------------------------------------------------- the pool
 
+
 def test_reserved_slots_are_the_ranks_own_and_a_short_pool_says_so():
     pool = SlotPool(5)
     a, b = pool.reserve(2, 2), pool.reserve(3, 2)
@@ -51,6 +53,7 @@ def test_a_lost_workers_slots_are_retired_and_never_handed_out_again():
 
 
 # ---------------------------------------------------------------- the learner
+
 
 def _learner(tmp_path, world: int = 4):
     from distrl.recipes.sf.learner import SFLearner
@@ -119,6 +122,7 @@ def test_an_evicted_workers_hand_in_is_refused_and_its_slots_go_to_nobody(tmp_pa
 
 # ---------------------------------------------------------------- the worker
 
+
 class _Env:
     """A vector env of ``B`` envs whose ``step`` runs ``during`` first (the learner's eviction,
     while the worker was stopped inside its env step)."""
@@ -140,9 +144,19 @@ def _worker(S: int = 4, B: int = 2, T: int = 3, rank: int = 2):
     w.ctx, w.algo = SimpleNamespace(rank=rank), SimpleNamespace(unroll_length=T, slot_timeout_s=1.0)
     w.recovery = SimpleNamespace(failures=0, succeeded=lambda: None)
     w.budget, w.steps, w.num_slots = TimeBudget(), 1, S
-    w.buf = {k: np.zeros((S, B, T, 1) if k in (keys.OBSERVATION, keys.NEXT_OBSERVATION) else (S, B, T))
-             for k in (keys.OBSERVATION, keys.ACTION, keys.NEXT_OBSERVATION, keys.STEP_REWARD, keys.STEP_TERMINATED,
-                       keys.STEP_TRUNCATED, keys.STEP_DONE, keys.EPISODE_RETURN)}
+    w.buf = {
+        k: np.zeros((S, B, T, 1) if k in (keys.OBSERVATION, keys.NEXT_OBSERVATION) else (S, B, T))
+        for k in (
+            keys.OBSERVATION,
+            keys.ACTION,
+            keys.NEXT_OBSERVATION,
+            keys.STEP_REWARD,
+            keys.STEP_TERMINATED,
+            keys.STEP_TRUNCATED,
+            keys.STEP_DONE,
+            keys.EPISODE_RETURN,
+        )
+    }
     w.stop_flag, w.evicted_flag = np.zeros(1, np.int64), np.zeros(rank + 2, np.int64)
     w.groups = [_Group(_Env(B), np.ones((B, 1), np.float32), 1, None)]
     return w
@@ -205,15 +219,35 @@ def test_a_worker_waits_on_a_busy_learner_and_leaves_only_when_it_is_gone():
 
 # ---------------------------------------------------------------- SIGSTOP, eviction, SIGCONT
 
+
 @pytest.mark.timeout(120)
 def test_a_rollout_worker_stopped_past_eviction_then_continued_writes_nothing_and_the_run_ends_clean(tmp_path, jobs):
     run = tmp_path / "run"
     # rank 3 SIGSTOPs itself in its 20th round, inside a group step (after the env step, before
     # writing its outcome): the window a check once per round left open
-    job = jobs.start(train_cmd(["sf", "--experiment", "debug", "--run-dir", str(run), "--total-frames", "10000000",
-                                "--set", "run.max_time_s=18", "--set", "transport.call_timeout_s=5",
-                                "--set", "algo.request_timeout_s=4", "--set", "algo.slot_timeout_s=4"], nproc=4),
-                     env=child_env(DISTRL_FAULT="stop@3:20"))
+    job = jobs.start(
+        train_cmd(
+            [
+                "sf",
+                "--experiment",
+                "debug",
+                "--run-dir",
+                str(run),
+                "--total-frames",
+                "10000000",
+                "--set",
+                "run.max_time_s=18",
+                "--set",
+                "transport.call_timeout_s=5",
+                "--set",
+                "algo.request_timeout_s=4",
+                "--set",
+                "algo.slot_timeout_s=4",
+            ],
+            nproc=4,
+        ),
+        env=child_env(DISTRL_FAULT="stop@3:20"),
+    )
     job.wait_for("lost rank 3 (rollout_worker)", timeout=60)
     stopped = [p for p in job.pids() if proc_state(p) == "T"]
     assert stopped, "the stopped worker was not found"

@@ -2,6 +2,7 @@
 worker's slots reclaimed), the parameter seqlock, the lag cap, the APPO advantage against a slow
 loop, the doorbells' records, and the rollout worker's double buffering against a fake learner and
 a fake inference rank."""
+
 from __future__ import annotations
 
 import copy
@@ -25,14 +26,13 @@ from distrl.recipes.sf.recipe import debug
 from distrl.nn.models import ActorCritic
 from distrl.recipes.sf import doorbell as bell
 from distrl.recipes.sf.learner import drop_lagged
-from distrl.recipes.sf.slots import (
-    PARAM_SEQ, STOP, SlotError, SlotPool, publish_params, read_params, rollout_layout,
-)
+from distrl.recipes.sf.slots import PARAM_SEQ, STOP, SlotError, SlotPool, publish_params, read_params, rollout_layout
 from distrl.transport.local import LocalHub
 from references import slow_vtrace_targets
 
 
 # ---------------------------------------------------------------- shared-memory files
+
 
 def test_shared_memory_is_seen_across_handles_and_outlives_its_files(tmp_path):
     td, path = shm.create(TensorDict(x=torch.zeros(4, 3)), "test", root=tmp_path)
@@ -59,6 +59,7 @@ def test_directories_of_dead_owners_are_swept(tmp_path):
 
 # ---------------------------------------------------------------- slot pool
 
+
 def test_slot_life_cycle_and_a_lost_worker_reclaimed():
     pool = SlotPool(3)
     a, b, c = pool.acquire(5), pool.acquire(5), pool.acquire(6)
@@ -78,6 +79,7 @@ def test_slot_life_cycle_and_a_lost_worker_reclaimed():
 
 # ---------------------------------------------------------------- parameters through shared memory
 
+
 def test_parameter_seqlock_never_returns_a_torn_copy():
     shared = rollout_layout(1, 1, 1, 1, 4)
     out = torch.zeros(4)
@@ -92,6 +94,7 @@ def test_parameter_seqlock_never_returns_a_torn_copy():
 
 # ---------------------------------------------------------------- the lag cap
 
+
 def test_rows_older_than_the_cap_are_dropped_and_counted():
     rows = TensorDict({keys.POLICY_VERSION: torch.tensor([[9, 10], [4, 10], [7, 8]])}, batch_size=[3, 2])
     kept, dropped = drop_lagged(rows, updates=10, max_lag=3)
@@ -100,6 +103,7 @@ def test_rows_older_than_the_cap_are_dropped_and_counted():
 
 
 # ---------------------------------------------------------------- APPO
+
 
 def test_vtrace_pg_advantage_matches_a_slow_loop():
     g = torch.Generator().manual_seed(0)
@@ -131,8 +135,10 @@ def test_next_values_equal_the_critic_on_every_next_observation_of_a_real_unroll
     from distrl.envs.gym import final_observations
 
     B, T = 8, 40
-    env = SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=15) for _ in range(B)],
-                        autoreset_mode=AutoresetMode.SAME_STEP)
+    env = SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=15) for _ in range(B)],
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
     o, _ = env.reset(seed=0)
     obs, next_obs = torch.zeros(B, T, 4), torch.zeros(B, T, 4)
     done, term = torch.zeros(B, T, 1, dtype=torch.bool), torch.zeros(B, T, 1, dtype=torch.bool)
@@ -225,11 +231,16 @@ def slow_appo_loss(model, batch, algo):
         L_clip = L_clip - torch.minimum(rho_s * A[s], rho_s.clamp(1 - eps, 1 + eps) * A[s]) / n
     L_v = sum((V[s] - targets[s]) ** 2 / 2 for s in range(n)) / n
     H_mean = sum(H) / n
-    return {"loss": L_clip + algo.value_coef * L_v - algo.entropy_coef * H_mean, "loss_policy": L_clip,
-            "loss_value": L_v, "entropy": H_mean,
-            "approx_kl": _f64(sum((x - 1) - math.log(x) for x in ratio) / n),
-            "clip_fraction": _f64(sum(abs(x - 1) > eps for x in ratio) / n),
-            "advantage_std": _f64(std_A), "value_mean": _f64(sum(x.item() for x in V) / n)}
+    return {
+        "loss": L_clip + algo.value_coef * L_v - algo.entropy_coef * H_mean,
+        "loss_policy": L_clip,
+        "loss_value": L_v,
+        "entropy": H_mean,
+        "approx_kl": _f64(sum((x - 1) - math.log(x) for x in ratio) / n),
+        "clip_fraction": _f64(sum(abs(x - 1) > eps for x in ratio) / n),
+        "advantage_std": _f64(std_A),
+        "value_mean": _f64(sum(x.item() for x in V) / n),
+    }
 
 
 def appo_batch(model, B=4, T=6, F=2, seed=0, log_ratio=0.0) -> TensorDict:
@@ -251,11 +262,24 @@ def appo_batch(model, B=4, T=6, F=2, seed=0, log_ratio=0.0) -> TensorDict:
         logp = torch.log_softmax(model.policy(obs), -1)
     action = torch.randint(0, logp.shape[-1], (B, T), generator=g)
     log_mu = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1) + (torch.rand(B, T, generator=g) * 2 - 1) * log_ratio
-    return TensorDict({keys.OBSERVATION: obs, keys.ACTION: action, keys.ACTION_LOG_PROB: log_mu,
-                       keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
-                       keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, "reward": torch.randn(B, T, 1, generator=g),
-                                              "done": done, "terminated": term}, batch_size=[B, T])},
-                      batch_size=[B, T])
+    return TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.ACTION: action,
+            keys.ACTION_LOG_PROB: log_mu,
+            keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: next_obs,
+                    "reward": torch.randn(B, T, 1, generator=g),
+                    "done": done,
+                    "terminated": term,
+                },
+                batch_size=[B, T],
+            ),
+        },
+        batch_size=[B, T],
+    )
 
 
 def sharpened_model(obs_dim: int, num_actions: int, seed: int) -> ActorCritic:
@@ -280,12 +304,29 @@ def test_appo_loss_matches_a_slow_loop_off_policy(vtrace, normalize):
 
     Tolerances: float32 against float64 a few hundred ops deep, rtol 1e-5 and atol 1e-6 on O(1)
     values."""
-    algo = override(debug(), **{"algo.vtrace": vtrace, "algo.normalize_advantage": normalize, "algo.rho_bar": 1.1,
-                                "algo.c_bar": 0.95, "algo.reward_scale": 0.5, "algo.entropy_coef": 0.1}).algo
+    algo = override(
+        debug(),
+        **{
+            "algo.vtrace": vtrace,
+            "algo.normalize_advantage": normalize,
+            "algo.rho_bar": 1.1,
+            "algo.c_bar": 0.95,
+            "algo.reward_scale": 0.5,
+            "algo.entropy_coef": 0.1,
+        },
+    ).algo
     model = sharpened_model(2, 3, seed=0)
     batch = appo_batch(model, log_ratio=0.6)
-    ratio = (torch.log_softmax(model.policy(batch[keys.OBSERVATION]), -1).gather(
-        -1, batch[keys.ACTION].unsqueeze(-1)).squeeze(-1) - batch[keys.ACTION_LOG_PROB]).exp().detach()
+    ratio = (
+        (
+            torch.log_softmax(model.policy(batch[keys.OBSERVATION]), -1)
+            .gather(-1, batch[keys.ACTION].unsqueeze(-1))
+            .squeeze(-1)
+            - batch[keys.ACTION_LOG_PROB]
+        )
+        .exp()
+        .detach()
+    )
     assert (ratio > 1 + algo.clip_eps).any() and (ratio < 1 - algo.clip_eps).any()
     assert ((ratio > algo.c_bar) & (ratio < algo.rho_bar)).any()
     out = appo_loss(model, batch, algo)
@@ -296,8 +337,9 @@ def test_appo_loss_matches_a_slow_loop_off_policy(vtrace, normalize):
     expected = torch.autograd.grad(want["loss"], list(model64.parameters()))
     assert set(out.keys()) == set(want)
     for name, w in want.items():
-        torch.testing.assert_close(out[name].double(), w.detach(), rtol=1e-5, atol=1e-6,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            out[name].double(), w.detach(), rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}"
+        )
     for got, w in zip(grads, expected):
         torch.testing.assert_close(got.double(), w, rtol=1e-5, atol=1e-6)
 
@@ -316,12 +358,19 @@ def test_appo_loss_on_policy(vtrace):
     action = torch.randint(0, 3, (B, T))
     flags = torch.zeros(B, T, 1, dtype=torch.bool)
     next_obs = torch.cat([obs[:, 1:], torch.randn(B, 1, 2)], dim=1)  # no episode ends: the next step's
-    batch = TensorDict({keys.OBSERVATION: obs, keys.ACTION: action,
-                        keys.ACTION_LOG_PROB: logp.gather(-1, action.unsqueeze(-1)).squeeze(-1),
-                        keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
-                        keys.NEXT: TensorDict({keys.OBSERVATION: next_obs, "reward": torch.randn(B, T, 1),
-                                               "done": flags, "terminated": flags}, batch_size=[B, T])},
-                       batch_size=[B, T])
+    batch = TensorDict(
+        {
+            keys.OBSERVATION: obs,
+            keys.ACTION: action,
+            keys.ACTION_LOG_PROB: logp.gather(-1, action.unsqueeze(-1)).squeeze(-1),
+            keys.POLICY_VERSION: torch.zeros(B, T, dtype=torch.int64),
+            keys.NEXT: TensorDict(
+                {keys.OBSERVATION: next_obs, "reward": torch.randn(B, T, 1), "done": flags, "terminated": flags},
+                batch_size=[B, T],
+            ),
+        },
+        batch_size=[B, T],
+    )
     out = appo_loss(model, batch, algo)
     out["loss"].backward()
     assert out["clip_fraction"] == 0 and out["approx_kl"].abs() < 1e-6
@@ -334,12 +383,16 @@ def test_appo_loss_on_policy(vtrace):
         loss_value = 0.0
         for b in range(B):
             for s in range(T):
-                R = sum(algo.gamma ** (k - s) * r[b, k].item() for k in range(s, T)) + algo.gamma ** (T - s) * V_T[b].item()
+                R = (
+                    sum(algo.gamma ** (k - s) * r[b, k].item() for k in range(s, T))
+                    + algo.gamma ** (T - s) * V_T[b].item()
+                )
                 loss_value += (R - V[b, s].item()) ** 2 / 2 / (B * T)
         assert out["loss_value"].item() == pytest.approx(loss_value, rel=1e-5, abs=1e-7)
 
 
 # ---------------------------------------------------------------- doorbells
+
 
 def test_doorbell_records_arrive_whole_from_many_writers_and_replies_reach_their_worker(tmp_path):
     bell.make(tmp_path, 0, [1], [2, 3])
@@ -387,6 +440,7 @@ def test_doorbell_records_arrive_whole_from_many_writers_and_replies_reach_their
 
 # ---------------------------------------------------------------- double buffering
 
+
 class FakeLearnerAndInference:
     """Ranks 0 (learner) and 1 (inference) for one real rollout worker (rank 2): plain handlers
     over the local transport and a thread answering the worker's doorbells (actions, hand-ins),
@@ -402,10 +456,15 @@ class FakeLearnerAndInference:
         self.frozen: dict[int, TensorDict] = {}  # handed-in slots as they were handed in
         self.lock = threading.Lock()
         learner = hub.endpoint(0)
-        learner.serve("hello", lambda td: TensorDict({keys.SHM_PATH: shm.encode_path(self.path),
-                                                      keys.STOP: torch.tensor(False)}))
-        learner.serve("attached", lambda td: TensorDict(
-            {keys.SLOT: torch.tensor([[self.pool.acquire(2), self.pool.acquire(2)] for _ in range(2)])}))
+        learner.serve(
+            "hello", lambda td: TensorDict({keys.SHM_PATH: shm.encode_path(self.path), keys.STOP: torch.tensor(False)})
+        )
+        learner.serve(
+            "attached",
+            lambda td: TensorDict(
+                {keys.SLOT: torch.tensor([[self.pool.acquire(2), self.pool.acquire(2)] for _ in range(2)])}
+            ),
+        )
         learner.serve("bye", lambda td: TensorDict())
         learner.serve("time_budget", lambda td: TensorDict())
         self.bell, self.done = bell.ServerBell(self.path, 1, [2]), threading.Event()
@@ -507,6 +566,7 @@ def test_double_buffering_steps_one_group_while_the_other_waits_and_never_writes
 
 
 # ---------------------------------------------------------------- the learner's hand-in
+
 
 def test_hand_ins_come_through_the_doorbell_and_spares_go_back_as_slots_come_free(tmp_path):
     """A real learner's loop reads hand-ins from its doorbell, copies the oldest slot out when it

@@ -8,6 +8,7 @@ load with torch 2.13.0+cpu.)
 Schaul et al. (2016): P(i) = p_i^alpha / sum_k p_k^alpha, p_i = |delta_i| + eps,
 w_i = (N P(i))^-beta / max_j (N P(j))^-beta.
 """
+
 from __future__ import annotations
 
 import math
@@ -95,14 +96,18 @@ def test_torchrls_priority_key_flow_reaches_the_tree():
     sampler = distrl.SumTreeSampler(16, alpha=1.0, beta=1.0, eps=1e-6)
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16), sampler=sampler, batch_size=8, priority_key="td_error")
     rb.extend(TensorDict(x=torch.arange(4.0), td_error=torch.tensor([1.0, 2.0, 3.0, 4.0]), batch_size=[4]))
-    assert torch.allclose(sampler.probabilities(torch.arange(4)), torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64))
+    assert torch.allclose(
+        sampler.probabilities(torch.arange(4)), torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    )
     batch = rb.sample()
     batch["td_error"] = torch.zeros(8, 2)
     batch["td_error"][batch["index"] == 3] = torch.tensor([0.0, 50.0])  # item 3: max over its two entries
     rb.update_tensordict_priority(batch)
     seen = batch["index"].unique().tolist()
     expected = {i: (50.0 if i == 3 else 1e-6) if i in seen else float(i + 1) for i in range(4)}
-    assert torch.allclose(sampler.tree[torch.arange(4)], torch.tensor([expected[i] for i in range(4)], dtype=torch.float64))
+    assert torch.allclose(
+        sampler.tree[torch.arange(4)], torch.tensor([expected[i] for i in range(4)], dtype=torch.float64)
+    )
 
 
 def test_state_dict_round_trip_and_beta_annealing():
@@ -195,7 +200,7 @@ def test_find_is_the_brute_force_prefix_search_exactly(capacity, fanout):
     want = np.searchsorted(c, mass, side="right")
     got = tree.find(torch.from_numpy(mass)).numpy()
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(got[:filled.size], filled)  # the left edge is the leaf's own
+    np.testing.assert_array_equal(got[: filled.size], filled)  # the left edge is the leaf's own
     assert np.isin(got, filled).all()
 
 
@@ -261,8 +266,12 @@ def test_sampling_frequencies_match_the_brute_force_probabilities():
     assert counts[n_items:].sum() == 0  # empty slots
     expected = P[:n_items] * draws
     miss = np.abs(counts[:n_items] - expected)
-    assert (miss < bernstein_radius(draws, P[:n_items], 1e-6)).all(), int(np.argmax(miss / bernstein_radius(draws, P[:n_items], 1e-6)))
+    assert (miss < bernstein_radius(draws, P[:n_items], 1e-6)).all(), int(
+        np.argmax(miss / bernstein_radius(draws, P[:n_items], 1e-6))
+    )
     chi2 = float(((counts[:n_items] - expected) ** 2 / expected).sum())
     df = n_items - 1
-    p_value = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(chi2 / 2, dtype=torch.float64)))
+    p_value = float(
+        torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(chi2 / 2, dtype=torch.float64))
+    )
     assert p_value > 1e-6, (chi2, p_value)

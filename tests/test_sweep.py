@@ -1,5 +1,6 @@
 """Seed sweeps: the statistics against their definitions, a seed's result from its summary, the
 tracker's target accounting, and the sweep command end to end on the toy env."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,9 @@ from distrl.studies.sweep import aggregate, seed_result
 from helpers import ROOT
 
 
-@pytest.mark.parametrize("xs", [[3.0], [5.0, 1.0], [4.0, 1.0, 9.0, 2.0, 7.0], list(np.random.default_rng(0).normal(size=13))])
+@pytest.mark.parametrize(
+    "xs", [[3.0], [5.0, 1.0], [4.0, 1.0, 9.0, 2.0, 7.0], list(np.random.default_rng(0).normal(size=13))]
+)
 def test_quantiles_match_numpy(xs):
     for q in (0.0, 0.25, 0.5, 0.75, 1.0):
         assert quantile(xs, q) == pytest.approx(float(np.quantile(xs, q)), abs=1e-12)
@@ -26,7 +29,9 @@ def test_quantiles_match_numpy(xs):
 def test_iqm_is_the_mean_of_the_middle_half():
     assert iqm([1, 2, 3, 4, 5, 6, 7, 8]) == 4.5  # cuts 1, 2 and 7, 8
     assert iqm([1, 2, 3, 100]) == 2.5  # one outlier cut from each end
-    assert iqm([10, 0, 0, 0, 1000, 0, 0, 0, 0, 20]) == pytest.approx(np.mean(sorted([10, 0, 0, 0, 1000, 0, 0, 0, 0, 20])[2:8]))
+    assert iqm([10, 0, 0, 0, 1000, 0, 0, 0, 0, 20]) == pytest.approx(
+        np.mean(sorted([10, 0, 0, 0, 1000, 0, 0, 0, 0, 20])[2:8])
+    )
 
 
 def test_median_with_never_reached_runs_counts_them():
@@ -55,8 +60,9 @@ def test_seed_result_holds_only_when_reached_kept_and_evaluated(tmp_path):
     reached = {"wall_s": 30.0, "env_frames": 2_000_000}
     good = seed_result(_summary(tmp_path, "a", target_reached=reached, min_return_after_target=410.0), 0, 475)
     fell = seed_result(_summary(tmp_path, "b", target_reached=reached, min_return_after_target=20.0), 1, 475)
-    bad_eval = seed_result(_summary(tmp_path, "c", target_reached=reached, min_return_after_target=400.0,
-                                    eval_return_mean=300.0), 2, 475)
+    bad_eval = seed_result(
+        _summary(tmp_path, "c", target_reached=reached, min_return_after_target=400.0, eval_return_mean=300.0), 2, 475
+    )
     never = seed_result(_summary(tmp_path, "d", target_reached=None), 3, 475)
     crashed = seed_result(tmp_path / "missing", 4, 475)
     assert good["held"] and good["time_to_target_s"] == 30.0
@@ -99,10 +105,33 @@ def test_sweep_command_on_the_toy_env(tmp_path, jobs):
     13: a learner that falls back towards uniform play (10) fails it; a working one dipped to 14.9
     at worst (the 100-episode mean wanders ~0.3 over the tail, and climbs)."""
     out = tmp_path / "sweep"
-    job = jobs.start([sys.executable, ROOT / "launch" / "sweep.py", "impala", "--seeds", "0-2", "--parallel", "2",
-                      "--max-time-s", "60", "--target-return", "15", "--hold-floor", "13", "--out", out,
-                      "--experiment", "debug", "--total-frames", "30000", "--set", "run.logger=csv",
-                      "--set", "run.eval_interval_s=1"])
+    job = jobs.start(
+        [
+            sys.executable,
+            ROOT / "launch" / "sweep.py",
+            "impala",
+            "--seeds",
+            "0-2",
+            "--parallel",
+            "2",
+            "--max-time-s",
+            "60",
+            "--target-return",
+            "15",
+            "--hold-floor",
+            "13",
+            "--out",
+            out,
+            "--experiment",
+            "debug",
+            "--total-frames",
+            "30000",
+            "--set",
+            "run.logger=csv",
+            "--set",
+            "run.eval_interval_s=1",
+        ]
+    )
     assert job.wait(240) == 0, job.tail()
     data = json.loads((out / "sweep.json").read_text())
     print("\n" + (out / "sweep.md").read_text())

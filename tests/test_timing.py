@@ -1,4 +1,5 @@
 """The per-role time budget: phases partition the wall time; the learner's book merges ranks."""
+
 from __future__ import annotations
 
 import time
@@ -40,6 +41,10 @@ def test_book_sums_the_ranks_of_a_role_and_keeps_the_newest_totals():
     book.update(0, {"learn": 2.0, "wait": 2.0})
     book.update(0, {"forward": 1.0, "other": 3.0}, role="inference")  # a second loop on rank 0
     per = book.per_role()
-    assert per["actor"] == {"env": pytest.approx(4 / 8), "other": pytest.approx(1 / 8), "transport": pytest.approx(3 / 8)}
+    assert per["actor"] == {
+        "env": pytest.approx(4 / 8),
+        "other": pytest.approx(1 / 8),
+        "transport": pytest.approx(3 / 8),
+    }
     assert per["learner"] == {"learn": 0.5, "wait": 0.5} and per["inference"]["forward"] == 0.25
     assert all(k.count("/") == 1 for k in book.metrics())  # metric names stay role/name

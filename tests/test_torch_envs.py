@@ -61,26 +61,28 @@ def _box(low: list[float], high: list[float]) -> Callable[[torch.Tensor], torch.
 
 CASES = {
     "CartPole-v1": Case(
-        2, 0.0, _box([-2.4, -3, -CARTPOLE_THETA, -3], [2.4, 3, CARTPOLE_THETA, 3]),
+        2,
+        0.0,
+        _box([-2.4, -3, -CARTPOLE_THETA, -3], [2.4, 3, CARTPOLE_THETA, 3]),
         lambda s: min(abs(abs(s[0]) - 2.4), abs(abs(s[2]) - CARTPOLE_THETA)),
     ),
     "Acrobot-v1": Case(
-        3, 0.0, _box([-math.pi, -math.pi, -4 * math.pi, -9 * math.pi],
-                     [math.pi, math.pi, 4 * math.pi, 9 * math.pi]),
+        3,
+        0.0,
+        _box([-math.pi, -math.pi, -4 * math.pi, -9 * math.pi], [math.pi, math.pi, 4 * math.pi, 9 * math.pi]),
         lambda s: abs(-math.cos(s[0]) - math.cos(s[1] + s[0]) - 1.0),
         angles=(0, 1),
     ),
-    "MountainCar-v0": Case(
-        3, 0.0, _box([-1.2, -0.07], [0.6, 0.07]),
-        lambda s: min(abs(s[0] - 0.5), abs(s[1])),
-    ),
+    "MountainCar-v0": Case(3, 0.0, _box([-1.2, -0.07], [0.6, 0.07]), lambda s: min(abs(s[0] - 0.5), abs(s[1]))),
     "MountainCarContinuous-v0": Case(
-        0, 1.0, _box([-1.2, -0.07], [0.6, 0.07]),
-        lambda s: min(abs(s[0] - 0.45), abs(s[1])), gym_float32_arithmetic=True,
+        0,
+        1.0,
+        _box([-1.2, -0.07], [0.6, 0.07]),
+        lambda s: min(abs(s[0] - 0.45), abs(s[1])),
+        gym_float32_arithmetic=True,
     ),
     "Pendulum-v1": Case(
-        0, 2.0, _box([-3 * math.pi, -8], [3 * math.pi, 8]), lambda s: math.inf,
-        gym_float32_arithmetic=True,
+        0, 2.0, _box([-3 * math.pi, -8], [3 * math.pi, 8]), lambda s: math.inf, gym_float32_arithmetic=True
     ),
 }
 
@@ -141,10 +143,7 @@ def test_step_for_step_against_gymnasium(env_id: str, dtype: torch.dtype):
         next_obs, reward, terminated, truncated, obs_after = env.step_autoreset(action)
         after = env.sim_state
 
-        ref = [
-            _gym_step(gym_env, env_id, state[i].double().numpy(), action[i])
-            for i in range(num_envs)
-        ]
+        ref = [_gym_step(gym_env, env_id, state[i].double().numpy(), action[i]) for i in range(num_envs)]
         ref_obs = torch.from_numpy(np.stack([r[0] for r in ref]))
         ref_state = torch.from_numpy(np.stack([r[1] for r in ref]))
         ref_reward = torch.tensor([r[2] for r in ref], dtype=torch.float32)
@@ -201,9 +200,7 @@ def test_truncation_through_torchrl_matches_gymnasium_time_limit():
     # Pendulum never terminates, so only the time limit ends its episodes.
     gym_env = gym.make("Pendulum-v1")
     gym_env.reset(seed=0)
-    truncated_at = next(
-        t for t in range(1, 1000) if gym_env.step(np.zeros(1, np.float32))[3]
-    )
+    truncated_at = next(t for t in range(1, 1000) if gym_env.step(np.zeros(1, np.float32))[3])
     env = make_torch_env("Pendulum-v1", 4, seed=0)
     data = env.rollout(truncated_at + 5, break_when_any_done=False)
     truncated = data["next", "truncated"][..., 0]
@@ -308,8 +305,7 @@ def test_partial_reset_mask_through_reset():
 
 def test_observations_do_not_alias_the_simulator_state():
     env = make_torch_env("CartPole-v1", 4, seed=0)
-    for obs in (env.reset_all(), env.reset()["observation"],
-                env.rand_step(env.reset())["next", "observation"]):
+    for obs in (env.reset_all(), env.reset()["observation"], env.rand_step(env.reset())["next", "observation"]):
         state = env.sim_state
         obs.add_(1.0)  # a careless in-place normalisation downstream
         assert torch.equal(env.sim_state, state)
@@ -341,8 +337,7 @@ def test_seeding_is_reproducible():
 
 
 def test_transforms_rollout_and_collector():
-    env = TransformedEnv(make_torch_env("CartPole-v1", 8, seed=0, max_episode_steps=20),
-                         StepCounter())
+    env = TransformedEnv(make_torch_env("CartPole-v1", 8, seed=0, max_episode_steps=20), StepCounter())
     data = env.rollout(50, break_when_any_done=False)
     assert data.shape == (8, 50)
     steps = data["next", "step_count"][..., 0]
@@ -351,8 +346,7 @@ def test_transforms_rollout_and_collector():
 
     for env_id in ("CartPole-v1", "Pendulum-v1"):
         collector = Collector(
-            make_torch_env(env_id, 16, seed=0), policy=None, frames_per_batch=16 * 8,
-            total_frames=16 * 8,
+            make_torch_env(env_id, 16, seed=0), policy=None, frames_per_batch=16 * 8, total_frames=16 * 8
         )
         try:
             batches = list(collector)
@@ -421,9 +415,11 @@ def test_mountain_car_continuous_charges_the_clipped_action_on_every_backend():
     from distrl.envs.batched import gym_vector_env, make_batched_env, torchrl_native_env
 
     env_id, cpu = "MountainCarContinuous-v0", torch.device("cpu")
-    backends = {"native": make_batched_env(env_id, 4, cpu, 0),
-                "torchrl": make_batched_env(env_id, 4, cpu, 0, "distrl.envs.batched:torchrl_native_env"),
-                "gymnasium": gym_vector_env(env_id, 4, cpu, 0)}
+    backends = {
+        "native": make_batched_env(env_id, 4, cpu, 0),
+        "torchrl": make_batched_env(env_id, 4, cpu, 0, "distrl.envs.batched:torchrl_native_env"),
+        "gymnasium": gym_vector_env(env_id, 4, cpu, 0),
+    }
     assert torchrl_native_env  # the factory the torchrl row names
     action = torch.tensor([[3.0], [-3.0], [0.5], [1.0]])
     for name, env in backends.items():

@@ -35,11 +35,7 @@ import pytest
 import torch
 from torchrl.envs.utils import check_env_specs
 
-from distrl.envs.torch_envs import (
-    TORCH_ENV_IDS,
-    TorchGridEnv,
-    make_torch_env,
-)
+from distrl.envs.torch_envs import TORCH_ENV_IDS, TorchGridEnv, make_torch_env
 from distrl.envs.torch_envs.minatar_breakout import BreakoutState
 from distrl.envs.torch_envs.minatar_space_invaders import SpaceInvadersState
 
@@ -84,6 +80,7 @@ class ReplayRandom:
 
 # ---- the games' states, both ways (counters are [K, B], maps [B, ...]) ---------------------------
 
+
 def breakout_from_package(g) -> BreakoutState:
     dx, dy = DIRS[g.ball_dir]
     assert not g.brick_map[[0, *range(4, 10)]].any()  # bricks only ever sit on rows 1-3
@@ -102,16 +99,32 @@ def breakout_to_package(s: BreakoutState, i: int, g) -> None:
 
 def space_invaders_from_package(g) -> SpaceInvadersState:
     maps = np.stack((g.alien_map, g.f_bullet_map, g.e_bullet_map)).reshape(1, 3, 100) != 0
-    counters = [g.pos, g.alien_dir, g.enemy_move_interval, g.alien_move_timer, g.alien_shot_timer,
-                g.shot_timer, g.ramp_index, np.count_nonzero(g.alien_map)]
+    counters = [
+        g.pos,
+        g.alien_dir,
+        g.enemy_move_interval,
+        g.alien_move_timer,
+        g.alien_shot_timer,
+        g.shot_timer,
+        g.ramp_index,
+        np.count_nonzero(g.alien_map),
+    ]
     return SpaceInvadersState(torch.from_numpy(maps), torch.tensor(counters).unsqueeze(1))
 
 
 def space_invaders_to_package(s: SpaceInvadersState, i: int, g) -> None:
     aliens, friendly, enemy = s.maps[i].reshape(3, 10, 10).double().numpy().copy()
     g.alien_map, g.f_bullet_map, g.e_bullet_map = aliens, friendly, enemy
-    (g.pos, g.alien_dir, g.enemy_move_interval, g.alien_move_timer, g.alien_shot_timer,
-     g.shot_timer, g.ramp_index, count) = s.counters[:, i].tolist()
+    (
+        g.pos,
+        g.alien_dir,
+        g.enemy_move_interval,
+        g.alien_move_timer,
+        g.alien_shot_timer,
+        g.shot_timer,
+        g.ramp_index,
+        count,
+    ) = s.counters[:, i].tolist()
     assert count == np.count_nonzero(aliens)
     g.terminal = False
 
@@ -129,7 +142,8 @@ def random_breakout(n: int, gen: torch.Generator) -> BreakoutState:
     ball = torch.where((y >= 1) & (y <= 3), 1 << ((y - 1) * 10 + x).clamp(0, 29), 0)
     bricks = bits.sum(1) & ~ball  # never a brick under the ball
     counters = torch.stack(
-        (x, y, dx, dy, paddle, (x - dx).clamp(0, 9), (y - dy).clamp(0, 9), (r(5) == 0).long(), bricks))
+        (x, y, dx, dy, paddle, (x - dx).clamp(0, 9), (y - dy).clamp(0, 9), (r(5) == 0).long(), bricks)
+    )
     return BreakoutState(counters)
 
 
@@ -142,8 +156,9 @@ def random_space_invaders(n: int, gen: torch.Generator) -> SpaceInvadersState:
     friendly = (torch.rand(n, 100, generator=gen) < 0.05) & (rows < 9)
     enemy = torch.rand(n, 100, generator=gen) < 0.05
     interval = 6 + r(7)
-    counters = torch.stack((r(10), r(2) * 2 - 1, interval, torch.minimum(r(13), interval), r(11),
-                            r(5), r(7), aliens.sum(1)))
+    counters = torch.stack(
+        (r(10), r(2) * 2 - 1, interval, torch.minimum(r(13), interval), r(11), r(5), r(7), aliens.sum(1))
+    )
     return SpaceInvadersState(torch.stack((aliens, friendly, enemy), 1), counters)
 
 
@@ -193,10 +208,17 @@ class Game:
 
 
 GAMES = {
-    BREAKOUT: Game("breakout", ("randint",), breakout_from_package, breakout_to_package,
-                   random_breakout, breakout_policy),
-    SPACE_INVADERS: Game("space_invaders", (), space_invaders_from_package,
-                         space_invaders_to_package, random_space_invaders, space_invaders_policy),
+    BREAKOUT: Game(
+        "breakout", ("randint",), breakout_from_package, breakout_to_package, random_breakout, breakout_policy
+    ),
+    SPACE_INVADERS: Game(
+        "space_invaders",
+        (),
+        space_invaders_from_package,
+        space_invaders_to_package,
+        random_space_invaders,
+        space_invaders_policy,
+    ),
 }
 
 
@@ -207,14 +229,20 @@ class Lockstep:
     def __init__(self, env_id: str, num_envs: int, limit: int, seed: int):
         self.game, self.limit = GAMES[env_id], limit
         self.env = make_torch_env(env_id, num_envs, seed=seed, max_episode_steps=limit)
-        self.pkg = [minatar_gym.BaseEnv(self.game.package, use_minimal_action_set=True)
-                    for _ in range(num_envs)]
+        self.pkg = [minatar_gym.BaseEnv(self.game.package, use_minimal_action_set=True) for _ in range(num_envs)]
         self.replay = [ReplayRandom() for _ in range(num_envs)]
         for p, rnd in zip(self.pkg, self.replay):
             p.game.random = p.game.env.random = rnd
         self.elapsed = [0] * num_envs
-        self.counts = {"steps": 0, "terminated": 0, "truncated": 0, "reward": 0.0, "sticky": 0,
-                       "refills": 0, "ramps": 0}
+        self.counts = {
+            "steps": 0,
+            "terminated": 0,
+            "truncated": 0,
+            "reward": 0.0,
+            "sticky": 0,
+            "refills": 0,
+            "ramps": 0,
+        }
         self.obs = self.env.reset_all()
         u = self.env.last_draws
         for i in range(num_envs):
@@ -240,8 +268,9 @@ class Lockstep:
         assert_same("elapsed steps", self.env.elapsed_steps, torch.tensor(self.elapsed))
 
     def step(self, action: torch.Tensor) -> None:
-        before = [(p.game.env.brick_map.sum() if self.game.package == "breakout"
-                   else p.game.env.ramp_index) for p in self.pkg]
+        before = [
+            (p.game.env.brick_map.sum() if self.game.package == "breakout" else p.game.env.ramp_index) for p in self.pkg
+        ]
         next_obs, reward, terminated, truncated, self.obs = self.env.step_autoreset(action)
         u = self.env.last_draws
         ref_reward, ref_term = [], []
@@ -311,6 +340,7 @@ def test_step_for_step_against_the_package_from_random_states(env_id: str):
 
 
 # ---- TorchRL, resets, seeding, dtypes, devices -------------------------------------------------
+
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_check_env_specs_and_dtypes(env_id: str):
@@ -461,8 +491,13 @@ def test_the_envs_do_not_import_minatar():
 
     for module in (grid, minatar_breakout, minatar_space_invaders):
         for node in ast.walk(ast.parse(inspect.getsource(module))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             assert not any(n.split(".")[0] == "minatar" for n in names), module.__name__
 
 

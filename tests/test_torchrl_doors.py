@@ -1,5 +1,6 @@
 """docs/torchrl.md runs as written: its ``distrl`` commands and every python snippet, in order, in a
 directory holding the run its snippets read (``runs/impala-debug``, the shared debug run)."""
+
 from __future__ import annotations
 
 import re

@@ -5,6 +5,7 @@ dtypes, and the same frames for the same seeds), take new weights through
 ``update_policy_weights_`` with the version on every frame, refuse what it cannot train on in
 one line before any process starts, and learn, in one process and under torchrun.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -67,7 +68,9 @@ def test_new_weights_go_through_update_policy_weights_and_stamp_every_frame(monk
     runner = make_env_runner(TOY, B, 0, 1, model, _match_sign, T)
     calls = []
     original = Collector.update_policy_weights_
-    monkeypatch.setattr(Collector, "update_policy_weights_", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    monkeypatch.setattr(
+        Collector, "update_policy_weights_", lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    )
     try:
         assert (runner.unroll(_match_sign, T)[0][keys.POLICY_VERSION] == -1).all()
         new = ActorCritic(1, 2)
@@ -78,14 +81,17 @@ def test_new_weights_go_through_update_policy_weights_and_stamp_every_frame(monk
         runner.close()
 
 
-@pytest.mark.parametrize("env,message", [
-    ("tests.door1_factories:raises", "the factory raised RuntimeError: this factory always fails"),
-    ("tests.door1_factories:nope", "module 'tests.door1_factories' has no 'nope'"),
-    ("no_such_module:make", "cannot import module 'no_such_module'"),
-    ("tests.door1_factories:not_an_env", "not a TorchRL EnvBase"),
-    ("tests.door1_factories:pendulum", "impala takes continuous actions from gymnasium ids only"),
-    ("tests.door1_factories:image_like", "distrl trains on a flat float observation [F]; this one is [1, 4]"),
-])
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ("tests.door1_factories:raises", "the factory raised RuntimeError: this factory always fails"),
+        ("tests.door1_factories:nope", "module 'tests.door1_factories' has no 'nope'"),
+        ("no_such_module:make", "cannot import module 'no_such_module'"),
+        ("tests.door1_factories:not_an_env", "not a TorchRL EnvBase"),
+        ("tests.door1_factories:pendulum", "impala takes continuous actions from gymnasium ids only"),
+        ("tests.door1_factories:image_like", "distrl trains on a flat float observation [F]; this one is [1, 4]"),
+    ],
+)
 def test_a_factory_distrl_cannot_use_is_one_line(env, message, capsys):
     assert main(["impala", "--env", env, "--print-config"]) == 2
     err = capsys.readouterr().err
@@ -139,7 +145,9 @@ def test_the_policy_free_recipes_learn_the_toy_env_from_a_factory(recipe, tmp_pa
 
 
 def test_the_error_is_one_line_on_real_stderr_and_nothing_starts(tmp_path, jobs):
-    proc = jobs.train(["impala", "--env", "tests.door1_factories:raises", "--run-dir", str(tmp_path / "run")], timeout=60)
+    proc = jobs.train(
+        ["impala", "--env", "tests.door1_factories:raises", "--run-dir", str(tmp_path / "run")], timeout=60
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "run").exists()
 
@@ -156,13 +164,13 @@ def test_world_size_one_learns_the_toy_env_through_the_collector(tmp_path, jobs)
 
 def test_torchrun_three_processes_through_the_collector(tmp_path, jobs):
     run = tmp_path / "run"
-    proc = jobs.train(["impala", "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], nproc=3,
-                     timeout=180)
+    proc = jobs.train(
+        ["impala", "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], nproc=3, timeout=180
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
     assert s["roles"] == {"0": "learner", "1": "actor", "2": "actor"}
     assert s["eval_return_mean"] >= 19.0 and s["policy_lag_max"] >= 0
-
 
 
 def test_apex_actor_cuts_transitions_from_the_collector_path(tmp_path):

@@ -8,6 +8,7 @@ still without training: the loaded actor must write actions as that env takes th
 indices. One real run (impala ``debug``, one process) checks the whole path against its
 ``summary.json``.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -76,6 +77,7 @@ def q_network():
 
 # ---- runs on a TorchRL env factory (``--env module:function``), named by this module's path ----
 
+
 def cartpole_categorical():
     """The issue's env: index actions (``Categorical``) behind a transform."""
     return TransformedEnv(GymEnv("CartPole-v1", categorical_action_encoding=True), StepCounter())
@@ -133,15 +135,24 @@ def test_index_actions_through_a_categorical_spec(tmp_path):
     assert console(["export-policy", str(run), str(tmp_path / "p.pt"), "--categorical-actions"]) == 0
     exported = torch.load(tmp_path / "p.pt", weights_only=False)
     assert isinstance(exported.spec["action"], Categorical)
-    assert torchrl_returns(exported, "CartPole-v1", 3, env=GymEnv("CartPole-v1", categorical_action_encoding=True)) == expected
+    assert (
+        torchrl_returns(exported, "CartPole-v1", 3, env=GymEnv("CartPole-v1", categorical_action_encoding=True))
+        == expected
+    )
 
 
-@pytest.mark.parametrize("recipe, factory, spec", [
-    ("impala", "cartpole_categorical", Categorical), ("impala", "cartpole_one_hot", OneHot),
-    ("seed", "cartpole_categorical", Categorical), ("sf", "cartpole_categorical", Categorical),
-    ("a3c", "cartpole_categorical", Categorical),
-    ("apex", "cartpole_categorical", Categorical), ("apex", "cartpole_one_hot", OneHot),
-])
+@pytest.mark.parametrize(
+    "recipe, factory, spec",
+    [
+        ("impala", "cartpole_categorical", Categorical),
+        ("impala", "cartpole_one_hot", OneHot),
+        ("seed", "cartpole_categorical", Categorical),
+        ("sf", "cartpole_categorical", Categorical),
+        ("a3c", "cartpole_categorical", Categorical),
+        ("apex", "cartpole_categorical", Categorical),
+        ("apex", "cartpole_one_hot", OneHot),
+    ],
+)
 def test_the_policy_writes_actions_as_the_training_env_took_them(tmp_path, recipe, factory, spec):
     model = q_network() if recipe == "apex" else actor_critic(recipe)
     policy = distrl.load_policy(learner_run(tmp_path, recipe, model, factory))
@@ -175,9 +186,10 @@ def test_a_checkpoint_without_the_encoding_loads_one_hot_as_before(tmp_path):
 
 
 def test_vecenv_records_its_torchrl_env_encoding(tmp_path):
-    cfg = override(experiment_config("vecenv", "debug"),
-                   **{"run.env": "CartPole-v1", "algo.env_factory": f"{__name__}:serial_cartpole_categorical",
-                      "algo.num_envs": 2})
+    cfg = override(
+        experiment_config("vecenv", "debug"),
+        **{"run.env": "CartPole-v1", "algo.env_factory": f"{__name__}:serial_cartpole_categorical", "algo.num_envs": 2},
+    )
     (tmp_path / "config.json").write_text(cfg.to_json())
     learner = VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
     try:
@@ -239,7 +251,7 @@ def test_a_vecenv_checkpoint_from_before_actor_critic_loads_as_it_played(tmp_pat
         if k == "policy.1.1.log_std":
             old["log_std"] = v
         elif k.startswith("policy.1.0."):
-            old["policy.1." + k[len("policy.1.0."):]] = v
+            old["policy.1." + k[len("policy.1.0.") :]] = v
         else:
             old[k] = v
     cfg = override(experiment_config("vecenv", "pendulum"), **{"run.env": "Pendulum-v1"})
@@ -268,7 +280,9 @@ def test_an_actor_critic_gaussian_loads_with_its_normalisation_and_bounds(tmp_pa
         for p in model.policy.parameters():
             if p.requires_grad and p.dim() == 2:
                 p.normal_(0.0, 1.0)  # means outside [-2, 2] in some states
-    run = fake_run(tmp_path, recipe, model, **{"run.env": "Pendulum-v1", "net.log_std": log_std, "net.init_log_std": -0.5})
+    run = fake_run(
+        tmp_path, recipe, model, **{"run.env": "Pendulum-v1", "net.log_std": log_std, "net.init_log_std": -0.5}
+    )
     env = GymEnv("Pendulum-v1")
     td = env.rollout(30, distrl.load_policy(run), auto_reset=False, tensordict=env.reset(seed=5))
     torch.testing.assert_close(td["action"], model.greedy(td["observation"]).clamp(-2.0, 2.0))

@@ -6,6 +6,7 @@ Each test drives a real learner in this process over the local transport (no pro
 the sf learner cuts a batch from slots handed in through its doorbell, one of them too old; the
 parameter server applies gradients pushed to it, one of them too stale.
 """
+
 from __future__ import annotations
 
 import json
@@ -99,19 +100,26 @@ def test_sf_rows_that_age_past_the_cap_before_the_batch_is_cut_are_not_counted(t
 def _server(tmp_path, **changes):
     from distrl.recipes.a3c.parameter_server import ParameterServer
 
-    cfg = override(get_recipe("a3c").default_config(),
-                   **{"run.env": "distrl/MatchSign-v0", "run.logger": "none", **changes})
-    return ParameterServer(RoleContext(cfg, LocalHub(3).endpoint(0), 0, {0: "parameter_server", 1: "worker",
-                                                                            2: "worker"}, tmp_path))
+    cfg = override(
+        get_recipe("a3c").default_config(), **{"run.env": "distrl/MatchSign-v0", "run.logger": "none", **changes}
+    )
+    return ParameterServer(
+        RoleContext(cfg, LocalHub(3).endpoint(0), 0, {0: "parameter_server", 1: "worker", 2: "worker"}, tmp_path)
+    )
 
 
 def _gradient(server, rank: int, version: int, frames: int) -> TensorDict:
-    return TensorDict({
-        keys.GRADIENT: torch.full((server.num_params,), 1e-3), keys.POLICY_VERSION: torch.tensor(version),
-        keys.FRAMES: torch.tensor(frames), keys.WORKER_RANK: torch.tensor(rank),
-        keys.EPISODE_RETURNS: torch.tensor([1.0]), keys.EPISODE_LENGTHS: torch.tensor([5]),
-        keys.WORKER_STATS: TensorDict(entropy=torch.tensor(0.5)),
-    })
+    return TensorDict(
+        {
+            keys.GRADIENT: torch.full((server.num_params,), 1e-3),
+            keys.POLICY_VERSION: torch.tensor(version),
+            keys.FRAMES: torch.tensor(frames),
+            keys.WORKER_RANK: torch.tensor(rank),
+            keys.EPISODE_RETURNS: torch.tensor([1.0]),
+            keys.EPISODE_LENGTHS: torch.tensor([5]),
+            keys.WORKER_STATS: TensorDict(entropy=torch.tensor(0.5)),
+        }
+    )
 
 
 def test_a3c_counts_the_frames_of_applied_gradients_only(tmp_path):

@@ -3,6 +3,7 @@
 The rpc tests run real rank processes (``tests/transport_worker.py``) on a free port; every
 test kills and reaps what it started and checks that nothing is left.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,22 +52,43 @@ class Group:
 
     def __init__(self, scenario: str, world_size: int, ranks=None, env=None, torchrun_args=None):
         port, self.procs, self.errs, self.bufs = free_port(), {}, {}, {}
-        base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size),
-                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-                    OMP_NUM_THREADS="1", **(env or {}))
+        base = dict(
+            os.environ,
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(world_size),
+            PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            OMP_NUM_THREADS="1",
+            **(env or {}),
+        )
         for var in ("TORCHELASTIC_USE_AGENT_STORE", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"):
             base.pop(var, None)
         if torchrun_args is not None:  # one launcher; its ranks print to its stdout
-            cmds = {0: [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        f"--nproc-per-node={world_size}", *torchrun_args, str(WORKER), scenario]}
+            cmds = {
+                0: [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    f"--nproc-per-node={world_size}",
+                    *torchrun_args,
+                    str(WORKER),
+                    scenario,
+                ]
+            }
         else:
             cmds = {r: [sys.executable, str(WORKER), scenario] for r in (range(world_size) if ranks is None else ranks)}
         try:
             for r, cmd in cmds.items():
                 self.errs[r] = tempfile.TemporaryFile()
                 self.procs[r] = subprocess.Popen(
-                    cmd, env=dict(base, RANK=str(r)), cwd=ROOT,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errs[r])
+                    cmd,
+                    env=dict(base, RANK=str(r)),
+                    cwd=ROOT,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=self.errs[r],
+                )
         except BaseException:
             self.kill()
             raise
@@ -83,9 +105,9 @@ class Group:
             while b"\n" in buf:
                 end = buf.index(b"\n")
                 line = buf[:end].decode(errors="replace")
-                del buf[:end + 1]
+                del buf[: end + 1]
                 if line.startswith(prefix):
-                    return line[len(prefix):].strip()
+                    return line[len(prefix) :].strip()
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -212,8 +234,7 @@ def test_rpc_guards_without_a_group(monkeypatch):
 def test_rpc_sigkilled_peer_is_lost_fast(groups):
     g = groups("kill", 2)
     res = g.result(0)
-    print(f"SIGKILL detected in {res['detect_s'] * 1e3:.0f} ms; close() with the dead peer took "
-          f"{res['close_s']:.2f} s")
+    print(f"SIGKILL detected in {res['detect_s'] * 1e3:.0f} ms; close() with the dead peer took {res['close_s']:.2f} s")
     assert res["error"] == "PeerLostError" and res["detect_s"] < 5, res
     assert res["later_error"] == "PeerLostError" and res["later_done_at_once"], res
     assert res["lost"] == [1], res
@@ -225,8 +246,10 @@ def test_rpc_sigkilled_peer_is_lost_fast(groups):
 def test_rpc_sigstopped_peer_times_out(groups):
     g = groups("stop", 2, env={"DISTRL_TEST_CLOSE_TIMEOUT": "2"})
     res = g.result(0)
-    print(f"SIGSTOP noticed by a 1.0 s call timeout after {res['detect_s']:.2f} s; close() with the "
-          f"stopped peer took {res['close_s']:.2f} s")
+    print(
+        f"SIGSTOP noticed by a 1.0 s call timeout after {res['detect_s']:.2f} s; close() with the "
+        f"stopped peer took {res['close_s']:.2f} s"
+    )
     # not before the call timeout; after it by no more than a loaded machine's scheduling delay
     assert res["error"] == "CallTimeoutError" and 0.9 <= res["detect_s"] < 1.0 + 10, res
     assert res["lost"] == [] and res["resumed"] == "none", res

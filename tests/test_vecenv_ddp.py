@@ -4,6 +4,7 @@ the 2N samples, and replicas trained on different envs stay identical.
 The test runs this file as a torchrun worker (``__main__`` below) in 2 processes and compares
 their parameters with a one-process update computed here.
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,8 +20,15 @@ from distrl.nn.models import ActorCritic
 from distrl.recipes.vecenv.update import allreduce_gradients, normalize_advantage, ppo_update
 from helpers import train_cmd
 
-HP = SimpleNamespace(epochs=3, num_minibatches=1, clip_eps=0.2, value_coef=0.5, entropy_coef=0.01, max_grad_norm=0.5,
-                     allreduce_dtype="float32")
+HP = SimpleNamespace(
+    epochs=3,
+    num_minibatches=1,
+    clip_eps=0.2,
+    value_coef=0.5,
+    entropy_coef=0.01,
+    max_grad_norm=0.5,
+    allreduce_dtype="float32",
+)
 N = 48  # samples per rank
 
 
@@ -28,12 +36,16 @@ def fixed_batch(continuous: bool) -> TensorDict:
     """``[2N]`` samples from a fixed seed: the data both launches share."""
     g = torch.Generator().manual_seed(123)
     action = torch.randn(2 * N, 2, generator=g) if continuous else torch.randint(0, 3, (2 * N,), generator=g)
-    return TensorDict({
-        keys.OBSERVATION: torch.randn(2 * N, 4, generator=g), keys.ACTION: action,
-        keys.ACTION_LOG_PROB: -1.0 + 0.3 * torch.randn(2 * N, generator=g),
-        keys.ADVANTAGE: 2.0 * torch.randn(2 * N, generator=g) + 0.5,  # raw: normalized in update_on
-        keys.VALUE_TARGET: torch.randn(2 * N, generator=g),
-    }, [2 * N])
+    return TensorDict(
+        {
+            keys.OBSERVATION: torch.randn(2 * N, 4, generator=g),
+            keys.ACTION: action,
+            keys.ACTION_LOG_PROB: -1.0 + 0.3 * torch.randn(2 * N, generator=g),
+            keys.ADVANTAGE: 2.0 * torch.randn(2 * N, generator=g) + 0.5,  # raw: normalized in update_on
+            keys.VALUE_TARGET: torch.randn(2 * N, generator=g),
+        },
+        [2 * N],
+    )
 
 
 def update_on(batch: TensorDict, continuous: bool) -> torch.Tensor:
@@ -55,8 +67,9 @@ def reduction_order_noise(continuous: bool) -> float:
     any machine: 0.2-1.1e-6 on the reference machine, where the two-rank result differed by 1.5e-6."""
     batch, g = fixed_batch(continuous), torch.Generator().manual_seed(0)
     ref = update_on(batch, continuous)
-    return max(float((update_on(batch[torch.randperm(2 * N, generator=g)], continuous) - ref).abs().max())
-               for _ in range(3))
+    return max(
+        float((update_on(batch[torch.randperm(2 * N, generator=g)], continuous) - ref).abs().max()) for _ in range(3)
+    )
 
 
 @pytest.mark.timeout(210)
@@ -86,7 +99,7 @@ def test_two_ranks_take_the_one_rank_update_and_stay_identical(tmp_path, jobs):
     bf16 = [torch.load(tmp_path / f"bf16_{r}.pt") for r in range(2)]
     assert torch.equal(bf16[0], bf16[1])
     err = (bf16[0] - (g0 + g1) / 2).abs()
-    assert (err <= 2.0 ** -7 * (g0.abs() + g1.abs()) / 2).all(), float(err.max())
+    assert (err <= 2.0**-7 * (g0.abs() + g1.abs()) / 2).all(), float(err.max())
     assert not torch.equal(bf16[0], (g0 + g1) / 2)  # it did go through bfloat16
 
 
@@ -109,7 +122,7 @@ def _worker(out: Path) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     for continuous in (False, True):
-        half = fixed_batch(continuous)[rank * N:(rank + 1) * N]
+        half = fixed_batch(continuous)[rank * N : (rank + 1) * N]
         torch.save(update_on(half, continuous), out / f"fixed_{continuous}_{rank}.pt")
 
     param = torch.nn.Parameter(torch.zeros(1000))
@@ -117,18 +130,30 @@ def _worker(out: Path) -> None:
     allreduce_gradients([param], torch.bfloat16)
     torch.save(param.grad.clone(), out / f"bf16_{rank}.pt")
 
-    cfg = override(get_recipe("vecenv").default_config(), **{
-        "run.logger": "none", "run.eval_episodes": 2, "run.total_frames": 3 * 2 * 16 * 8, "run.target_return": None,
-        "algo.num_envs": 16, "algo.rollout_length": 8, "algo.num_minibatches": 2, "net.obs_norm": "on",
-        "algo.allreduce_dtype": "bfloat16"})
+    cfg = override(
+        get_recipe("vecenv").default_config(),
+        **{
+            "run.logger": "none",
+            "run.eval_episodes": 2,
+            "run.total_frames": 3 * 2 * 16 * 8,
+            "run.target_return": None,
+            "algo.num_envs": 16,
+            "algo.rollout_length": 8,
+            "algo.num_minibatches": 2,
+            "net.obs_norm": "on",
+            "algo.allreduce_dtype": "bfloat16",
+        },
+    )
     (out / "run").mkdir(exist_ok=True)
     learner = VecEnvLearner(RoleContext(cfg, None, rank, {0: "learner", 1: "learner"}, out / "run"))
     first_obs = learner.env.reset().clone()
     learner.run()
     params = torch.cat([v.detach().flatten().double() for v in learner.model.state_dict().values()])  # + obs stats
     numel = sum(p.numel() for p in learner.model.parameters() if p.requires_grad)
-    torch.save({"params": params, "first_obs": first_obs, "numel": numel, "bytes": learner.bytes_per_env_step},
-               out / f"trained_{rank}.pt")
+    torch.save(
+        {"params": params, "first_obs": first_obs, "numel": numel, "bytes": learner.bytes_per_env_step},
+        out / f"trained_{rank}.pt",
+    )
     dist.barrier()
     dist.destroy_process_group()
 

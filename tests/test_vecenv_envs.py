@@ -1,4 +1,5 @@
 """The vecenv env adapters: the lean native path, the generic TorchRL path, user factories."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,13 @@ from distrl.recipes import get_recipe
 from distrl.runtime.context import RoleContext
 from distrl.config import override
 from distrl.envs.batched import (
-    GymVectorEnv, NativeEnv, TorchRLEnv, evaluate_greedy, gym_serial_env, load_factory, make_batched_env,
+    GymVectorEnv,
+    NativeEnv,
+    TorchRLEnv,
+    evaluate_greedy,
+    gym_serial_env,
+    load_factory,
+    make_batched_env,
 )
 from distrl.recipes.vecenv.learner import VecEnvLearner
 from distrl.cli.runner import plan
@@ -25,7 +32,11 @@ def test_generic_torchrl_path_steps_exactly_like_the_native_one(env_id, steps):
     native = make_batched_env(env_id, 6, CPU, seed=3)
     generic = make_batched_env(env_id, 6, CPU, seed=3, factory="distrl.envs.batched:torchrl_native_env")
     assert isinstance(native, NativeEnv) and isinstance(generic, TorchRLEnv)
-    assert (native.obs_shape, native.num_actions, native.action_dim) == (generic.obs_shape, generic.num_actions, generic.action_dim)
+    assert (native.obs_shape, native.num_actions, native.action_dim) == (
+        generic.obs_shape,
+        generic.num_actions,
+        generic.action_dim,
+    )
     torch.testing.assert_close(native.reset(), generic.reset())
     g = torch.Generator().manual_seed(0)
     for _ in range(steps):
@@ -41,6 +52,7 @@ def test_generic_torchrl_path_steps_exactly_like_the_native_one(env_id, steps):
 def first_episode_returns(env, greedy, steps: int = 500) -> list[float]:
     """Return of each env's first episode under ``greedy``, stepped by TorchRL's own ``rollout``
     (not by distrl's adapter): the reference for the learner's evaluation."""
+
     def policy(td):
         index = greedy(td.get("observation").float())
         return td.set("action", torch.nn.functional.one_hot(index, 2))
@@ -58,10 +70,20 @@ def test_serial_gym_env_trains_through_the_whole_loop(tmp_path, training):
     a summary. Two updates teach CartPole nothing, so no return bar can tell a working loop from a
     broken one (random play scores ~22, the untrained greedy policy ~9): the updates are checked
     on the parameters, the evaluation against TorchRL's own rollout of the final policy."""
-    cfg = override(get_recipe("vecenv").default_config(), **{
-        "run.logger": "none", "run.eval_episodes": 2, "run.total_frames": 2 * 4 * 8, "run.target_return": None,
-        "algo.env_factory": "distrl.envs.batched:gym_serial_env", "algo.num_envs": 4, "algo.rollout_length": 8,
-        "algo.num_minibatches": 2, "algo.epochs": 1})
+    cfg = override(
+        get_recipe("vecenv").default_config(),
+        **{
+            "run.logger": "none",
+            "run.eval_episodes": 2,
+            "run.total_frames": 2 * 4 * 8,
+            "run.target_return": None,
+            "algo.env_factory": "distrl.envs.batched:gym_serial_env",
+            "algo.num_envs": 4,
+            "algo.rollout_length": 8,
+            "algo.num_minibatches": 2,
+            "algo.epochs": 1,
+        },
+    )
     learner = VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
     assert isinstance(learner.env, TorchRLEnv) and learner.env.one_hot
     before = {k: v.clone() for k, v in learner.model.state_dict().items()}
@@ -87,7 +109,9 @@ def test_evaluate_greedy_counts_only_the_first_episode():
     env = make_batched_env("CartPole-v1", 5, CPU, seed=0)
     returns = evaluate_greedy(env, lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64))  # always push left
     assert len(returns) == 5 and all(5 <= r <= 20 for r in returns)
-    pendulum = evaluate_greedy(make_batched_env("Pendulum-v1", 3, CPU, seed=0), lambda obs: torch.zeros(obs.shape[0], 1))
+    pendulum = evaluate_greedy(
+        make_batched_env("Pendulum-v1", 3, CPU, seed=0), lambda obs: torch.zeros(obs.shape[0], 1)
+    )
     assert len(pendulum) == 3 and all(-16.3 * 200 <= r < 0 for r in pendulum)  # 200 steps of cost, then truncated
 
 
@@ -100,8 +124,17 @@ def test_bad_env_choices_fail_before_anything_starts():
     with pytest.raises(ValueError, match="module:function"):
         load_factory("distrl.envs.batched")
     # a factory's env id need not be a gymnasium id: the factory names its own envs
-    p = plan(override(cfg, **{"run.env": "MyIsaacTask-v0", "algo.env_factory": "distrl.envs.batched:torchrl_native_env",
-                              "run.run_dir": "unused"}), 2)
+    p = plan(
+        override(
+            cfg,
+            **{
+                "run.env": "MyIsaacTask-v0",
+                "algo.env_factory": "distrl.envs.batched:torchrl_native_env",
+                "run.run_dir": "unused",
+            },
+        ),
+        2,
+    )
     assert p.roles == {0: "learner", 1: "learner"}
 
 

@@ -1,4 +1,5 @@
 """vecenv end to end through launch/train.py: one process, torchrun with 2 ranks, the CLI's errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,8 +31,12 @@ def test_torchrun_two_ranks_and_sigterm_on_one_of_them(tmp_path, jobs):
     checkpoints and writes the summary, nothing hangs. (The plain total_frames stop at world size
     2 runs in tests/test_vecenv_ddp.py.)"""
     run = tmp_path / "run"
-    proc = jobs.train(["vecenv", "--experiment", "debug", "--run-dir", str(run), "--total-frames", "100000000"],
-                      nproc=2, timeout=150, env=child_env(DISTRL_FAULT="sigterm@1:12"))
+    proc = jobs.train(
+        ["vecenv", "--experiment", "debug", "--run-dir", str(run), "--total-frames", "100000000"],
+        nproc=2,
+        timeout=150,
+        env=child_env(DISTRL_FAULT="sigterm@1:12"),
+    )
     out = proc.stdout + proc.stderr
     assert "[fault] injecting sigterm on rank 1 at step 12" in out, out[-3000:]
     # A preempted run exits 143 (docs/reliability.md) from rank 0, rank 1 exits 0; torchrun counts
@@ -59,9 +64,18 @@ def test_resume_restores_model_optimizer_and_counters(tmp_path, training):
     from distrl.config import override
     from distrl.recipes.vecenv.learner import VecEnvLearner
 
-    cfg = override(get_recipe("vecenv").default_config(), **{
-        "run.logger": "none", "run.eval_episodes": 0, "run.total_frames": 3 * 64 * 8, "run.target_return": None,
-        "algo.num_envs": 64, "net.obs_norm": "on", "algo.anneal_lr": True})
+    cfg = override(
+        get_recipe("vecenv").default_config(),
+        **{
+            "run.logger": "none",
+            "run.eval_episodes": 0,
+            "run.total_frames": 3 * 64 * 8,
+            "run.target_return": None,
+            "algo.num_envs": 64,
+            "net.obs_norm": "on",
+            "algo.anneal_lr": True,
+        },
+    )
     first = VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
     first.run()
     again = VecEnvLearner(RoleContext(override(cfg, **{"run.resume": True}), None, 0, {0: "learner"}, tmp_path))
@@ -87,8 +101,20 @@ def test_cartpole_reaches_475_and_holds_it(tmp_path, jobs):
     the lowest training mean after 475 was 473.9 over that sweep's 10 seeds, 479 over 4 more. 30 s:
     475 comes at 3-7 s on quiet cores, at 32 s in a run here at load 9."""
     run = tmp_path / "run"
-    proc = jobs.train(["vecenv", "--env", "CartPole-v1", *hold_args(), "--run-dir", str(run), "--logger", "none",
-                       "--max-time-s", "30"], timeout=130)
+    proc = jobs.train(
+        [
+            "vecenv",
+            "--env",
+            "CartPole-v1",
+            *hold_args(),
+            "--run-dir",
+            str(run),
+            "--logger",
+            "none",
+            "--max-time-s",
+            "30",
+        ],
+        timeout=130,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_held(read_summary(run), floor=450.0)
-

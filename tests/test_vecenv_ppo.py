@@ -4,6 +4,7 @@ GAE: A_t = sum_l (gamma lambda)^l delta_{t+l}, delta_t = r_t + gamma V(s_{t+1}) 
 the sum cut at any episode end (Schulman et al., 2016). Clipped surrogate:
 L = -E[min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t)] (Schulman et al., 2017).
 """
+
 from __future__ import annotations
 
 import math
@@ -87,12 +88,31 @@ def test_loss_matches_torchrl_clip_ppo_loss():
     n = 32
     obs, action = torch.randn(n, 4), torch.randint(0, 3, (n,))
     old, adv, target = -1.1 + 0.3 * torch.randn(n), torch.randn(n), torch.randn(n)
-    actor = ProbabilisticActor(TensorDictModule(model.policy, ["observation"], ["logits"]), in_keys=["logits"],
-                               distribution_class=Categorical, return_log_prob=True)
-    ref = ClipPPOLoss(actor, ValueOperator(model.value, in_keys=["observation"]), clip_epsilon=0.2,
-                      entropy_coeff=0.01, critic_coeff=0.5 * 0.5, loss_critic_type="l2", normalize_advantage=False)
-    td = TensorDict({"observation": obs, "action": action, "action_log_prob": old, "advantage": adv.unsqueeze(-1),
-                     "value_target": target.unsqueeze(-1)}, [n])
+    actor = ProbabilisticActor(
+        TensorDictModule(model.policy, ["observation"], ["logits"]),
+        in_keys=["logits"],
+        distribution_class=Categorical,
+        return_log_prob=True,
+    )
+    ref = ClipPPOLoss(
+        actor,
+        ValueOperator(model.value, in_keys=["observation"]),
+        clip_epsilon=0.2,
+        entropy_coeff=0.01,
+        critic_coeff=0.5 * 0.5,
+        loss_critic_type="l2",
+        normalize_advantage=False,
+    )
+    td = TensorDict(
+        {
+            "observation": obs,
+            "action": action,
+            "action_log_prob": old,
+            "advantage": adv.unsqueeze(-1),
+            "value_target": target.unsqueeze(-1),
+        },
+        [n],
+    )
     r = ref(td)
     log_prob, entropy, _ = model.evaluate(obs, action)
     out = ppo_loss(log_prob, old, adv, model.value(obs).squeeze(-1), target, entropy, 0.2, 0.5, 0.01)
@@ -154,22 +174,32 @@ def test_episode_stats_match_a_python_loop():
             if done[t, b]:
                 finished.append((ret[b], length[b]))
                 ret[b], length[b] = 0.0, 0
-    assert n == len(finished) and lengths == pytest.approx(sum(l for _, l in finished))
+    assert n == len(finished) and lengths == pytest.approx(sum(n_steps for _, n_steps in finished))
     assert latest == pytest.approx([r for r, _ in finished][-5:], abs=1e-5)
 
 
 def _learner(tmp_path: Path, **changes) -> VecEnvLearner:
-    cfg = override(get_recipe("vecenv").default_config(),
-                   **{"run.logger": "none", "run.eval_episodes": 2, "algo.num_envs": 8, "algo.rollout_length": 6,
-                      "algo.num_minibatches": 1, "algo.epochs": 1, **changes})
+    cfg = override(
+        get_recipe("vecenv").default_config(),
+        **{
+            "run.logger": "none",
+            "run.eval_episodes": 2,
+            "algo.num_envs": 8,
+            "algo.rollout_length": 6,
+            "algo.num_minibatches": 1,
+            "algo.epochs": 1,
+            **changes,
+        },
+    )
     return VecEnvLearner(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
 
 
 def test_learner_targets_and_update_against_the_slow_loops(tmp_path):
     """The learner's GAE inputs (values of obs and of the true next obs, scaled rewards, both
     flags) and its first PPO step reproduce the slow loops on its own rollout."""
-    learner = _learner(tmp_path, **{"run.env": "Pendulum-v1", "algo.reward_scale": 0.1, "algo.gamma": 0.9,
-                                    "algo.rollout_length": 210})  # crosses Pendulum's 200-step truncation
+    learner = _learner(
+        tmp_path, **{"run.env": "Pendulum-v1", "algo.reward_scale": 0.1, "algo.gamma": 0.9, "algo.rollout_length": 210}
+    )  # crosses Pendulum's 200-step truncation
     learner._rollout(learner.env.reset())
     b, a = learner.buf, learner.algo
     assert b.truncated[199].all() and not b.terminated.any()
@@ -177,16 +207,26 @@ def test_learner_targets_and_update_against_the_slow_loops(tmp_path):
     assert set(keys.PPO_IN_KEYS) <= set(batch.keys()) and batch.batch_size[0] == a.frames_per_rank
     with torch.no_grad():
         v, v_next = learner.model.value(b.obs).squeeze(-1), learner.model.value(b.next_obs).squeeze(-1)
-    ref_adv, ref_target = slow_gae(0.9, a.gae_lambda, v, v_next, 0.1 * b.reward, b.terminated | b.truncated, b.terminated)
+    ref_adv, ref_target = slow_gae(
+        0.9, a.gae_lambda, v, v_next, 0.1 * b.reward, b.terminated | b.truncated, b.terminated
+    )
     torch.testing.assert_close(batch[keys.VALUE_TARGET].double(), ref_target.reshape(-1), atol=1e-4, rtol=1e-4)
     ref_norm = (ref_adv - ref_adv.mean()) / (ref_adv.std(unbiased=False) + 1e-8)
     torch.testing.assert_close(batch[keys.ADVANTAGE].double(), ref_norm.reshape(-1), atol=1e-4, rtol=1e-4)
 
     with torch.no_grad():
         log_prob, entropy, _ = learner.model.evaluate(batch[keys.OBSERVATION], batch[keys.ACTION])
-    ref_loss = slow_clipped_loss(log_prob, batch[keys.ACTION_LOG_PROB], batch[keys.ADVANTAGE],
-                                 learner.model.value(batch[keys.OBSERVATION]).squeeze(-1).detach(),
-                                 batch[keys.VALUE_TARGET], entropy, a.clip_eps, a.value_coef, a.entropy_coef)
+    ref_loss = slow_clipped_loss(
+        log_prob,
+        batch[keys.ACTION_LOG_PROB],
+        batch[keys.ADVANTAGE],
+        learner.model.value(batch[keys.OBSERVATION]).squeeze(-1).detach(),
+        batch[keys.VALUE_TARGET],
+        entropy,
+        a.clip_eps,
+        a.value_coef,
+        a.entropy_coef,
+    )
     stats = ppo_update(learner.model, learner.optim, batch, a)
     assert stats[0].item() == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)  # one minibatch, one epoch: the loss
     learner.env.close()
@@ -198,8 +238,10 @@ def test_normalize_advantage_single_process():
     assert abs(y.mean().item()) < 1e-5 and y.std(unbiased=False).item() == pytest.approx(1.0, abs=1e-4)
 
 
-@pytest.mark.parametrize("field,value", [("num_envs", 0), ("num_minibatches", 7), ("gamma", 1.5),
-                                         ("clip_eps", 0.0), ("env_factory", "no_colon")])
+@pytest.mark.parametrize(
+    "field,value",
+    [("num_envs", 0), ("num_minibatches", 7), ("gamma", 1.5), ("clip_eps", 0.0), ("env_factory", "no_colon")],
+)
 def test_config_invariants(field, value):
     with pytest.raises(ValueError, match=field.split("_")[0]):
         override(get_recipe("vecenv").default_config(), **{f"algo.{field}": value})
@@ -209,7 +251,9 @@ def test_obs_norm_merges_batches_like_one_big_batch():
     from distrl.nn.obs_norm import ObsNorm
 
     g = torch.Generator().manual_seed(4)
-    batches = [torch.randn(n, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1]) + 2 for n in (50, 7, 300)]
+    batches = [
+        torch.randn(n, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1]) + 2 for n in (50, 7, 300)
+    ]
     norm = ObsNorm(3)
     for x in batches:
         norm.update(torch.tensor(float(len(x)), dtype=torch.float64), x.sum(0), x.square().sum(0))

@@ -1,5 +1,6 @@
 """The next values impala_loss and appo_loss take (distrl/algorithms/estimators.py): reused from
 the observations' values where the unroll continues, equal to a forward of every next observation."""
+
 import torch
 
 from distrl.algorithms.estimators import next_values
@@ -17,8 +18,9 @@ def test_reused_values_equal_a_forward_of_every_next_observation():
     batch[keys.ACTION] = batch[keys.ACTION] % 3
     with torch.no_grad():
         _, value = model(batch[keys.OBSERVATION])
-        fast = next_values(model.value, value, batch[keys.NEXT_OBSERVATION], batch[keys.DONE],
-                           obs=batch[keys.OBSERVATION])
+        fast = next_values(
+            model.value, value, batch[keys.NEXT_OBSERVATION], batch[keys.DONE], obs=batch[keys.OBSERVATION]
+        )
         slow = model.value(batch[keys.NEXT_OBSERVATION])
     assert int(batch[keys.DONE][:, :-1].sum()) > 0  # some episodes ended inside the unroll
     # the same rows through the same layers, but in batches of other sizes: float32 reduction order
@@ -31,8 +33,9 @@ def test_a_batch_whose_next_observations_are_not_the_following_ones_is_evaluated
     batch[keys.NEXT_OBSERVATION] = ~batch[keys.NEXT_OBSERVATION]  # not a contiguous unroll
     with torch.no_grad():
         _, value = model(batch[keys.OBSERVATION])
-        got = next_values(model.value, value, batch[keys.NEXT_OBSERVATION], batch[keys.DONE],
-                          obs=batch[keys.OBSERVATION])
+        got = next_values(
+            model.value, value, batch[keys.NEXT_OBSERVATION], batch[keys.DONE], obs=batch[keys.OBSERVATION]
+        )
         torch.testing.assert_close(got, model.value(batch[keys.NEXT_OBSERVATION]))
 
 
@@ -53,8 +56,19 @@ def test_the_loss_is_unchanged():
     batch = rollout(4, 10, (4, 10, 10), torch.bool, p_end=0.2)
     batch[keys.ACTION] = batch[keys.ACTION] % 3
     batch[keys.ACTION_LOG_PROB] = torch.full((4, 10), -1.1)
-    hp = type("HP", (), dict(gamma=0.99, rho_bar=1.0, c_bar=1.0, value_coef=0.5, entropy_coef=0.01,
-                             normalize_advantage=False, reward_scale=1.0))
+    hp = type(
+        "HP",
+        (),
+        dict(
+            gamma=0.99,
+            rho_bar=1.0,
+            c_bar=1.0,
+            value_coef=0.5,
+            entropy_coef=0.01,
+            normalize_advantage=False,
+            reward_scale=1.0,
+        ),
+    )
     a, b = impala_loss(model, batch, hp), impala_loss(Full(model), batch, hp)
     for k in a.keys():
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)

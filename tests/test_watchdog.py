@@ -2,6 +2,7 @@
 loop's beat (``distrl.runtime.supervisor.beat``) and kills a learner silent for ``run.watchdog_s``; the rank
 exits 5 and torchrun ends every other rank, so nothing waits on it for ever. conftest checks that no
 process and no shared-memory file is left behind. Figures are printed for the closing notes."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ def _beats_then(stop_how: str, beats: int = 5) -> int:
 @pytest.mark.parametrize("stop_how", ["sigstop", "sleep"])
 def test_a_silent_critical_child_is_killed_and_the_rank_exits_5(stop_how, no_leaked_processes):
     t0 = time.monotonic()
-    status = supervisor.supervise(lambda: _beats_then(stop_how), 0, "learner", critical=True, grace_s=30,
-                                  watchdog_s=1.0)
+    status = supervisor.supervise(
+        lambda: _beats_then(stop_how), 0, "learner", critical=True, grace_s=30, watchdog_s=1.0
+    )
     took = time.monotonic() - t0
     assert status == supervisor.WATCHDOG_EXIT
     assert 1.0 < took < 5.0, took
@@ -40,6 +42,7 @@ def test_a_silent_critical_child_is_killed_and_the_rank_exits_5(stop_how, no_lea
 def test_a_beating_child_and_a_silent_actor_are_left_alone(no_leaked_processes):
     """Progress keeps the learner alive past the watchdog; a frozen actor is the learner's
     liveness pings' business, not its supervisor's."""
+
     def beating() -> int:
         for _ in range(40):  # 2 s of beats against a 0.5 s watchdog
             supervisor.beat()
@@ -64,8 +67,21 @@ def test_an_sf_learner_sigstopped_ends_the_job_by_itself(tmp_path, jobs):
     Before the watchdog the job ran on until killed (150 s and more)."""
     watchdog = 5.0
     fault_log = tmp_path / "faults.jsonl"
-    args = ["sf", "--experiment", "debug", "--logger", "none", "--total-frames", "100000000", "--max-time-s", "600",
-            "--run-dir", str(tmp_path / "run"), "--set", f"run.watchdog_s={watchdog:g}"]
+    args = [
+        "sf",
+        "--experiment",
+        "debug",
+        "--logger",
+        "none",
+        "--total-frames",
+        "100000000",
+        "--max-time-s",
+        "600",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--set",
+        f"run.watchdog_s={watchdog:g}",
+    ]
     env = child_env(DISTRL_FAULT="stop@0:20", DISTRL_FAULT_LOG=str(fault_log))
     proc = jobs.train(args, nproc=4, timeout=180, env=env)
     ended = time.time()
@@ -75,6 +91,8 @@ def test_an_sf_learner_sigstopped_ends_the_job_by_itself(tmp_path, jobs):
     import json
 
     stopped = json.loads(fault_log.read_text().splitlines()[0])["time"]
-    print(f"\nsf learner SIGSTOPped: the job exited {ended - stopped:.1f}s after (watchdog {watchdog:g}s), "
-          f"status {proc.returncode}")
+    print(
+        f"\nsf learner SIGSTOPped: the job exited {ended - stopped:.1f}s after (watchdog {watchdog:g}s), "
+        f"status {proc.returncode}"
+    )
     assert ended - stopped < watchdog + 60

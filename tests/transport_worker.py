@@ -5,6 +5,7 @@ Imported by ``test_transport.py`` for the in-process backend; run as
 MASTER_PORT set) for the rpc backend, one process per rank. Each rank prints one line
 ``RESULT {json}`` for the test to read.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,6 +40,7 @@ def nested_td() -> TensorDict:
 
 def serve_standard(t: Transport, stop: threading.Event, reports: "queue.Queue") -> None:
     """The handlers every check and scenario calls."""
+
     def boom(td):
         raise ValueError("boom from the handler")
 
@@ -150,9 +152,14 @@ def scenario_kill(t: Transport) -> dict:
     start = time.monotonic()
     later = t.call(1, "echo", None)
     done_at_once = later.done()
-    return {"error": err, "detect_s": detect, "later_error": _error_name(later),
-            "later_done_at_once": done_at_once, "later_s": time.monotonic() - start,
-            "lost": sorted(t.lost_peers())}
+    return {
+        "error": err,
+        "detect_s": detect,
+        "later_error": _error_name(later),
+        "later_done_at_once": done_at_once,
+        "later_s": time.monotonic() - start,
+        "lost": sorted(t.lost_peers()),
+    }
 
 
 def scenario_stop(t: Transport) -> dict:
@@ -172,8 +179,11 @@ def scenario_stress(t: Transport, reports: "queue.Queue") -> dict:
     """Every rank sends 100 calls to each peer at once while a slow handler holds a thread."""
     peers = [r for r in range(t.world_size) if r != t.rank]
     slow = t.call(peers[0], "sleep", TensorDict({"s": torch.tensor(1.0)}, []), timeout=30)
-    futs = [(r, i, t.call(r, "echo", TensorDict({"i": torch.tensor([i, t.rank])}, [2]), timeout=60))
-            for i in range(100) for r in peers]
+    futs = [
+        (r, i, t.call(r, "echo", TensorDict({"i": torch.tensor([i, t.rank])}, [2]), timeout=60))
+        for i in range(100)
+        for r in peers
+    ]
     good = sum(int(f.result(60)["i"][0]) == i for _, i, f in futs) + (slow.result(30) is not None)
     if t.rank != 0:
         t.call_sync(0, "report", TensorDict({"good": torch.tensor(good)}, []), timeout=30)
@@ -206,8 +216,9 @@ def main() -> None:
             print("READY", flush=True)
             sys.stdin.readline()
         elif t.rank == 0:
-            run = {"checks": scenario_checks, "restart": scenario_checks, "kill": scenario_kill,
-                   "stop": scenario_stop}[scenario]
+            run = {"checks": scenario_checks, "restart": scenario_checks, "kill": scenario_kill, "stop": scenario_stop}[
+                scenario
+            ]
             result = dict(run(t), restart=restart)
         if t.rank == 0:
             for r in range(1, t.world_size):

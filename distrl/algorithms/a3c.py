@@ -20,6 +20,7 @@ the same reason as IMPALA's (:mod:`distrl.algorithms.impala`): TorchRL's ``A2CLo
 The paper sums the per-step terms; here they are averaged over the ``B * T`` steps, so the
 learning rate does not scale with ``envs_per_worker * t_max``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -53,8 +54,14 @@ def a3c_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     out, value = model(batch[keys.OBSERVATION])  # [B, T, width], [B, T, 1]
     with torch.no_grad():
         next_value = model.value(batch[keys.NEXT_OBSERVATION])
-        advantage, returns = n_step_advantage(hp.gamma, value.detach(), next_value, batch[keys.REWARD] * hp.reward_scale,
-                                              batch[keys.DONE], batch[keys.TERMINATED])
+        advantage, returns = n_step_advantage(
+            hp.gamma,
+            value.detach(),
+            next_value,
+            batch[keys.REWARD] * hp.reward_scale,
+            batch[keys.DONE],
+            batch[keys.TERMINATED],
+        )
         raw_mean = advantage.mean()
         if hp.normalize_advantage:
             advantage = (advantage - raw_mean) / (advantage.std() + 1e-8)
@@ -63,5 +70,10 @@ def a3c_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     loss_value = 0.5 * (returns - value).pow(2).mean()
     entropy = entropy.mean()
     loss = loss_policy + hp.value_coef * loss_value - hp.entropy_coef * entropy
-    return TensorDict(loss=loss, loss_policy=loss_policy.detach(), loss_value=loss_value.detach(),
-                      entropy=entropy.detach(), advantage_mean=raw_mean)
+    return TensorDict(
+        loss=loss,
+        loss_policy=loss_policy.detach(),
+        loss_value=loss_value.detach(),
+        entropy=entropy.detach(),
+        advantage_mean=raw_mean,
+    )

@@ -9,6 +9,7 @@ A truncated episode (a time limit) still bootstraps from its true final observat
 only a termination stops it. The prioritized-replay weights the batch carries (Schaul et al., 2016)
 are the replay's: :mod:`distrl.replay.weights`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,8 +27,9 @@ def epsilon_ladder(num_actors: int, eps: float = 0.4, alpha: float = 7.0) -> lis
 
 
 # ---- double DQN ---------------------------------------------------------------------------------------
-def double_q_targets(nstep_return: torch.Tensor, discount: torch.Tensor, next_q_online: torch.Tensor,
-                     next_q_target: torch.Tensor) -> torch.Tensor:
+def double_q_targets(
+    nstep_return: torch.Tensor, discount: torch.Tensor, next_q_online: torch.Tensor, next_q_target: torch.Tensor
+) -> torch.Tensor:
     """``y = G + discount * Q_target(s', argmax_a Q_online(s', a))``.
 
     Args:
@@ -39,8 +41,9 @@ def double_q_targets(nstep_return: torch.Tensor, discount: torch.Tensor, next_q_
     return nstep_return + discount * next_q_target.gather(-1, best).squeeze(-1)
 
 
-def weighted_huber_loss(q_taken: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
-                        delta: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def weighted_huber_loss(
+    q_taken: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, delta: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Importance-weighted Huber loss and the TD errors the new priorities come from.
 
     Args:
@@ -67,6 +70,8 @@ def double_dqn_loss(model: torch.nn.Module, target: torch.nn.Module, batch: Tens
     q_taken = model(batch[keys.OBSERVATION]).gather(-1, batch[keys.ACTION][:, None]).squeeze(-1)
     with torch.no_grad():
         next_obs = batch[keys.NEXT_OBSERVATION]
-        y = double_q_targets(batch[keys.NSTEP_RETURN], batch[keys.BOOTSTRAP_DISCOUNT], model(next_obs), target(next_obs))
+        y = double_q_targets(
+            batch[keys.NSTEP_RETURN], batch[keys.BOOTSTRAP_DISCOUNT], model(next_obs), target(next_obs)
+        )
     loss, td = weighted_huber_loss(q_taken, y, batch[keys.PRIORITY_WEIGHT], hp.huber_delta)
     return TensorDict({keys.LOSS: loss, keys.TD_ERROR: td, keys.Q_MEAN: q_taken.detach().mean()}, batch_size=[])

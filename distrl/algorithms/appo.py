@@ -13,6 +13,7 @@ the advantages come from on data a lagged policy collected:
 - ``vtrace=False``: GAE(lambda) under the current critic (:func:`~distrl.algorithms.estimators.gae`),
   as on-policy PPO would.
 """
+
 from __future__ import annotations
 
 import torch
@@ -48,18 +49,38 @@ def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
     with torch.no_grad():
         next_value = next_values(model.value, value.detach(), batch[keys.NEXT_OBSERVATION], done)
         if algo.vtrace:
-            _, vs = vtrace_targets(algo.gamma, log_pi.detach(), log_mu, value.detach(), next_value, reward, done,
-                                   terminated, algo.rho_bar, algo.c_bar)
+            _, vs = vtrace_targets(
+                algo.gamma,
+                log_pi.detach(),
+                log_mu,
+                value.detach(),
+                next_value,
+                reward,
+                done,
+                terminated,
+                algo.rho_bar,
+                algo.c_bar,
+            )
             advantage = vtrace_pg_advantage(vs, next_value, value.detach(), reward, done, terminated, algo.gamma)
         else:  # GAE wants time-major [T, B]
             tm = lambda x: x.squeeze(-1).transpose(0, 1)  # noqa: E731
-            adv, target = gae(algo.gamma, algo.gae_lambda, tm(value.detach()), tm(next_value), tm(reward), tm(done),
-                              tm(terminated))
+            adv, target = gae(
+                algo.gamma, algo.gae_lambda, tm(value.detach()), tm(next_value), tm(reward), tm(done), tm(terminated)
+            )
             advantage, vs = adv.transpose(0, 1).unsqueeze(-1), target.transpose(0, 1).unsqueeze(-1)
     advantage_std = advantage.std()
     if algo.normalize_advantage:
         advantage = (advantage - advantage.mean()) / (advantage_std + 1e-8)
-    out = ppo_loss(log_pi.reshape(-1), log_mu.reshape(-1), advantage.reshape(-1), value.reshape(-1), vs.reshape(-1),
-                   entropy.reshape(-1), algo.clip_eps, algo.value_coef, algo.entropy_coef)
+    out = ppo_loss(
+        log_pi.reshape(-1),
+        log_mu.reshape(-1),
+        advantage.reshape(-1),
+        value.reshape(-1),
+        vs.reshape(-1),
+        entropy.reshape(-1),
+        algo.clip_eps,
+        algo.value_coef,
+        algo.entropy_coef,
+    )
     out = {k: (v if k == keys.LOSS else v.detach()) for k, v in out.items()}
     return TensorDict(**out, advantage_std=advantage_std, value_mean=value.detach().mean())

@@ -17,6 +17,7 @@ from the value of the true final observation. Each function is checked against a
 paper's notation (``tests/test_impala_math.py``, ``test_vecenv_ppo.py``, ``test_a3c_math.py``,
 ``test_apex_math.py``, ``test_sf_units.py``).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -25,9 +26,18 @@ import torch
 from torchrl.objectives.value.functional import generalized_advantage_estimate, td_lambda_return_estimate
 
 
-def vtrace_targets(gamma: float, target_log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor, value: torch.Tensor,
-                   next_value: torch.Tensor, reward: torch.Tensor, done: torch.Tensor, terminated: torch.Tensor,
-                   rho_bar: float = 1.0, c_bar: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def vtrace_targets(
+    gamma: float,
+    target_log_prob: torch.Tensor,
+    behaviour_log_prob: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """V-trace value targets ``v_s`` and policy-gradient advantages.
 
     All tensors are ``[B, T, 1]``; ``done`` marks any episode end (terminal or truncated) and
@@ -61,8 +71,15 @@ def vtrace_targets(gamma: float, target_log_prob: torch.Tensor, behaviour_log_pr
     return advantage, vs
 
 
-def vtrace_pg_advantage(vs: torch.Tensor, next_value: torch.Tensor, value: torch.Tensor, reward: torch.Tensor,
-                        done: torch.Tensor, terminated: torch.Tensor, gamma: float) -> torch.Tensor:
+def vtrace_pg_advantage(
+    vs: torch.Tensor,
+    next_value: torch.Tensor,
+    value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float,
+) -> torch.Tensor:
     """``r_s + gamma (1 - term_s) v'_{s+1} - V(x_s)``, all ``[B, T, 1]``: :func:`vtrace_targets`'
     advantage without its ``rho`` (APPO, Sample Factory's choice: the importance ratio enters once,
     through PPO's clipped ratio).
@@ -75,8 +92,15 @@ def vtrace_pg_advantage(vs: torch.Tensor, next_value: torch.Tensor, value: torch
     return reward + gamma * (~terminated).float() * vs_next - value
 
 
-def gae(gamma: float, lmbda: float, value: torch.Tensor, next_value: torch.Tensor, reward: torch.Tensor,
-        done: torch.Tensor, terminated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(
+    gamma: float,
+    lmbda: float,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE(gamma, lambda) advantages and value targets of a time-major rollout.
 
     Args:
@@ -90,14 +114,26 @@ def gae(gamma: float, lmbda: float, value: torch.Tensor, next_value: torch.Tenso
         ``(advantage [T, B], value_target [T, B])`` with ``value_target = advantage + value``.
     """
     adv, target = generalized_advantage_estimate(
-        gamma, lmbda, value.unsqueeze(-1), next_value.unsqueeze(-1), reward.unsqueeze(-1),
-        done.unsqueeze(-1), terminated.unsqueeze(-1), time_dim=0,
+        gamma,
+        lmbda,
+        value.unsqueeze(-1),
+        next_value.unsqueeze(-1),
+        reward.unsqueeze(-1),
+        done.unsqueeze(-1),
+        terminated.unsqueeze(-1),
+        time_dim=0,
     )
     return adv.squeeze(-1), target.squeeze(-1)
 
 
-def n_step_advantage(gamma: float, value: torch.Tensor, next_value: torch.Tensor, reward: torch.Tensor,
-                     done: torch.Tensor, terminated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def n_step_advantage(
+    gamma: float,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A3C's advantages ``R_i - V(s_i)`` and n-step returns ``R_i`` of a batch of segments.
 
     ``R_i = r_i + gamma R_{i+1}``, bootstrapped from ``V(s'_i)`` at the segment's end and at
@@ -120,8 +156,9 @@ def n_step_advantage(gamma: float, value: torch.Tensor, next_value: torch.Tensor
     return returns - value, returns
 
 
-def nstep_returns(reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, gamma: float,
-                  n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def nstep_returns(
+    reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, gamma: float, n: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Ape-X's n-step returns of every start ``t`` whose window fits in the ``T`` steps given.
 
     ``G_t = sum_{k=0}^{m-1} gamma^k r_{t+k}`` with ``m = min(n, steps to the episode's end)``; the
@@ -148,17 +185,22 @@ def nstep_returns(reward: torch.Tensor, terminated: torch.Tensor, truncated: tor
     term_at_end = torch.zeros_like(ended)
     for k in range(n):
         running = ~ended
-        ret += torch.where(running, scale * reward[:, k:k + Tp], 0.0)
+        ret += torch.where(running, scale * reward[:, k : k + Tp], 0.0)
         last = torch.where(running, torch.arange(k, k + Tp, device=reward.device).expand(B, Tp), last)
-        term_at_end = torch.where(running, terminated[:, k:k + Tp], term_at_end)
-        ended = ended | terminated[:, k:k + Tp] | truncated[:, k:k + Tp]
+        term_at_end = torch.where(running, terminated[:, k : k + Tp], term_at_end)
+        ended = ended | terminated[:, k : k + Tp] | truncated[:, k : k + Tp]
         scale = torch.where(running, scale * gamma, scale)
     discount = scale * (~term_at_end).to(reward.dtype)
     return ret, discount, last
 
 
-def next_values(value_fn: Callable[[torch.Tensor], torch.Tensor], value: torch.Tensor, next_obs: torch.Tensor,
-                done: torch.Tensor, obs: Optional[torch.Tensor] = None) -> torch.Tensor:
+def next_values(
+    value_fn: Callable[[torch.Tensor], torch.Tensor],
+    value: torch.Tensor,
+    next_obs: torch.Tensor,
+    done: torch.Tensor,
+    obs: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """``V(x_{s+1})`` ``[B, T, 1]`` of ``next_obs [B, T, *F]``, reusing ``value = V(x_s)`` ``[B, T, 1]``.
 
     Inside an unroll a step's next observation *is* the following step's observation (an actor

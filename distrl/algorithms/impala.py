@@ -5,6 +5,7 @@ TorchRL's ``A2CLoss`` + ``VTrace`` estimator would need the actor and critic as
 written here as a pure function of tensors (``tests/test_impala_math.py`` checks it, and V-trace
 against TorchRL's and a slow loop in the paper's notation).
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,7 +26,8 @@ def impala_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
 
     ``batch`` holds :data:`distrl.data.keys.IMPALA_IN_KEYS`: ``observation [B, T, F]``,
     ``action [B, T]`` (int64; ``[B, T, A]`` float32 under a Gaussian head: the model's ``head``,
-    :mod:`distrl.nn.heads`, reads the policy's output), ``action_log_prob [B, T]`` (behaviour policy), ``("next", ...)`` entries
+    :mod:`distrl.nn.heads`, reads the policy's output), ``action_log_prob [B, T]`` (behaviour policy), ``("next",
+    ...)`` entries
     ``observation [B, T, F]`` and ``reward``/``done``/``terminated`` ``[B, T, 1]``.
 
     ``reward_scale`` multiplies the rewards before V-trace, so values and advantages are in scaled
@@ -51,8 +53,16 @@ def impala_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     log_mu = batch[keys.ACTION_LOG_PROB].unsqueeze(-1)
     with torch.no_grad():
         advantage, vs = vtrace_targets(
-            hp.gamma, log_pi.detach(), log_mu, value.detach(), next_value,
-            batch[keys.REWARD] * hp.reward_scale, batch[keys.DONE], batch[keys.TERMINATED], hp.rho_bar, hp.c_bar,
+            hp.gamma,
+            log_pi.detach(),
+            log_mu,
+            value.detach(),
+            next_value,
+            batch[keys.REWARD] * hp.reward_scale,
+            batch[keys.DONE],
+            batch[keys.TERMINATED],
+            hp.rho_bar,
+            hp.c_bar,
         )
     advantage_std = advantage.std()
     if hp.normalize_advantage:
@@ -62,9 +72,13 @@ def impala_loss(model: torch.nn.Module, batch: TensorDict, hp) -> TensorDict:
     entropy = entropy.mean()
     loss = loss_policy + hp.value_coef * loss_value - hp.entropy_coef * entropy
     return TensorDict(
-        loss=loss, loss_policy=loss_policy.detach(), loss_value=loss_value.detach(),
-        entropy=entropy.detach(), rho_mean=(log_pi.detach() - log_mu).exp().mean(),
-        advantage_std=advantage_std, value_mean=value.detach().mean(),
+        loss=loss,
+        loss_policy=loss_policy.detach(),
+        loss_value=loss_value.detach(),
+        entropy=entropy.detach(),
+        rho_mean=(log_pi.detach() - log_mu).exp().mean(),
+        advantage_std=advantage_std,
+        value_mean=value.detach().mean(),
         logit_range=head.spread(out.detach()),
     )
 

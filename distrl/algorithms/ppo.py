@@ -11,6 +11,7 @@ under APPO: :mod:`distrl.algorithms.appo`).
 :func:`minibatches` is PPO's epoch loop, the one both PPO learners run: ``vecenv``'s data-parallel
 update (:mod:`distrl.recipes.vecenv.update`) and ``sf``'s APPO learner.
 """
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -21,9 +22,17 @@ from tensordict import TensorDict
 from distrl.data import keys
 
 
-def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage: torch.Tensor, value: torch.Tensor,
-             value_target: torch.Tensor, entropy: torch.Tensor, clip_eps: float, value_coef: float,
-             entropy_coef: float) -> dict[str, torch.Tensor]:
+def ppo_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantage: torch.Tensor,
+    value: torch.Tensor,
+    value_target: torch.Tensor,
+    entropy: torch.Tensor,
+    clip_eps: float,
+    value_coef: float,
+    entropy_coef: float,
+) -> dict[str, torch.Tensor]:
     """The clipped surrogate, the value regression and the entropy bonus, averaged over ``[N]``.
 
     ``L = -E[min(rho A, clip(rho, 1-eps, 1+eps) A)] + c_v E[(V - V_targ)^2] / 2 - c_e E[H]``
@@ -41,8 +50,14 @@ def ppo_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage: torc
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clip_fraction = ((ratio - 1).abs() > clip_eps).float().mean()
-    return {keys.LOSS: loss_policy + value_coef * loss_value - entropy_coef * entropy, "loss_policy": loss_policy,
-            "loss_value": loss_value, "entropy": entropy, "approx_kl": approx_kl, "clip_fraction": clip_fraction}
+    return {
+        keys.LOSS: loss_policy + value_coef * loss_value - entropy_coef * entropy,
+        "loss_policy": loss_policy,
+        "loss_value": loss_value,
+        "entropy": entropy,
+        "approx_kl": approx_kl,
+        "clip_fraction": clip_fraction,
+    }
 
 
 def minibatches(batch: TensorDict, epochs: int, num_minibatches: int) -> Iterator[TensorDict]:

@@ -3,6 +3,7 @@
 The doc of a field is the ``#:`` comment written beside it in its dataclass (the one place it
 is written), read from the source; a field without one shows an empty doc.
 """
+
 from __future__ import annotations
 
 import dataclasses

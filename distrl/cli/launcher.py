@@ -5,6 +5,7 @@ torchrun's own stores (the rendezvous and the one the ranks meet at) bind every 
 and here they bind 127.0.0.1 (:class:`distrl.runtime.network.LoopbackTCPStore` in this launcher
 process); the ranks themselves listen on loopback in either launch (``prefer_loopback``).
 """
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ in the recipe's module, ``--experiment``), then the common options, then ``--set
 overrides, in that order. The parser is
 :class:`~distrl.runtime.args.OneLineParser` (one-line errors, defaults in ``--help``), every subcommand's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,34 +34,68 @@ def make_parser() -> argparse.ArgumentParser:
         "process per rank under torchrun (-m distrl.train). RECIPE --help lists the recipe's config fields\n"
         "and experiments.",
     )
-    p.add_argument("recipe", metavar="RECIPE",
-                   help=f"architecture to run: {', '.join(RECIPE_NAMES)}, or path/to/file.py:NAME (a Recipe "
-                        "defined outside distrl, docs/custom_recipe.md)")
-    p.add_argument("--experiment",
-                   help="preset function in the recipe's module giving the base config (e.g. debug); "
-                        "default: the one that module's ENV_EXPERIMENTS names for --env, else 'default'")
-    p.add_argument("--nproc", type=positive_int, default=1,
-                   help="processes on this machine, one per rank, listening on 127.0.0.1 only (torchrun --standalone)")
-    p.add_argument("--env", help="gymnasium environment id (default: the experiment's, CartPole-v1), or module:function "
-                                 f"returning a TorchRL env, which {', '.join(factory_recipes())} step (vecenv takes a "
-                                 "batched one through --set algo.env_factory=module:function; docs/torchrl.md)")
+    p.add_argument(
+        "recipe",
+        metavar="RECIPE",
+        help=f"architecture to run: {', '.join(RECIPE_NAMES)}, or path/to/file.py:NAME (a Recipe "
+        "defined outside distrl, docs/custom_recipe.md)",
+    )
+    p.add_argument(
+        "--experiment",
+        help="preset function in the recipe's module giving the base config (e.g. debug); "
+        "default: the one that module's ENV_EXPERIMENTS names for --env, else 'default'",
+    )
+    p.add_argument(
+        "--nproc",
+        type=positive_int,
+        default=1,
+        help="processes on this machine, one per rank, listening on 127.0.0.1 only (torchrun --standalone)",
+    )
+    p.add_argument(
+        "--env",
+        help="gymnasium environment id (default: the experiment's, CartPole-v1), or module:function "
+        f"returning a TorchRL env, which {', '.join(factory_recipes())} step (vecenv takes a "
+        "batched one through --set algo.env_factory=module:function; docs/torchrl.md)",
+    )
     p.add_argument("--seed", type=int, help="base random seed (default: the experiment's)")
-    p.add_argument("--total-frames", type=int, help="stop after this many environment frames (default: the experiment's)")
-    p.add_argument("--max-time-s", type=float, help="stop after this many seconds of training (default: the experiment's)")
-    p.add_argument("--target-return", type=float,
-                   help="stop once the mean return of the last 100 training episodes reaches this "
-                        "(and a greedy evaluation of the policy confirms it; otherwise training goes on); "
-                        "default: the experiment's, mostly none")
-    p.add_argument("--run-dir", help="run directory (config, metrics, checkpoints, summary.json, W&B run); "
-                                     "default: runs/<recipe>-<env>-<time>-<random>, new per job")
-    p.add_argument("--logger", choices=("wandb", "csv", "none"),
-                   help="metrics backend beside metrics.jsonl; wandb runs offline unless WANDB_MODE says otherwise "
-                        "(default: the experiment's, csv)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --run-dir from its newest checkpoint, with its saved config "
-                        "(options and --set given now apply on top, e.g. a larger --total-frames)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any config field, e.g. --set algo.lr=3e-4 (repeatable; see --print-config)")
+    p.add_argument(
+        "--total-frames", type=int, help="stop after this many environment frames (default: the experiment's)"
+    )
+    p.add_argument(
+        "--max-time-s", type=float, help="stop after this many seconds of training (default: the experiment's)"
+    )
+    p.add_argument(
+        "--target-return",
+        type=float,
+        help="stop once the mean return of the last 100 training episodes reaches this "
+        "(and a greedy evaluation of the policy confirms it; otherwise training goes on); "
+        "default: the experiment's, mostly none",
+    )
+    p.add_argument(
+        "--run-dir",
+        help="run directory (config, metrics, checkpoints, summary.json, W&B run); "
+        "default: runs/<recipe>-<env>-<time>-<random>, new per job",
+    )
+    p.add_argument(
+        "--logger",
+        choices=("wandb", "csv", "none"),
+        help="metrics backend beside metrics.jsonl; wandb runs offline unless WANDB_MODE says otherwise "
+        "(default: the experiment's, csv)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir from its newest checkpoint, with its saved config "
+        "(options and --set given now apply on top, e.g. a larger --total-frames)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any config field, e.g. --set algo.lr=3e-4 (repeatable; see --print-config)",
+    )
     p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     p.add_argument("--print-summary", action="store_true", help="print summary.json at the end")
     return p
@@ -71,8 +106,14 @@ def experiment_config(recipe: str, experiment: str) -> Config:
     module = recipe_module(recipe)
     fn = getattr(module, experiment, None)
     if not callable(fn) or experiment.startswith("_"):
-        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
-                 and getattr(v, "__module__", "") == module.__name__ and n[0].islower()]
+        names = [
+            n
+            for n, v in vars(module).items()
+            if callable(v)
+            and not n.startswith("_")
+            and getattr(v, "__module__", "") == module.__name__
+            and n[0].islower()
+        ]
         raise ValueError(f"unknown experiment {experiment!r} for {recipe}; known: {', '.join(sorted(names))}")
     return fn()
 
@@ -80,9 +121,11 @@ def experiment_config(recipe: str, experiment: str) -> Config:
 def experiment_names(recipe: str) -> dict[str, str]:
     """``{name: first line of its docstring}`` of the recipe's experiment functions."""
     module = recipe_module(recipe)
-    return {n: (v.__doc__ or "").strip().splitlines()[0] if v.__doc__ else ""
-            for n, v in sorted(vars(module).items())
-            if callable(v) and n[0].islower() and getattr(v, "__module__", "") == module.__name__}
+    return {
+        n: (v.__doc__ or "").strip().splitlines()[0] if v.__doc__ else ""
+        for n, v in sorted(vars(module).items())
+        if callable(v) and n[0].islower() and getattr(v, "__module__", "") == module.__name__
+    }
 
 
 def recipe_help(argv: list[str]) -> str:
@@ -98,8 +141,10 @@ def recipe_help(argv: list[str]) -> str:
     names = experiment_names(recipe)
     width = max(map(len, names))
     lines += [f"  {n:<{width}}  {doc}" for n, doc in names.items()]
-    lines += ["\nconfig fields (--set NAME=VALUE; defaults of the 'default' experiment):",
-              format_fields(experiment_config(recipe, "default"))]
+    lines += [
+        "\nconfig fields (--set NAME=VALUE; defaults of the 'default' experiment):",
+        format_fields(experiment_config(recipe, "default")),
+    ]
     return "\n".join(lines)
 
 
@@ -145,8 +190,10 @@ def base_config(args: argparse.Namespace) -> Config:
         return override(cfg, **{"run.resume": True})
     experiment = args.experiment or default_experiment(args.recipe, args.env)
     if experiment != "default" and not args.experiment and os.environ.get("RANK", "0") == "0":
-        print(f"[distrl] --env {args.env}: starting from experiment {experiment!r} (pass --experiment to choose)",
-              file=sys.stderr)
+        print(
+            f"[distrl] --env {args.env}: starting from experiment {experiment!r} (pass --experiment to choose)",
+            file=sys.stderr,
+        )
     return experiment_config(args.recipe, experiment)
 
 
@@ -154,9 +201,15 @@ def build_config(args: argparse.Namespace) -> Config:
     """Experiment (or the resumed run's config), then options, then ``--set`` overrides; raises
     ``ValueError`` on bad input."""
     cfg = base_config(args)
-    common = {"run.env": args.env, "run.seed": args.seed, "run.total_frames": args.total_frames,
-              "run.max_time_s": args.max_time_s, "run.target_return": args.target_return,
-              "run.run_dir": args.run_dir, "run.logger": args.logger}
+    common = {
+        "run.env": args.env,
+        "run.seed": args.seed,
+        "run.total_frames": args.total_frames,
+        "run.max_time_s": args.max_time_s,
+        "run.target_return": args.target_return,
+        "run.run_dir": args.run_dir,
+        "run.logger": args.logger,
+    }
     cfg = override(cfg, **{k: v for k, v in common.items() if v is not None})
     for item in args.overrides:
         key, sep, value = item.partition("=")

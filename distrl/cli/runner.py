@@ -6,6 +6,7 @@ checkpoints are all damaged) ends the run the same way, one line and exit status
 runs every role of the recipe in this process over the local transport, each non-learner role in
 its own thread.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,10 @@ def plan(cfg: Config, world_size: int) -> Plan:
     recipe = get_recipe(cfg.recipe)
     if is_factory(cfg.run.env) and not recipe.takes_env_factory:
         able = ", ".join(n for n in RECIPE_NAMES if get_recipe(n).takes_env_factory)
-        raise ValueError(f"{recipe.name} cannot step a TorchRL env factory (--env {cfg.run.env}); {able} can, and "
-                         "vecenv takes a batched one through --set algo.env_factory=module:function")
+        raise ValueError(
+            f"{recipe.name} cannot step a TorchRL env factory (--env {cfg.run.env}); {able} can, and "
+            "vecenv takes a batched one through --set algo.env_factory=module:function"
+        )
     if not getattr(cfg.algo, "env_factory", ""):  # a user env factory (vecenv) names envs gymnasium may not know
         check_env_id(cfg.run.env)
     recipe.check_config(cfg)
@@ -135,8 +138,14 @@ def run(p: Plan, rank: int = 0) -> int:
     prefer_loopback()  # one machine: TensorPipe and gloo listen on 127.0.0.1 only (distrl/runtime/network.py)
     role = p.roles[rank]
     body = _run_collective if p.recipe.group == "collective" else run_rpc
-    return supervise(lambda: _exit_status(body, p, rank), rank, role, critical=role in p.recipe.critical_roles,
-                     grace_s=p.cfg.transport.call_timeout_s + 10, watchdog_s=p.cfg.run.watchdog_s)
+    return supervise(
+        lambda: _exit_status(body, p, rank),
+        rank,
+        role,
+        critical=role in p.recipe.critical_roles,
+        grace_s=p.cfg.transport.call_timeout_s + 10,
+        watchdog_s=p.cfg.run.watchdog_s,
+    )
 
 
 def _run_local(p: Plan) -> Optional[dict]:
@@ -157,7 +166,9 @@ def _run_local(p: Plan) -> Optional[dict]:
         finally:
             endpoints[rank].close()
 
-    threads = [threading.Thread(target=body, args=(r,), name=f"distrl-{p.roles[r]}-{r}", daemon=True) for r in p.roles if r]
+    threads = [
+        threading.Thread(target=body, args=(r,), name=f"distrl-{p.roles[r]}-{r}", daemon=True) for r in p.roles if r
+    ]
     for t in threads:
         t.start()
     try:
@@ -180,8 +191,9 @@ def run_rpc(p: Plan, rank: int) -> Optional[dict]:
     warnings.filterwarnings("ignore", message="You are using a Backend")
 
     t = p.cfg.transport
-    transport = RpcTransport.from_env(timeout=t.call_timeout_s, init_timeout=t.init_timeout_s,
-                                      num_threads=t.num_threads, role_names=p.roles)
+    transport = RpcTransport.from_env(
+        timeout=t.call_timeout_s, init_timeout=t.init_timeout_s, num_threads=t.num_threads, role_names=p.roles
+    )
     transport.serve("ping", _ping)
     role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, transport, rank, p.roles, p.run_dir, p.recipe))
     try:

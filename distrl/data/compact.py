@@ -29,6 +29,7 @@ acknowledged them: the learner's reply), step 0 of each env chains to them and `
 with those ``B`` reference rows, whose ``B K`` frames are not sent (``ref_frames`` says how many
 the receiver supplies: :func:`attach_reference`). Then one frame crosses per env step.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -77,31 +78,49 @@ def pack_trajectory(traj: TensorDict, frames: bool = False, ref: Optional[torch.
     return out
 
 
-def _pack_frames(obs: torch.Tensor, bootstrap: torch.Tensor, final: torch.Tensor, final_index: torch.Tensor,
-                 ref: Optional[torch.Tensor]) -> TensorDict:
+def _pack_frames(
+    obs: torch.Tensor,
+    bootstrap: torch.Tensor,
+    final: torch.Tensor,
+    final_index: torch.Tensor,
+    ref: Optional[torch.Tensor],
+) -> TensorDict:
     """``frames``, ``stacks`` and ``ref_frames`` of ``obs [B, T, K, *F]``, ``bootstrap [B, K, *F]``
     and ``final [Q, K, *F]`` (at flat steps ``final_index [Q]``), after ``ref [B, K, *F]`` if given."""
     B, T = obs.shape[:2]
     R = 0 if ref is None else B
     if ref is not None and (ref.shape != bootstrap.shape or ref.dtype != obs.dtype):
-        raise ValueError(f"reference stacks {tuple(ref.shape)} {ref.dtype} do not fit {tuple(bootstrap.shape)} {obs.dtype}")
+        raise ValueError(
+            f"reference stacks {tuple(ref.shape)} {ref.dtype} do not fit {tuple(bootstrap.shape)} {obs.dtype}"
+        )
     rows = [obs.flatten(0, 1), bootstrap, final] if ref is None else [ref, obs.flatten(0, 1), bootstrap, final]
-    prev = torch.cat([torch.full((R,), -1),
-                      R + sequence_prev(B, T, torch.arange(B) - R if R else None),  # step 0 -> its reference row
-                      R + torch.arange(B) * T + T - 1, R + final_index])
+    prev = torch.cat(
+        [
+            torch.full((R,), -1),
+            R + sequence_prev(B, T, torch.arange(B) - R if R else None),  # step 0 -> its reference row
+            R + torch.arange(B) * T + T - 1,
+            R + final_index,
+        ]
+    )
     table, stacks = pack_stacks(torch.cat(rows), prev)
     K = obs.shape[2]
     # reference rows chain to nothing and come first: they own the table's first R * K frames
-    return TensorDict({FRAMES: table[R * K:], STACKS: stacks, REF_FRAMES: torch.tensor(R * K)})
+    return TensorDict({FRAMES: table[R * K :], STACKS: stacks, REF_FRAMES: torch.tensor(R * K)})
 
 
 def attach_reference(packed: TensorDict, ref: torch.Tensor) -> TensorDict:
     """``packed`` (a frame-stack form whose ``ref_frames`` the receiver supplies) made whole with
     ``ref [B, K, *F]``, the stacks the receiver holds: :func:`unpack_trajectory` then needs nothing else."""
     R = int(packed[REF_FRAMES])
-    if ref.flatten(0, 1).shape[0] != R or ref.shape[2:] != packed[FRAMES].shape[1:] or ref.dtype != packed[FRAMES].dtype:
-        raise ValueError(f"reference stacks {tuple(ref.shape)} {ref.dtype} do not supply {R} frames "
-                         f"{tuple(packed[FRAMES].shape[1:])} {packed[FRAMES].dtype}")
+    if (
+        ref.flatten(0, 1).shape[0] != R
+        or ref.shape[2:] != packed[FRAMES].shape[1:]
+        or ref.dtype != packed[FRAMES].dtype
+    ):
+        raise ValueError(
+            f"reference stacks {tuple(ref.shape)} {ref.dtype} do not supply {R} frames "
+            f"{tuple(packed[FRAMES].shape[1:])} {packed[FRAMES].dtype}"
+        )
     out = packed.clone(recurse=False)
     out[FRAMES] = torch.cat([ref.flatten(0, 1), packed[FRAMES]])
     out[REF_FRAMES] = torch.tensor(0)
@@ -132,14 +151,22 @@ def unpack_trajectory(packed: TensorDict) -> TensorDict:
         bootstrap, final = packed[BOOTSTRAP], packed[FINAL]
     obs, final_index = traj[keys.OBSERVATION], packed[FINAL_INDEX]
     if traj.batch_dims != 2 or bootstrap.shape != obs.shape[:1] + obs.shape[2:] or bootstrap.dtype != obs.dtype:
-        raise ValueError(f"bootstrap observation {tuple(bootstrap.shape)} {bootstrap.dtype} does not fit "
-                         f"observations {tuple(obs.shape)} {obs.dtype}")
+        raise ValueError(
+            f"bootstrap observation {tuple(bootstrap.shape)} {bootstrap.dtype} does not fit "
+            f"observations {tuple(obs.shape)} {obs.dtype}"
+        )
     B, T = traj.batch_size
-    if (final.shape[1:] != obs.shape[2:] or final.dtype != obs.dtype or final_index.shape != final.shape[:1]
-            or final_index.dtype != torch.int64 or (final_index.numel() and not 0 <= int(final_index.min())
-                                                   <= int(final_index.max()) < B * T)):
-        raise ValueError(f"final observations {tuple(final.shape)} at {tuple(final_index.shape)} indices "
-                         f"do not fit observations {tuple(obs.shape)}")
+    if (
+        final.shape[1:] != obs.shape[2:]
+        or final.dtype != obs.dtype
+        or final_index.shape != final.shape[:1]
+        or final_index.dtype != torch.int64
+        or (final_index.numel() and not 0 <= int(final_index.min()) <= int(final_index.max()) < B * T)
+    ):
+        raise ValueError(
+            f"final observations {tuple(final.shape)} at {tuple(final_index.shape)} indices "
+            f"do not fit observations {tuple(obs.shape)}"
+        )
     next_obs = torch.empty_like(obs)
     next_obs[:, :-1] = obs[:, 1:]
     next_obs[:, -1] = bootstrap

@@ -18,6 +18,7 @@ Keys of a message: ``frame [B, H, W]``, ``full [R, K, H, W]`` at ``full_index [R
 ``final_frame [D, H, W]``, ``final_full [Q, K, H, W]`` at ``final_full_index [Q]`` (indices into the
 ``D`` ended envs, in env order).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -63,8 +64,14 @@ class StackSender:
         prev_done = None if self.prev is None else self.prev[done]
         final_frame, final_full, final_index = _split(final, prev_done)
         self.prev = obs
-        return {FRAME: frame, FULL: full, FULL_INDEX: index,
-                FINAL_FRAME: final_frame, FINAL_FULL: final_full, FINAL_FULL_INDEX: final_index}
+        return {
+            FRAME: frame,
+            FULL: full,
+            FULL_INDEX: index,
+            FINAL_FRAME: final_frame,
+            FINAL_FULL: final_full,
+            FINAL_FULL_INDEX: final_index,
+        }
 
 
 class StackReceiver:

@@ -17,6 +17,7 @@ stack to the step before it, a truncated episode's final stack to its last step,
 of a message to the stacks its receiver already holds (``distrl/data/compact.py``,
 ``distrl/data/transitions.py``).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -86,8 +87,11 @@ def unpack_stacks(frames: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def check_index(index: torch.Tensor, num_frames: int) -> None:
     """``ValueError`` unless ``index`` is a ``[N, K]`` int32 tensor of values in ``[0, num_frames)``."""
-    if index.dim() != 2 or index.dtype != torch.int32 or (
-            index.numel() and not 0 <= int(index.min()) <= int(index.max()) < num_frames):
+    if (
+        index.dim() != 2
+        or index.dtype != torch.int32
+        or (index.numel() and not 0 <= int(index.min()) <= int(index.max()) < num_frames)
+    ):
         raise ValueError(f"frame index {tuple(index.shape)} {index.dtype} must be [N, K] int32 in [0, {num_frames})")
 
 

@@ -5,6 +5,7 @@ so that distrl trajectories plug into TorchRL losses, value estimators and repla
 unchanged. Losses list the keys they read (``*_IN_KEYS`` below); ``tests/test_keys.py`` checks
 those lists against what the actors actually produce.
 """
+
 from __future__ import annotations
 
 OBSERVATION = "observation"
@@ -39,16 +40,7 @@ LOC = "loc"
 SCALE = "scale"
 
 #: Keys an IMPALA learner reads from every ``[B, T]`` trajectory.
-IMPALA_IN_KEYS = (
-    OBSERVATION,
-    ACTION,
-    ACTION_LOG_PROB,
-    POLICY_VERSION,
-    NEXT_OBSERVATION,
-    REWARD,
-    DONE,
-    TERMINATED,
-)
+IMPALA_IN_KEYS = (OBSERVATION, ACTION, ACTION_LOG_PROB, POLICY_VERSION, NEXT_OBSERVATION, REWARD, DONE, TERMINATED)
 
 #: Keys an A3C worker's loss reads from its own ``[B, T]`` segment (on-policy: no behaviour log-prob).
 A3C_IN_KEYS = (OBSERVATION, ACTION, NEXT_OBSERVATION, REWARD, DONE, TERMINATED)

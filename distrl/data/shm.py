@@ -15,6 +15,7 @@ The directory is created owner-only (``0o700``) before anything is written into 
 are made ``0o600``, whatever the umask: ``/dev/shm`` is shared by every user of the machine, and
 what is in the files (observations, actions, a run's doorbell pipes) is the run's alone.
 """
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 A trajectory crosses the wire packed (:func:`distrl.data.compact.pack_trajectory`: each observation
 once); :func:`receive_trajectory` unpacks and checks it, for the learner and the fleet alike.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -14,8 +15,12 @@ from distrl.data import keys
 from distrl.data.compact import unpack_trajectory
 
 
-def check_trajectory(traj: TensorDict, obs_shape: tuple[int, ...], obs_dtype: torch.dtype = torch.float32,
-                     action_spec: Optional[tuple[tuple[int, ...], torch.dtype]] = None) -> Optional[str]:
+def check_trajectory(
+    traj: TensorDict,
+    obs_shape: tuple[int, ...],
+    obs_dtype: torch.dtype = torch.float32,
+    action_spec: Optional[tuple[tuple[int, ...], torch.dtype]] = None,
+) -> Optional[str]:
     """Why ``traj`` cannot be learned from, or ``None`` if it is a well-formed ``[B, T]`` batch of
     :data:`distrl.data.keys.IMPALA_IN_KEYS` with ``observation [B, T, *obs_shape]`` of ``obs_dtype``
     (float32 for vectors; an image's own uint8 or bool) and, given ``action_spec`` (the learner's
@@ -29,22 +34,27 @@ def check_trajectory(traj: TensorDict, obs_shape: tuple[int, ...], obs_dtype: to
     obs = traj[keys.OBSERVATION]
     if obs.dtype != obs_dtype or tuple(obs.shape[2:]) != tuple(obs_shape):
         want = ", ".join(map(str, obs_shape))
-        return f"observation {tuple(obs.shape)} {obs.dtype}, expected [B, T, {want}] {str(obs_dtype).removeprefix('torch.')}"
+        dtype = str(obs_dtype).removeprefix("torch.")
+        return f"observation {tuple(obs.shape)} {obs.dtype}, expected [B, T, {want}] {dtype}"
     if obs.is_floating_point() and not torch.isfinite(obs).all():
         return "non-finite observation"
     if action_spec is not None:
         action, (shape, dtype) = traj[keys.ACTION], action_spec
         if action.dtype != dtype or tuple(action.shape[2:]) != tuple(shape):
             want = "".join(f", {n}" for n in shape)
-            return f"action {tuple(action.shape)} {action.dtype}, expected [B, T{want}] {str(dtype).removeprefix('torch.')}"
+            name = str(dtype).removeprefix("torch.")
+            return f"action {tuple(action.shape)} {action.dtype}, expected [B, T{want}] {name}"
         if action.is_floating_point() and not torch.isfinite(action).all():
             return "non-finite action"
     return None
 
 
-def receive_trajectory(packed: TensorDict, obs_shape: tuple[int, ...], obs_dtype: torch.dtype = torch.float32,
-                       action_spec: Optional[tuple[tuple[int, ...], torch.dtype]] = None
-                       ) -> tuple[Optional[TensorDict], Optional[str]]:
+def receive_trajectory(
+    packed: TensorDict,
+    obs_shape: tuple[int, ...],
+    obs_dtype: torch.dtype = torch.float32,
+    action_spec: Optional[tuple[tuple[int, ...], torch.dtype]] = None,
+) -> tuple[Optional[TensorDict], Optional[str]]:
     """``(traj [B, T], problem)`` from an actor's packed trajectory: ``traj`` unpacked (``None`` when
     the packed parts do not fit together), and why it cannot be learned from, in one line (``None``
     if it can: :func:`check_trajectory`, ``action_spec`` as there)."""

@@ -27,6 +27,7 @@ and ``stacks [B W + B + Q, K]`` int32 (:mod:`distrl.data.frames`), about ``1 + (
 frames per transition (the first stack of each env whole, the carried steps again). The shard
 keeps them so (:func:`unpack_frame_transitions`, :class:`distrl.replay.frame_store.FrameReplayStore`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -44,8 +45,15 @@ AFTER, FINAL, FINAL_INDEX, OFFSET = "after", "final", "final_index", "bootstrap_
 FRAMES, STACKS = "stack_frames", "stacks"
 
 
-def pack_transitions(window: TensorDict, nstep_return: torch.Tensor, discount: torch.Tensor, last: torch.Tensor,
-                     priority: torch.Tensor, version: int, frames: bool = False) -> TensorDict:
+def pack_transitions(
+    window: TensorDict,
+    nstep_return: torch.Tensor,
+    discount: torch.Tensor,
+    last: torch.Tensor,
+    priority: torch.Tensor,
+    version: int,
+    frames: bool = False,
+) -> TensorDict:
     """The insert message for the transitions starting at the first ``T'`` steps of ``window``.
 
     Args:
@@ -64,8 +72,9 @@ def pack_transitions(window: TensorDict, nstep_return: torch.Tensor, discount: t
     terminated, truncated = nxt[keys.STEP_TERMINATED][..., 0], nxt[keys.STEP_TRUNCATED][..., 0]  # [B, W]
     went_on = ~(terminated | truncated)[:, :-1]
     if not bool((next_obs[:, :-1][went_on] == obs[:, 1:][went_on]).all()):
-        raise ValueError("the window's observations do not chain: observation[t + 1] != next observation[t] "
-                         "within an episode")
+        raise ValueError(
+            "the window's observations do not chain: observation[t + 1] != next observation[t] within an episode"
+        )
     B, W = window.batch_size
     Tp = nstep_return.shape[1]
     offset = last - torch.arange(Tp)
@@ -83,12 +92,18 @@ def pack_transitions(window: TensorDict, nstep_return: torch.Tensor, discount: t
         observations = {FRAMES: table, STACKS: stacks}
     else:
         observations = {keys.OBSERVATION: obs, AFTER: next_obs[:, -1], FINAL: final}
-    return TensorDict({
-        **observations, FINAL_INDEX: final_index,
-        keys.ACTION: action, keys.NSTEP_RETURN: nstep_return, keys.BOOTSTRAP_DISCOUNT: discount,
-        OFFSET: offset.to(torch.uint8), keys.POLICY_VERSION: torch.tensor(version, dtype=torch.int64),
-        keys.PRIORITY: priority.reshape(-1),
-    }).clone()  # every leaf its own storage: no view drags its base over the wire
+    return TensorDict(
+        {
+            **observations,
+            FINAL_INDEX: final_index,
+            keys.ACTION: action,
+            keys.NSTEP_RETURN: nstep_return,
+            keys.BOOTSTRAP_DISCOUNT: discount,
+            OFFSET: offset.to(torch.uint8),
+            keys.POLICY_VERSION: torch.tensor(version, dtype=torch.int64),
+            keys.PRIORITY: priority.reshape(-1),
+        }
+    ).clone()  # every leaf its own storage: no view drags its base over the wire
 
 
 def is_packed(msg: TensorDict) -> bool:
@@ -116,20 +131,39 @@ def unpack_transitions(msg: TensorDict) -> tuple[TensorDict, torch.Tensor]:
         stacks = {k: gather_stacks(frames, out[k]) for k in (OBS_FRAMES, NEXT_FRAMES)}
         out = out.exclude(OBS_FRAMES, NEXT_FRAMES)
         out[keys.OBSERVATION], out[keys.NEXT_OBSERVATION] = stacks[OBS_FRAMES], stacks[NEXT_FRAMES]
-        return out.select(keys.OBSERVATION, keys.ACTION, keys.NEXT_OBSERVATION, keys.NSTEP_RETURN,
-                          keys.BOOTSTRAP_DISCOUNT, keys.POLICY_VERSION), priority
+        return out.select(
+            keys.OBSERVATION,
+            keys.ACTION,
+            keys.NEXT_OBSERVATION,
+            keys.NSTEP_RETURN,
+            keys.BOOTSTRAP_DISCOUNT,
+            keys.POLICY_VERSION,
+        ), priority
     obs, after, final, final_index = msg[keys.OBSERVATION], msg[AFTER], msg[FINAL], msg[FINAL_INDEX]
     if obs.dim() < 2 or after.shape != obs.shape[:1] + obs.shape[2:] or after.dtype != obs.dtype:
-        raise ValueError(f"the observation after the window {tuple(after.shape)} {after.dtype} does not fit its "
-                         f"observations {tuple(obs.shape)} {obs.dtype}")
+        raise ValueError(
+            f"the observation after the window {tuple(after.shape)} {after.dtype} does not fit its "
+            f"observations {tuple(obs.shape)} {obs.dtype}"
+        )
     B, W = obs.shape[:2]
-    if (final.shape[1:] != obs.shape[2:] or final.dtype != obs.dtype or final_index.shape != final.shape[:1]
-            or final_index.dtype != torch.int64 or (final_index.numel() and not 0 <= int(final_index.min())
-                                                   <= int(final_index.max()) < B * W)):
-        raise ValueError(f"final observations {tuple(final.shape)} at {tuple(final_index.shape)} indices do not fit "
-                         f"observations {tuple(obs.shape)}")
+    if (
+        final.shape[1:] != obs.shape[2:]
+        or final.dtype != obs.dtype
+        or final_index.shape != final.shape[:1]
+        or final_index.dtype != torch.int64
+        or (final_index.numel() and not 0 <= int(final_index.min()) <= int(final_index.max()) < B * W)
+    ):
+        raise ValueError(
+            f"final observations {tuple(final.shape)} at {tuple(final_index.shape)} indices do not fit "
+            f"observations {tuple(obs.shape)}"
+        )
     last = _check_steps(msg, B, W)
-    G, discount, action, priority = msg[keys.NSTEP_RETURN], msg[keys.BOOTSTRAP_DISCOUNT], msg[keys.ACTION], msg[keys.PRIORITY]
+    G, discount, action, priority = (
+        msg[keys.NSTEP_RETURN],
+        msg[keys.BOOTSTRAP_DISCOUNT],
+        msg[keys.ACTION],
+        msg[keys.PRIORITY],
+    )
     Tp = G.shape[1]
     next_obs = torch.empty(obs.shape, dtype=obs.dtype)
     next_obs[:, :-1] = obs[:, 1:]
@@ -137,29 +171,44 @@ def unpack_transitions(msg: TensorDict) -> tuple[TensorDict, torch.Tensor]:
     next_obs.view(B * W, *obs.shape[2:])[final_index] = final
     bootstrap = next_obs[torch.arange(B)[:, None], last]  # [B, T', *F]
     bootstrap[discount == 0] = 0  # the episode terminated: never read, never sent
-    out = TensorDict({
-        keys.OBSERVATION: obs[:, :Tp], keys.ACTION: action.long() if action.dtype == torch.uint8 else action,
-        keys.NEXT: TensorDict({keys.OBSERVATION: bootstrap}, batch_size=G.shape),
-        keys.NSTEP_RETURN: G, keys.BOOTSTRAP_DISCOUNT: discount,
-        keys.POLICY_VERSION: msg[keys.POLICY_VERSION].to(torch.int64).expand(B, Tp),
-    }, batch_size=G.shape).reshape(-1)
+    out = TensorDict(
+        {
+            keys.OBSERVATION: obs[:, :Tp],
+            keys.ACTION: action.long() if action.dtype == torch.uint8 else action,
+            keys.NEXT: TensorDict({keys.OBSERVATION: bootstrap}, batch_size=G.shape),
+            keys.NSTEP_RETURN: G,
+            keys.BOOTSTRAP_DISCOUNT: discount,
+            keys.POLICY_VERSION: msg[keys.POLICY_VERSION].to(torch.int64).expand(B, Tp),
+        },
+        batch_size=G.shape,
+    ).reshape(-1)
     return out, priority
 
 
 def _check_steps(msg: TensorDict, B: int, W: int) -> torch.Tensor:
     """``last [B, T']`` of a packed insert's per-transition parts; ``ValueError`` if they do not fit
     ``B`` envs of ``W`` steps."""
-    G, discount, offset, action, priority = (msg[k] for k in (keys.NSTEP_RETURN, keys.BOOTSTRAP_DISCOUNT, OFFSET,
-                                                              keys.ACTION, keys.PRIORITY))
-    if G.dim() != 2 or G.shape[0] != B or G.shape[1] > W or any(
-            x.shape[:2] != G.shape for x in (discount, offset, action)) or offset.dtype != torch.uint8:
-        raise ValueError(f"returns {tuple(G.shape)}, discounts {tuple(discount.shape)}, offsets {tuple(offset.shape)} "
-                         f"{offset.dtype} and actions {tuple(action.shape)} must be [B, T'] (offsets uint8), T' <= {W}")
+    G, discount, offset, action, priority = (
+        msg[k] for k in (keys.NSTEP_RETURN, keys.BOOTSTRAP_DISCOUNT, OFFSET, keys.ACTION, keys.PRIORITY)
+    )
+    if (
+        G.dim() != 2
+        or G.shape[0] != B
+        or G.shape[1] > W
+        or any(x.shape[:2] != G.shape for x in (discount, offset, action))
+        or offset.dtype != torch.uint8
+    ):
+        raise ValueError(
+            f"returns {tuple(G.shape)}, discounts {tuple(discount.shape)}, offsets {tuple(offset.shape)} "
+            f"{offset.dtype} and actions {tuple(action.shape)} must be [B, T'] (offsets uint8), T' <= {W}"
+        )
     Tp = G.shape[1]
     last = torch.arange(Tp) + offset.long()
     if priority.shape != (B * Tp,) or (last.numel() and int(last.max()) >= W):
-        raise ValueError(f"{tuple(priority.shape)} priorities and bootstrap steps up to "
-                         f"{int(last.max()) if last.numel() else 0} do not fit {B} x {Tp} transitions of {W} steps")
+        raise ValueError(
+            f"{tuple(priority.shape)} priorities and bootstrap steps up to "
+            f"{int(last.max()) if last.numel() else 0} do not fit {B} x {Tp} transitions of {W} steps"
+        )
     return last
 
 
@@ -172,10 +221,17 @@ def unpack_frame_transitions(msg: TensorDict) -> tuple[torch.Tensor, TensorDict,
     check_index(stacks, frames.shape[0])
     B, Q = msg[keys.NSTEP_RETURN].shape[0], final_index.shape[0]
     W = (stacks.shape[0] - B - Q) // max(B, 1)
-    if B < 1 or W < 1 or stacks.shape[0] != B * W + B + Q or final_index.dtype != torch.int64 or (
-            Q and not 0 <= int(final_index.min()) <= int(final_index.max()) < B * W):
-        raise ValueError(f"{stacks.shape[0]} stacks do not fit {B} envs' windows, their next stacks and "
-                         f"{Q} finals at indices {tuple(final_index.shape)} {final_index.dtype}")
+    if (
+        B < 1
+        or W < 1
+        or stacks.shape[0] != B * W + B + Q
+        or final_index.dtype != torch.int64
+        or (Q and not 0 <= int(final_index.min()) <= int(final_index.max()) < B * W)
+    ):
+        raise ValueError(
+            f"{stacks.shape[0]} stacks do not fit {B} envs' windows, their next stacks and "
+            f"{Q} finals at indices {tuple(final_index.shape)} {final_index.dtype}"
+        )
     last = _check_steps(msg, B, W)
     index = stacks.long()
     window, after, final = index.split([B * W, B, Q])
@@ -188,9 +244,15 @@ def unpack_frame_transitions(msg: TensorDict) -> tuple[torch.Tensor, TensorDict,
     bootstrap = nxt[torch.arange(B)[:, None], last]  # [B, T', K]
     bootstrap[discount == 0] = -1  # the episode terminated: never read
     action = msg[keys.ACTION]
-    out = TensorDict({
-        OBS_FRAMES: window[:, :Tp], keys.ACTION: action.long() if action.dtype == torch.uint8 else action,
-        NEXT_FRAMES: bootstrap, keys.NSTEP_RETURN: G, keys.BOOTSTRAP_DISCOUNT: discount,
-        keys.POLICY_VERSION: msg[keys.POLICY_VERSION].to(torch.int64).expand(B, Tp),
-    }, batch_size=G.shape).reshape(-1)
+    out = TensorDict(
+        {
+            OBS_FRAMES: window[:, :Tp],
+            keys.ACTION: action.long() if action.dtype == torch.uint8 else action,
+            NEXT_FRAMES: bootstrap,
+            keys.NSTEP_RETURN: G,
+            keys.BOOTSTRAP_DISCOUNT: discount,
+            keys.POLICY_VERSION: msg[keys.POLICY_VERSION].to(torch.int64).expand(B, Tp),
+        },
+        batch_size=G.shape,
+    ).reshape(-1)
     return frames, out, msg[keys.PRIORITY]

@@ -8,6 +8,7 @@ the next observation. :meth:`GroupTrajectories.observe` folds that outcome into 
 steps a ``[B, T]`` chunk is cut, in exactly the layout an IMPALA actor ships, so the learner
 runs the unchanged IMPALA loss on it. Only the inference thread calls these methods.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -30,10 +31,17 @@ class GroupTrajectories:
             (:mod:`distrl.nn.heads`): ``()`` int64 for discrete actions, ``(A,)`` float32 for a Gaussian.
     """
 
-    def __init__(self, num_envs: int, obs_shape: int | tuple[int, ...], unroll_length: int,
-                 state_shape: Optional[tuple] = None, device: torch.device | str = "cpu",
-                 obs_dtype: torch.dtype = torch.float32, action_shape: tuple[int, ...] = (),
-                 action_dtype: torch.dtype = torch.int64):
+    def __init__(
+        self,
+        num_envs: int,
+        obs_shape: int | tuple[int, ...],
+        unroll_length: int,
+        state_shape: Optional[tuple] = None,
+        device: torch.device | str = "cpu",
+        obs_dtype: torch.dtype = torch.float32,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: torch.dtype = torch.int64,
+    ):
         B, T = num_envs, unroll_length
         F = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.num_envs, self.T, self.device = B, T, torch.device(device)
@@ -61,8 +69,15 @@ class GroupTrajectories:
         if self.core_state is not None:
             self.core_state.zero_()
 
-    def observe(self, run_id: int, obs: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
-                truncated: torch.Tensor, final_obs: torch.Tensor) -> Optional[tuple[TensorDict, list[float]]]:
+    def observe(
+        self,
+        run_id: int,
+        obs: torch.Tensor,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        final_obs: torch.Tensor,
+    ) -> Optional[tuple[TensorDict, list[float]]]:
         """Fold in the outcome of the pending step; returns ``(chunk, episode returns)`` when one is cut.
 
         Args:
@@ -94,8 +109,14 @@ class GroupTrajectories:
         self.t = 0
         return self._cut()
 
-    def act(self, obs: torch.Tensor, action: torch.Tensor, log_prob: torch.Tensor, version: int,
-            new_state: Optional[torch.Tensor] = None) -> None:
+    def act(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        log_prob: torch.Tensor,
+        version: int,
+        new_state: Optional[torch.Tensor] = None,
+    ) -> None:
         """Record the step just chosen: ``obs [B, F]``, ``action [B]`` (``[B, A]`` continuous), ``log_prob [B]`` under
         parameters ``version``, and the core state after it ``[B, *S]`` (recurrent only)."""
         t = self.t
@@ -110,15 +131,29 @@ class GroupTrajectories:
     def _cut(self) -> tuple[TensorDict, list[float]]:
         T, B = self.T, self.num_envs
         done = self.terminated | self.truncated
-        traj = TensorDict({
-            keys.OBSERVATION: self.obs, keys.ACTION: self.action, keys.ACTION_LOG_PROB: self.log_prob,
-            keys.POLICY_VERSION: self.version,
-            keys.NEXT: TensorDict({
-                keys.OBSERVATION: self.next_obs, keys.STEP_REWARD: self.reward.unsqueeze(-1),
-                keys.STEP_DONE: done.unsqueeze(-1),
-                keys.STEP_TERMINATED: self.terminated.unsqueeze(-1), keys.STEP_TRUNCATED: self.truncated.unsqueeze(-1),
-            }, batch_size=[T, B]),
-        }, batch_size=[T, B]).transpose(0, 1).contiguous()  # a copy: the buffers are reused
+        traj = (
+            TensorDict(
+                {
+                    keys.OBSERVATION: self.obs,
+                    keys.ACTION: self.action,
+                    keys.ACTION_LOG_PROB: self.log_prob,
+                    keys.POLICY_VERSION: self.version,
+                    keys.NEXT: TensorDict(
+                        {
+                            keys.OBSERVATION: self.next_obs,
+                            keys.STEP_REWARD: self.reward.unsqueeze(-1),
+                            keys.STEP_DONE: done.unsqueeze(-1),
+                            keys.STEP_TERMINATED: self.terminated.unsqueeze(-1),
+                            keys.STEP_TRUNCATED: self.truncated.unsqueeze(-1),
+                        },
+                        batch_size=[T, B],
+                    ),
+                },
+                batch_size=[T, B],
+            )
+            .transpose(0, 1)
+            .contiguous()
+        )  # a copy: the buffers are reused
         chunk = TensorDict({keys.TRAJ: traj}, batch_size=[B])
         if self._chunk_state is not None:
             chunk[keys.CORE_STATE] = self._chunk_state.clone()

@@ -5,6 +5,7 @@ Counted as the tensor payload of every message a learner receives and every repl
 message, and recipes differ in the payloads, which is what the figure is for (``impala`` ships
 trajectories one way and parameters the other, ``seed`` observations one way and actions back).
 """
+
 from __future__ import annotations
 
 import threading

@@ -15,6 +15,7 @@ Evaluation plays one full game per env (every life, unclipped score) through
 observations for the same seed, frame for frame (``tests/test_atari.py``); the no-op counts come
 from different random streams, so with no-ops the episodes differ from their first step.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -48,7 +49,7 @@ def eval_epsilon(env_id: str, opts: Optional[AtariConfig] = None) -> float:
 
 def _game(env_id: str) -> str:
     """``ALE/Pong-v5`` -> ``pong``; ``ALE/MontezumaRevenge-v5`` -> ``montezuma_revenge`` (ale-py's ROM names)."""
-    name = env_id[len(PREFIX):].split("-")[0]
+    name = env_id[len(PREFIX) :].split("-")[0]
     return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
 
@@ -64,7 +65,7 @@ def check_installed(env_id: str) -> None:
         import ale_py  # noqa: F401
         import cv2  # noqa: F401  (gymnasium's AtariPreprocessing resizes with it)
     except ImportError:
-        raise ValueError(f"{env_id} needs ale-py and opencv: pip install \"distrl[atari]\"") from None
+        raise ValueError(f'{env_id} needs ale-py and opencv: pip install "distrl[atari]"') from None
     _register()
 
 
@@ -76,10 +77,20 @@ def make_atari_vector_env(env_id: str, num_envs: int, seed: int, opts: Optional[
     check_installed(env_id)
     opts = opts or AtariConfig()
     env = AtariVectorEnv(
-        game=_game(env_id), num_envs=num_envs, num_threads=min(opts.threads, num_envs),
-        frameskip=FRAME_SKIP, stack_num=FRAME_STACK, img_height=SIZE, img_width=SIZE, grayscale=True,
-        maxpool=True, noop_max=opts.noop_max, use_fire_reset=True, episodic_life=opts.episodic_life,
-        reward_clipping=opts.reward_clipping, repeat_action_probability=opts.sticky_actions,
+        game=_game(env_id),
+        num_envs=num_envs,
+        num_threads=min(opts.threads, num_envs),
+        frameskip=FRAME_SKIP,
+        stack_num=FRAME_STACK,
+        img_height=SIZE,
+        img_width=SIZE,
+        grayscale=True,
+        maxpool=True,
+        noop_max=opts.noop_max,
+        use_fire_reset=True,
+        episodic_life=opts.episodic_life,
+        reward_clipping=opts.reward_clipping,
+        repeat_action_probability=opts.sticky_actions,
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     env.reset(seed=seed)
@@ -104,9 +115,17 @@ def make_atari_env(env_id: str, opts: Optional[AtariConfig] = None) -> gym.Env:
     ``uint8 [4, 84, 84]`` as the vector env makes them (newest frame last, zeros before the first)."""
     check_installed(env_id)
     opts = opts or AtariConfig()
-    env = gym.make(env_id, frameskip=1, repeat_action_probability=opts.sticky_actions,
-                   max_num_frames_per_episode=108_000)
+    env = gym.make(
+        env_id, frameskip=1, repeat_action_probability=opts.sticky_actions, max_num_frames_per_episode=108_000
+    )
     env = FireReset(env)  # below the frame skip: one emulator frame of FIRE, as the vector env
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=opts.noop_max, frame_skip=FRAME_SKIP, screen_size=SIZE,
-                                          terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
+    env = gym.wrappers.AtariPreprocessing(
+        env,
+        noop_max=opts.noop_max,
+        frame_skip=FRAME_SKIP,
+        screen_size=SIZE,
+        terminal_on_life_loss=False,
+        grayscale_obs=True,
+        scale_obs=False,
+    )
     return gym.wrappers.FrameStackObservation(env, FRAME_STACK, padding_type=np.zeros((SIZE, SIZE), np.uint8))

@@ -13,6 +13,7 @@ A user env comes in through a factory ``fn(env_id, num_envs, device, seed) -> En
 A factory may also return a :class:`BatchedEnv` itself, as :func:`gym_vector_env` does
 (gymnasium's ``SyncVectorEnv``: the CPU-env baseline of the benchmark).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -92,8 +93,9 @@ class TorchRLEnv(BatchedEnv):
         self.env, self.device, self.obs_key = env, torch.device(device), obs_key
         self.num_envs = env.batch_size[0]
         if obs_key not in env.observation_spec.keys():
-            raise ValueError(f"env has no observation {obs_key!r} (has {list(env.observation_spec.keys())}); "
-                             "set algo.obs_key")
+            raise ValueError(
+                f"env has no observation {obs_key!r} (has {list(env.observation_spec.keys())}); set algo.obs_key"
+            )
         obs = env.observation_spec[obs_key]
         self.image = len(obs.shape) == 4 and obs.dtype in (torch.uint8, torch.bool)
         self.obs_shape = tuple(obs.shape[1:]) if self.image else (int(torch.Size(obs.shape[1:]).numel()),)
@@ -108,7 +110,9 @@ class TorchRLEnv(BatchedEnv):
             self.low = spec.space.low.to(self.device) if bounded else None
             self.high = spec.space.high.to(self.device) if bounded else None
         else:
-            raise ValueError(f"vecenv supports Categorical, OneHot and continuous action specs, got {type(spec).__name__}")
+            raise ValueError(
+                f"vecenv supports Categorical, OneHot and continuous action specs, got {type(spec).__name__}"
+            )
         self.max_episode_steps = None
         self._td: TensorDictBase | None = None
 
@@ -153,8 +157,15 @@ def load_factory(spec: str) -> EnvFactory:
     return fn
 
 
-def make_batched_env(env_id: str, num_envs: int, device: torch.device, seed: int, factory: str = "",
-                     obs_key: str = keys.OBSERVATION, atari_opts=None) -> BatchedEnv:
+def make_batched_env(
+    env_id: str,
+    num_envs: int,
+    device: torch.device,
+    seed: int,
+    factory: str = "",
+    obs_key: str = keys.OBSERVATION,
+    atari_opts=None,
+) -> BatchedEnv:
     """``num_envs`` envs on ``device``: through ``factory`` when given, else the torch-native suite;
     an id with no torch version (MuJoCo's, ``ALE/*``...) in gymnasium's vector env on the CPU
     (:class:`GymVectorEnv`; ale-py's C++ one for ``ALE/*``, options ``atari_opts``)."""
@@ -192,7 +203,11 @@ class GymVectorEnv(BatchedEnv):
         from distrl.envs.gym import env_info, make_vector_env
 
         info = env_info(env_id)
-        self.env, self.device, self.seed = make_vector_env(env_id, num_envs, seed, atari_opts), torch.device(device), seed
+        self.env, self.device, self.seed = (
+            make_vector_env(env_id, num_envs, seed, atari_opts),
+            torch.device(device),
+            seed,
+        )
         self.num_envs, self.num_actions, self.action_dim = num_envs, info.num_actions, info.action_dim
         self.obs_shape, self.obs_dtype = info.shape, info.obs_dtype or torch.float32
         self.max_episode_steps = None
@@ -217,8 +232,13 @@ class GymVectorEnv(BatchedEnv):
             a = a.clip(self.low, self.high)
         obs, reward, term, trunc, info = self.env.step(a)
         next_obs = final_observations(obs, info, term | trunc)
-        return (self._obs(next_obs), self._t(reward), self._t(term, torch.bool),
-                self._t(trunc, torch.bool), self._obs(obs))
+        return (
+            self._obs(next_obs),
+            self._t(reward),
+            self._t(term, torch.bool),
+            self._t(trunc, torch.bool),
+            self._obs(obs),
+        )
 
     def close(self) -> None:
         self.env.close()
@@ -238,8 +258,13 @@ def torchrl_native_env(env_id: str, num_envs: int, device: torch.device, seed: i
 
 
 @torch.no_grad()
-def evaluate_greedy(env: BatchedEnv, greedy: Callable[[torch.Tensor], torch.Tensor], max_steps: int = 100_000,
-                    epsilon: float = 0.0, seed: int = 0) -> list[float]:
+def evaluate_greedy(
+    env: BatchedEnv,
+    greedy: Callable[[torch.Tensor], torch.Tensor],
+    max_steps: int = 100_000,
+    epsilon: float = 0.0,
+    seed: int = 0,
+) -> list[float]:
     """Return of the first episode of each of ``env``'s ``B`` envs under ``greedy(obs [B, *F])``,
     a uniformly random action instead with probability ``epsilon`` (discrete actions; Atari's habit).
 

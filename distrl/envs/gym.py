@@ -2,7 +2,8 @@
 
 Actors step ``gymnasium.vector.SyncVectorEnv`` directly rather than TorchRL's ``GymEnv``: on
 these CPUs TorchRL's per-step path costs about 300 us a frame against 7 us for the vector env
-(a ``Collector`` over one ``GymEnv`` with a random policy gathers 1.7-1.9k frames/s here), and an IMPALA actor is nothing but that loop. ``SAME_STEP`` autoreset returns the
+(a ``Collector`` over one ``GymEnv`` with a random policy gathers 1.7-1.9k frames/s here), and an IMPALA actor is
+nothing but that loop. ``SAME_STEP`` autoreset returns the
 true final observation of a finished episode, which V-trace needs to bootstrap a truncation.
 An ``--env`` of the form ``module:function`` is a user's TorchRL env instead: every function here
 hands it to ``distrl/envs/torchrl_env.py``.
@@ -12,6 +13,7 @@ observation ``[H, W, C]`` of uint8 or bool becomes ``[C, H, W]`` in its own dtyp
 every path to the network (the encoder makes it float). ``MinAtar/*`` ids come from the
 ``minatar`` package (an optional extra), registered on first use, with a time limit.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -37,7 +39,7 @@ def _register_minatar(env_id: str) -> None:
     try:
         from minatar.gym import register_envs
     except ImportError:
-        raise ValueError(f"{env_id} needs the minatar package: pip install \"distrl[minatar]\"") from None
+        raise ValueError(f'{env_id} needs the minatar package: pip install "distrl[minatar]"') from None
     register_envs()
 
 
@@ -103,8 +105,15 @@ def env_info(env_id: str) -> EnvInfo:
         obs_dim = int(np.prod(shape))
         space = env.action_space
         if atari.is_atari(env_id):
-            return EnvInfo(obs_dim, int(space.n), 1, obs_shape=shape, obs_dtype=dtype,
-                           frame_stack=atari.FRAME_STACK, frame_skip=atari.FRAME_SKIP)
+            return EnvInfo(
+                obs_dim,
+                int(space.n),
+                1,
+                obs_shape=shape,
+                obs_dtype=dtype,
+                frame_stack=atari.FRAME_STACK,
+                frame_skip=atari.FRAME_SKIP,
+            )
         if isinstance(space, gym.spaces.Discrete):
             return EnvInfo(obs_dim, int(space.n), 1, obs_shape=shape, obs_dtype=dtype)
         return EnvInfo(obs_dim, None, int(np.prod(space.shape)), obs_shape=shape, obs_dtype=dtype)
@@ -143,8 +152,9 @@ def final_observations(next_obs: np.ndarray, info: dict, done: np.ndarray) -> np
 
 
 @torch.no_grad()
-def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch.device,
-             atari_opts=None, head=None) -> list[float]:
+def evaluate(
+    policy_logits, env_id: str, episodes: int, seed: int, device: torch.device, atari_opts=None, head=None
+) -> list[float]:
     """Returns of ``episodes`` greedy episodes, one per env of a vector env (Atari: full games,
     every life, unclipped scores, epsilon-greedy at ``atari.eval_epsilon``).
 
@@ -159,8 +169,9 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
         return evaluate_factory(policy_logits, env_id, episodes, seed, device)
     if episodes == 0:
         return []
-    env = SyncVectorEnv([lambda: make_env(env_id, atari_opts) for _ in range(episodes)],
-                        autoreset_mode=AutoresetMode.SAME_STEP)
+    env = SyncVectorEnv(
+        [lambda: make_env(env_id, atari_opts) for _ in range(episodes)], autoreset_mode=AutoresetMode.SAME_STEP
+    )
     if isinstance(env.single_action_space, gym.spaces.Box):
         env = gym.wrappers.vector.ClipAction(env)
     obs, _ = env.reset(seed=seed)
@@ -179,4 +190,3 @@ def evaluate(policy_logits, env_id: str, episodes: int, seed: int, device: torch
         running &= ~(term | trunc)
     env.close()
     return returns.tolist()
-

@@ -4,6 +4,7 @@
 It imports nothing of distrl: ``gym.py`` (gymnasium ids) and ``torchrl_env.py`` (factories) both
 build on it, and ``gym.py`` hands a factory to ``torchrl_env.py``, never the other way round.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

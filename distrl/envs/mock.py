@@ -5,6 +5,7 @@ generator; action 1 earns reward 1 when it is +1, action 0 when it is -1. Episod
 (a truncation), so the best return is 20 and a uniform policy scores 10. It learns in a few
 thousand frames, which makes it the integration tests' env: a real learning signal, in seconds.
 """
+
 from __future__ import annotations
 
 import gymnasium as gym

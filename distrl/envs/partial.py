@@ -6,6 +6,7 @@ policy cannot tell a pole falling left from one rising left, so it tests a recur
 velocities have to be inferred from consecutive observations. Deterministic given the seed,
 like CartPole itself.
 """
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -34,5 +35,4 @@ class CartPoleNoVelEnv(CartPoleEnv):
 
 
 if "distrl/CartPoleNoVel-v1" not in gym.registry:
-    gym.register("distrl/CartPoleNoVel-v1", entry_point=CartPoleNoVelEnv, max_episode_steps=500,
-                 reward_threshold=475.0)
+    gym.register("distrl/CartPoleNoVel-v1", entry_point=CartPoleNoVelEnv, max_episode_steps=500, reward_threshold=475.0)

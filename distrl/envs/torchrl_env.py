@@ -12,6 +12,7 @@ path, builds the env, runs TorchRL's ``check_env_specs`` on it and checks that d
 on it (a flat float ``observation`` ``[*B, F]``; discrete actions as ``Categorical`` indices or
 ``OneHot``, or a continuous box). Every failure is one ``ValueError`` line.
 """
+
 from __future__ import annotations
 
 import functools
@@ -56,7 +57,9 @@ def load_factory(spec: str) -> EnvFactory:
     try:
         fn = importlib.import_module(module)
     except Exception as e:  # ImportError, or the module itself failed on import
-        raise ValueError(f"--env {spec}: cannot import module {module!r} ({type(e).__name__}: {_first_line(e)})") from None
+        raise ValueError(
+            f"--env {spec}: cannot import module {module!r} ({type(e).__name__}: {_first_line(e)})"
+        ) from None
     for part in name.split("."):
         fn = getattr(fn, part, None)
         if fn is None:
@@ -86,8 +89,10 @@ def make_env(spec: str, num_envs: int, seed: int) -> EnvBase:
         if _takes_num_envs(fn):
             env = fn(num_envs=num_envs)
             if tuple(env.batch_size) != (num_envs,):
-                raise ValueError(f"--env {spec}: asked for num_envs={num_envs}, the factory returned an env "
-                                 f"with batch_size {list(env.batch_size)}")
+                raise ValueError(
+                    f"--env {spec}: asked for num_envs={num_envs}, the factory returned an env "
+                    f"with batch_size {list(env.batch_size)}"
+                )
         else:
             env = SerialEnv(num_envs, fn)
         env.set_seed(seed)
@@ -114,8 +119,9 @@ def check_factory(spec: str) -> EnvInfo:
             try:
                 check_env_specs(env, seed=0)
             except Exception as e:
-                raise ValueError(f"--env {spec}: torchrl check_env_specs failed: {type(e).__name__}: "
-                                 f"{_first_line(e)}") from None
+                raise ValueError(
+                    f"--env {spec}: torchrl check_env_specs failed: {type(e).__name__}: {_first_line(e)}"
+                ) from None
             return _info(spec, env)
         finally:
             if not env.is_closed:
@@ -126,21 +132,27 @@ def _info(spec: str, env: EnvBase) -> EnvInfo:
     """Sizes of a checked env, or ``ValueError`` naming what distrl cannot train on."""
     batch = len(env.batch_size)
     if keys.OBSERVATION not in env.observation_spec.keys():
-        raise ValueError(f"--env {spec}: the env has no {keys.OBSERVATION!r} (it has "
-                         f"{sorted(map(str, env.observation_spec.keys()))}); rename or concatenate into it with a "
-                         "transform (RenameTransform, CatTensors)")
+        raise ValueError(
+            f"--env {spec}: the env has no {keys.OBSERVATION!r} (it has "
+            f"{sorted(map(str, env.observation_spec.keys()))}); rename or concatenate into it with a "
+            "transform (RenameTransform, CatTensors)"
+        )
     obs = env.observation_spec[keys.OBSERVATION]
     feature_shape = obs.shape[batch:]
     if len(feature_shape) != 1 or not obs.dtype.is_floating_point:
-        raise ValueError(f"--env {spec}: distrl trains on a flat float observation [F]; this one is "
-                         f"{list(feature_shape)} {obs.dtype} (add a FlattenObservation or DoubleToFloat transform)")
+        raise ValueError(
+            f"--env {spec}: distrl trains on a flat float observation [F]; this one is "
+            f"{list(feature_shape)} {obs.dtype} (add a FlattenObservation or DoubleToFloat transform)"
+        )
     action = env.action_spec
     if isinstance(action, (Categorical, OneHot)) and action.shape[batch:] in ((), (action.space.n,)):
         return EnvInfo(int(feature_shape[0]), int(action.space.n), 1, action_encoding(action))
     if action.dtype.is_floating_point and len(action.shape[batch:]) == 1:
         return EnvInfo(int(feature_shape[0]), None, int(action.shape[-1]))
-    raise ValueError(f"--env {spec}: distrl trains on one discrete action (Categorical or OneHot) or a flat "
-                     f"continuous action; this env's is {type(action).__name__} {list(action.shape[batch:])}")
+    raise ValueError(
+        f"--env {spec}: distrl trains on one discrete action (Categorical or OneHot) or a flat "
+        f"continuous action; this env's is {type(action).__name__} {list(action.shape[batch:])}"
+    )
 
 
 def end_flags(nxt: TensorDictBase, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -168,8 +180,9 @@ def one_hot_actions(env: EnvBase) -> bool:
 
 
 @torch.no_grad()
-def evaluate_factory(policy_logits, spec: str, episodes: int, seed: int, device: torch.device,
-                     max_steps: int = 100_000) -> list[float]:
+def evaluate_factory(
+    policy_logits, spec: str, episodes: int, seed: int, device: torch.device, max_steps: int = 100_000
+) -> list[float]:
     """Greedy returns of ``episodes`` episodes of factory ``spec``: the first episode of each env of
     :func:`make_env` ``(spec, episodes, seed)``, so the same every time for the same seed.
 

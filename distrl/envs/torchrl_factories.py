@@ -4,6 +4,7 @@ Each returns a TorchRL env with a transform, as a user's factory would. The firs
 plain one (one ``GymEnv``; distrl batches it in a ``SerialEnv``); the second batches itself with a
 gymnasium vector env inside ``GymWrapper``, TorchRL's fast layout on CPU.
 """
+
 from __future__ import annotations
 
 from torchrl.envs import EnvBase, GymEnv, GymWrapper, StepCounter, TransformedEnv

@@ -11,6 +11,7 @@ collected under ``no_grad``. These roles step envs through the few calls of
 class gives a factory's ``EnvBase`` those calls, with TorchRL's ``step_and_maybe_reset`` (the
 call its collectors make) underneath, so the roles run unchanged on either kind of env.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -62,8 +63,7 @@ class TorchRLVectorEnv:
         nxt = out.get(keys.NEXT)
         _, terminated, truncated = end_flags(nxt, (self.num_envs,))
         reward = nxt.get(keys.STEP_REWARD).reshape(self.num_envs).to(torch.float64).numpy()  # gymnasium's dtype
-        return (self._obs(self._td), reward, terminated.numpy(), truncated.numpy(),
-                {"final_obs": self._obs(nxt)})
+        return (self._obs(self._td), reward, terminated.numpy(), truncated.numpy(), {"final_obs": self._obs(nxt)})
 
     def close(self) -> None:
         if not self.env.is_closed:

@@ -7,6 +7,7 @@ run uses. A fleet gives the collector rank 0's ``transport``, then ``start()``, 
 no more data can come, or ``None``) and ``stop(drain)`` (bounded; ``drain`` empties the collector's
 queue so that actors blocked on it hear ``stop``).
 """
+
 from __future__ import annotations
 
 import json
@@ -43,15 +44,19 @@ class LocalFleet:
         self.ends = [self.hub.endpoint(r, cfg.call_timeout_s) for r in roles]
         self.transport = self.ends[0]
         recipe = get_recipe(run_cfg.recipe)
-        self.actors = {r: recipe.builders["actor"](RoleContext(run_cfg, self.ends[r], r, roles, Path("."), recipe))
-                       for r in roles if r}
+        self.actors = {
+            r: recipe.builders["actor"](RoleContext(run_cfg, self.ends[r], r, roles, Path("."), recipe))
+            for r in roles
+            if r
+        }
         self.errors: dict[int, BaseException] = {}
         self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
         for rank in self.actors:
-            self.threads.append(threading.Thread(target=self._body, args=(rank,), name=f"distrl-fleet-actor-{rank}",
-                                                 daemon=True))
+            self.threads.append(
+                threading.Thread(target=self._body, args=(rank,), name=f"distrl-fleet-actor-{rank}", daemon=True)
+            )
             self.threads[-1].start()
 
     def _body(self, rank: int) -> None:
@@ -93,14 +98,28 @@ class RpcFleet:
         # The fleet is a group of its own (also inside a torchrun job): its own store, hosted here,
         # and every socket of it on loopback (distrl/runtime/network.py says why).
         lo = loopback_interface()
-        self.group_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GROUP_WORLD_SIZE": "1",
-                          "TORCHELASTIC_USE_AGENT_STORE": "False",
-                          **({"TP_SOCKET_IFNAME": lo, "GLOO_SOCKET_IFNAME": lo} if lo else {})}
-        self.env = {**self.group_env, "WORLD_SIZE": str(len(roles)),
-                    "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
-                    _CONFIG_ENV: run_cfg.to_json(), _ROLES_ENV: json.dumps(roles)}
-        self.transport = RpcTransport(0, len(roles), timeout=cfg.call_timeout_s, init_timeout=cfg.init_timeout_s,
-                                      num_threads=run_cfg.transport.num_threads, role_names=roles)
+        self.group_env = {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "GROUP_WORLD_SIZE": "1",
+            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            **({"TP_SOCKET_IFNAME": lo, "GLOO_SOCKET_IFNAME": lo} if lo else {}),
+        }
+        self.env = {
+            **self.group_env,
+            "WORLD_SIZE": str(len(roles)),
+            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+            _CONFIG_ENV: run_cfg.to_json(),
+            _ROLES_ENV: json.dumps(roles),
+        }
+        self.transport = RpcTransport(
+            0,
+            len(roles),
+            timeout=cfg.call_timeout_s,
+            init_timeout=cfg.init_timeout_s,
+            num_threads=run_cfg.transport.num_threads,
+            role_names=roles,
+        )
         self.procs: list[subprocess.Popen] = []
         self.started = False  # the group formed: the actors can hear stop
 

@@ -19,6 +19,7 @@ their own, and an actor never waits for the user's loop except when the queue is
 ``world_size=N > 1``: ``N - 1`` actor processes (spawned, each running the rank the way
 ``distrl train`` runs it) over the ``rpc`` transport, this process being rank 0.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -133,8 +134,10 @@ class FleetCollector:
             raise TypeError(f"update_policy_weights_ takes a module, a state dict or None, not {type(src).__name__}")
         own = list(self._model.policy.state_dict().values())
         if [tuple(w.shape) for w in weights] != [tuple(w.shape) for w in own]:
-            raise ValueError(f"the weights' shapes {[tuple(w.shape) for w in weights]} are not the actors' network's "
-                             f"{[tuple(w.shape) for w in own]} (hidden={self.cfg.hidden})")
+            raise ValueError(
+                f"the weights' shapes {[tuple(w.shape) for w in weights]} are not the actors' network's "
+                f"{[tuple(w.shape) for w in own]} (hidden={self.cfg.hidden})"
+            )
         with torch.no_grad():
             for mine, new in zip(own, weights):
                 mine.copy_(new.detach())
@@ -208,7 +211,8 @@ class FleetCollector:
 
     def __repr__(self) -> str:
         c = self.cfg
-        return (f"FleetCollector(env={c.env!r}, world_size={c.world_size}, actors={c.actor_count}, "
-                f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames}, "
-                f"policy_version={self.policy_version}, frames={self.frames})")
-
+        return (
+            f"FleetCollector(env={c.env!r}, world_size={c.world_size}, actors={c.actor_count}, "
+            f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames}, "
+            f"policy_version={self.policy_version}, frames={self.frames})"
+        )

@@ -6,6 +6,7 @@ network; ``CSVLogger``). Metric names are ``role/name``. W&B gets one history ro
 the env, and its project, entity, group and run name from ``run.wandb_*``. A resumed run
 continues the history from its checkpoint's step (:meth:`MetricsWriter.rewind`).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,15 @@ from typing import Mapping, Optional
 class MetricsWriter:
     """Writes one JSON line per :meth:`write` and forwards scalars to the chosen backend."""
 
-    def __init__(self, run_dir: Path, backend: str, exp_name: str, config: dict, wandb_id: Optional[str] = None,
-                 recipe_name: Optional[str] = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        backend: str,
+        exp_name: str,
+        config: dict,
+        wandb_id: Optional[str] = None,
+        recipe_name: Optional[str] = None,
+    ):
         self.path = Path(run_dir) / "metrics.jsonl"
         self._file = open(self.path, "a", buffering=1)
         self.backend = backend
@@ -34,9 +42,14 @@ class MetricsWriter:
             run = config.get("run", {})
             recipe = recipe_name or config.get("recipe") or None  # the short name: W&B's group and tag
             self._logger = WandbLogger(
-                exp_name=run.get("wandb_name") or exp_name, offline=os.environ["WANDB_MODE"] == "offline",
-                save_dir=str(run_dir), project=run.get("wandb_project") or "distrl", id=wandb_id, config=config,
-                log_env_packages=False, entity=run.get("wandb_entity"),
+                exp_name=run.get("wandb_name") or exp_name,
+                offline=os.environ["WANDB_MODE"] == "offline",
+                save_dir=str(run_dir),
+                project=run.get("wandb_project") or "distrl",
+                id=wandb_id,
+                config=config,
+                log_env_packages=False,
+                entity=run.get("wandb_entity"),
                 group=run.get("wandb_group") or recipe,
                 tags=[t for t in (recipe, run.get("env")) if t],
             )

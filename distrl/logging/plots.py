@@ -9,6 +9,7 @@ figures with :func:`plot_metric`, :func:`plot_bars` and :func:`plot_histograms`.
 
     distrl plot RUN_DIR [RUN_DIR ...] [--out curves.png] [--x time]
 """
+
 from __future__ import annotations
 
 import json
@@ -79,8 +80,9 @@ def run_label(run_dir: str | Path) -> str:
     return run_dir.name
 
 
-def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, x: str = "frames",
-              labels: Iterable[str] | None = None) -> Path:
+def plot_runs(
+    run_dirs: Sequence[str | Path], out: str | Path, x: str = "frames", labels: Iterable[str] | None = None
+) -> Path:
     """Draw every panel of :data:`PANELS` that some run logged; returns the PNG's path.
 
     ``x`` is ``"frames"`` (env frames) or ``"time"`` (seconds of training).
@@ -105,7 +107,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, x: str = "frames"
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("env frames" if x == "frames" else "seconds")
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     if len(runs) == 1:
         fig.suptitle(labels[0], fontsize=11)
@@ -114,8 +116,14 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, x: str = "frames"
     return _save(fig, out)
 
 
-def plot_metric(groups: Mapping[str, Sequence[str | Path]], key: str, out: str | Path, x: str = "time",
-                title: Optional[str] = None, log_x: bool = False) -> Path:
+def plot_metric(
+    groups: Mapping[str, Sequence[str | Path]],
+    key: str,
+    out: str | Path,
+    x: str = "time",
+    title: Optional[str] = None,
+    log_x: bool = False,
+) -> Path:
     """One panel: ``key`` of every run, a colour per group (a recipe), one line per run (a seed).
 
     ``groups`` maps a label to its run directories; runs without ``metrics.jsonl`` or without the
@@ -129,8 +137,13 @@ def plot_metric(groups: Mapping[str, Sequence[str | Path]], key: str, out: str |
         for j, run in enumerate(runs):
             pts = load_series(run).get(key, []) if (Path(run) / "metrics.jsonl").is_file() else []
             if pts:
-                ax.plot([p[col] for p in pts], [p[2] for p in pts], color=f"C{i % 10}", alpha=0.9 if j == 0 else 0.5,
-                        label=label if j == 0 else None)
+                ax.plot(
+                    [p[col] for p in pts],
+                    [p[2] for p in pts],
+                    color=f"C{i % 10}",
+                    alpha=0.9 if j == 0 else 0.5,
+                    label=label if j == 0 else None,
+                )
                 drawn += 1
     if not drawn:
         plt.close(fig)
@@ -145,8 +158,9 @@ def plot_metric(groups: Mapping[str, Sequence[str | Path]], key: str, out: str |
     return _save(fig, out)
 
 
-def plot_bars(values: Mapping[str, Optional[float]], out: str | Path, ylabel: str, title: str,
-              log_y: bool = False) -> Path:
+def plot_bars(
+    values: Mapping[str, Optional[float]], out: str | Path, ylabel: str, title: str, log_y: bool = False
+) -> Path:
     """One bar per label, its value written over it; a ``None`` value is an empty slot marked n/a."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(values) + 2), 4.0))
@@ -155,8 +169,13 @@ def plot_bars(values: Mapping[str, Optional[float]], out: str | Path, ylabel: st
     bars = ax.bar(labels, heights, color=[f"C{i % 10}" for i in range(len(labels))])
     for bar, label in zip(bars, labels):
         v = values[label]
-        ax.annotate("n/a" if v is None else f"{v:,.0f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            "n/a" if v is None else f"{v:,.0f}",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     if log_y and any(h > 0 for h in heights):  # from the decade below the smallest bar, so every bar shows
         ax.set_yscale("log")
         ax.set_ylim(10 ** math.floor(math.log10(min(h for h in heights if h > 0))) / 2, max(heights) * 2)
@@ -189,7 +208,7 @@ def plot_histograms(hists: Mapping[str, Mapping[int, int]], out: str | Path, xla
             ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(label, fontsize=9)
         ax.grid(alpha=0.3, axis="y")
-    for ax in list(axes.flat)[len(hists):]:
+    for ax in list(axes.flat)[len(hists) :]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     return _save(fig, out)
@@ -207,10 +226,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     """``distrl plot`` (and ``launch/plot.py``); bad input is one line on stderr and exit status 2."""
     from distrl.runtime.args import OneLineParser
 
-    p = OneLineParser(prog="distrl plot", description=(
-        "Plot learning curves of one or more runs side by side: return, throughput, policy lag, loss.\n\n"
-        "    distrl plot runs/impala-... runs/seed-... --out compare.png --x time\n\n"
-        "Reads each run directory's metrics.jsonl."))
+    p = OneLineParser(
+        prog="distrl plot",
+        description=(
+            "Plot learning curves of one or more runs side by side: return, throughput, policy lag, loss.\n\n"
+            "    distrl plot runs/impala-... runs/seed-... --out compare.png --x time\n\n"
+            "Reads each run directory's metrics.jsonl."
+        ),
+    )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (each with a metrics.jsonl)")
     p.add_argument("--out", default="curves.png", help="PNG to write")
     p.add_argument("--x", choices=("frames", "time"), default="frames", help="x axis: env frames or seconds")

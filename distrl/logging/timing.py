@@ -15,6 +15,7 @@ learner ship :meth:`TimeBudget.totals` (seconds per phase, running totals) in th
 already send; the learner's :class:`BudgetBook` keeps the newest totals of every rank and reports
 fractions per role (``<role>/time_<phase>`` metrics and ``summary.json``'s ``time_budget``).
 """
+
 from __future__ import annotations
 
 import time

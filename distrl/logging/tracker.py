@@ -4,6 +4,7 @@ the stop rule, progress lines, metric rows and ``summary.json``.
 Only the learner rank owns a tracker (design rule 3); other roles send their statistics to it
 inside the messages they already exchange.
 """
+
 from __future__ import annotations
 
 import collections
@@ -34,8 +35,9 @@ def _duration(seconds: float) -> str:
 class RunTracker:
     """Counts frames, episodes, updates and policy lag; decides when to stop; reports."""
 
-    def __init__(self, cfg: Config, run_dir: Path, roles: Mapping[int, str], writer: Optional[MetricsWriter],
-                 name: str = ""):
+    def __init__(
+        self, cfg: Config, run_dir: Path, roles: Mapping[int, str], writer: Optional[MetricsWriter], name: str = ""
+    ):
         self.cfg, self.run_dir, self.roles, self.writer = cfg, Path(run_dir), dict(roles), writer
         self.name = name or str(cfg.recipe)  #: the recipe's short name, the progress line's prefix
         #: frames the learner trained on (the stop rule's, the rates' and summary.json's frames);
@@ -116,8 +118,12 @@ class RunTracker:
     def add_eval(self, returns: list[float]) -> bool:
         """Record a greedy evaluation of the current policy; True when it is the best so far (ties
         go to the later policy, which has trained longer)."""
-        row = {"wall_s": round(self.wall_s, 3), "env_frames": self.env_frames, "updates": self.updates,
-               "return_mean": sum(returns) / len(returns)}
+        row = {
+            "wall_s": round(self.wall_s, 3),
+            "env_frames": self.env_frames,
+            "updates": self.updates,
+            "return_mean": sum(returns) / len(returns),
+        }
         self.evals.append(row)
         self.observe({"eval/return_mean": row["return_mean"]})
         if self.best_eval is None or row["return_mean"] >= self.best_eval["return_mean"]:
@@ -163,8 +169,13 @@ class RunTracker:
     def stop_reason(self, target: bool = True) -> Optional[str]:
         """Why training should stop now, or ``None``; ``target=False`` ignores ``run.target_return``."""
         run = self.cfg.run
-        if (target and run.early_stop and run.target_return is not None and len(self.returns) == 100
-                and self.return_mean_100 >= run.target_return):
+        if (
+            target
+            and run.early_stop
+            and run.target_return is not None
+            and len(self.returns) == 100
+            and self.return_mean_100 >= run.target_return
+        ):
             return "target_return"
         if self.env_frames >= run.total_frames:
             return "total_frames"
@@ -193,11 +204,16 @@ class RunTracker:
         self._last_report, self._frames_at_report = now, self.env_frames
         row = {k: sum(v) / len(v) for k, v in self._window.items() if v}
         self._window.clear()
-        row.update({
-            "learner/env_frames": self.env_frames, "learner/fps": fps, "learner/updates": self.updates,
-            "learner/episodes": self.episodes, "learner/policy_lag_mean": self.lag_mean,
-            "learner/policy_lag_max": self.lag_max,
-        })
+        row.update(
+            {
+                "learner/env_frames": self.env_frames,
+                "learner/fps": fps,
+                "learner/updates": self.updates,
+                "learner/episodes": self.episodes,
+                "learner/policy_lag_mean": self.lag_mean,
+                "learner/policy_lag_max": self.lag_max,
+            }
+        )
         if self.returns:
             row["actor/return_mean_100"] = self.return_mean_100
         row.update({f"learner/{k}": v for k, v in self.counters.items()})
@@ -225,22 +241,36 @@ class RunTracker:
             return None if x is None or math.isnan(x) else round(float(x), 4)
 
         out: dict[str, Any] = {
-            "recipe": self.cfg.recipe, "env": self.cfg.run.env, "world_size": len(self.roles),
+            "recipe": self.cfg.recipe,
+            "env": self.cfg.run.env,
+            "world_size": len(self.roles),
             "roles": {str(r): role for r, role in sorted(self.roles.items())},
-            "env_frames": self.env_frames, "frames_dropped": self.frames_dropped, "wall_s": round(wall, 3),
-            "fps": round(self.env_frames / max(wall, 1e-9), 1), "fps_running": num(self.fps_running),
+            "env_frames": self.env_frames,
+            "frames_dropped": self.frames_dropped,
+            "wall_s": round(wall, 3),
+            "fps": round(self.env_frames / max(wall, 1e-9), 1),
+            "fps_running": num(self.fps_running),
             # fps counts agent steps (one env.step of one env); the Atari papers count emulator frames
-            "frame_skip": skip, "frames_per_s": round(skip * self.env_frames / max(wall, 1e-9), 1),
-            "episodes": self.episodes, "return_mean_100": num(self.return_mean_100),
+            "frame_skip": skip,
+            "frames_per_s": round(skip * self.env_frames / max(wall, 1e-9), 1),
+            "episodes": self.episodes,
+            "return_mean_100": num(self.return_mean_100),
             "eval_return_mean": num(sum(eval_returns) / len(eval_returns)) if eval_returns else None,
-            "eval_episodes": len(eval_returns), "policy_lag_mean": num(self.lag_mean),
-            "policy_lag_max": self.lag_max, "policy_lag_hist": {str(k): v for k, v in sorted(self.lag_hist.items())},
-            "learner_updates": self.updates, "stop_reason": stop_reason, "counters": dict(self.counters),
+            "eval_episodes": len(eval_returns),
+            "policy_lag_mean": num(self.lag_mean),
+            "policy_lag_max": self.lag_max,
+            "policy_lag_hist": {str(k): v for k, v in sorted(self.lag_hist.items())},
+            "learner_updates": self.updates,
+            "stop_reason": stop_reason,
+            "counters": dict(self.counters),
             "lost_ranks": {str(r): v for r, v in sorted(self.lost.items())},
-            "target_return": self.cfg.run.target_return, "target_reached": self.target_reached,
+            "target_return": self.cfg.run.target_return,
+            "target_reached": self.target_reached,
             "min_return_after_target": num(self.min_return_after_target),
             "best_eval_return_mean": num(self.best_eval["return_mean"]) if self.best_eval else None,
-            "best_eval": self.best_eval, "evals": self.evals, "time_budget": self.budget_book.per_role(),
+            "best_eval": self.best_eval,
+            "evals": self.evals,
+            "time_budget": self.budget_book.per_role(),
         }
         out.update(extra or {})
         (self.run_dir / "summary.json").write_text(json.dumps(out, indent=2))
@@ -249,11 +279,21 @@ class RunTracker:
     # ---- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "env_frames": self.env_frames, "frames_dropped": self.frames_dropped, "episodes": self.episodes,
-            "updates": self.updates, "returns": list(self.returns), "lag_sum": self.lag_sum,
-            "lag_count": self.lag_count, "lag_max": self.lag_max, "lag_hist": dict(self.lag_hist), "counters": dict(self.counters),
-            "wall_s": self.wall_s, "target_reached": self.target_reached,
-            "min_return_after_target": self.min_return_after_target, "evals": self.evals, "best_eval": self.best_eval,
+            "env_frames": self.env_frames,
+            "frames_dropped": self.frames_dropped,
+            "episodes": self.episodes,
+            "updates": self.updates,
+            "returns": list(self.returns),
+            "lag_sum": self.lag_sum,
+            "lag_count": self.lag_count,
+            "lag_max": self.lag_max,
+            "lag_hist": dict(self.lag_hist),
+            "counters": dict(self.counters),
+            "wall_s": self.wall_s,
+            "target_reached": self.target_reached,
+            "min_return_after_target": self.min_return_after_target,
+            "evals": self.evals,
+            "best_eval": self.best_eval,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

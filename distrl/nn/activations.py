@@ -4,6 +4,7 @@ Its own module so that both :mod:`distrl.nn.encoders` (which builds the MLPs) an
 (which builds the heads over them) import it without importing each other. ``distrl.nn.models``
 re-exports both names: pickles of exported policies name ``distrl.nn.models.Tanh``.
 """
+
 from __future__ import annotations
 
 import torch

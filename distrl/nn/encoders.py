@@ -30,6 +30,7 @@ The image encoders use ReLU and their paper's widths and PyTorch's default initi
 :mod:`distrl.nn.trained_policy`); the mlp encoder keeps none, so its state dict is the one distrl
 always wrote.
 """
+
 from __future__ import annotations
 
 import functools
@@ -75,8 +76,10 @@ class MLPEncoder(nn.Sequential):
     def __init__(self, obs_shape: Sequence[int], net: NetConfig, head: int | None = None):
         shape = as_shape(obs_shape)
         if len(shape) != 1:
-            raise ValueError(f"encoder mlp takes flat observations [F], got shape {shape}: "
-                             "set net.encoder to minatar, nature or impala (or auto) for images [C, H, W]")
+            raise ValueError(
+                f"encoder mlp takes flat observations [F], got shape {shape}: "
+                "set net.encoder to minatar, nature or impala (or auto) for images [C, H, W]"
+            )
         act, widths, layers = ACTIVATIONS[net.activation], [shape[0], *net.hidden], []
         for n_in, n_out in zip(widths, widths[1:]):
             layers += [nn.Linear(n_in, n_out), act()]
@@ -132,15 +135,19 @@ class ImageEncoder(nn.Module):
 
     def _check(self, min_side: int) -> None:
         if len(self.in_shape) != 3 or min(self.in_shape[1:]) < min_side:
-            raise ValueError(f"encoder {self.name} takes images [C, H, W] of at least {min_side}x{min_side}, "
-                             f"got shape {self.in_shape}" + ("" if len(self.in_shape) == 3 else
-                                                             ": set net.encoder=mlp (or auto) for flat observations"))
+            raise ValueError(
+                f"encoder {self.name} takes images [C, H, W] of at least {min_side}x{min_side}, "
+                f"got shape {self.in_shape}"
+                + ("" if len(self.in_shape) == 3 else ": set net.encoder=mlp (or auto) for flat observations")
+            )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = to_float(obs, self.fc[0].weight.dtype)  # first: what travelled is the uint8 image
         if x.shape[-3:] != self.in_shape:  # e.g. [H, W, C] from an env that was not transposed
-            raise ValueError(f"encoder {self.name} takes observations [*B, {', '.join(map(str, self.in_shape))}], "
-                             f"got {list(x.shape)}")
+            raise ValueError(
+                f"encoder {self.name} takes observations [*B, {', '.join(map(str, self.in_shape))}], "
+                f"got {list(x.shape)}"
+            )
         lead = x.shape[:-3]
         dtype = autocast_dtype(self.precision, x.device.type)
         with torch.autocast(x.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
@@ -188,8 +195,15 @@ class NatureEncoder(ImageEncoder):
         c, h, w = self.in_shape
         for k, s in ((8, 4), (4, 2), (3, 1)):
             h, w = (h - k) // s + 1, (w - k) // s + 1
-        self.conv = nn.Sequential(nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-                                  nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
+        self.conv = nn.Sequential(
+            nn.Conv2d(c, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
         self.out_features = 512
         self.fc = nn.Sequential(nn.Linear(64 * h * w, 512), nn.ReLU())
 
@@ -226,8 +240,12 @@ class ImpalaEncoder(ImageEncoder):
         c, h, w = self.in_shape
         layers = []
         for ch in (16, 32, 32):
-            layers += [nn.Conv2d(c, ch, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
-                       ResidualBlock(ch), ResidualBlock(ch)]
+            layers += [
+                nn.Conv2d(c, ch, 3, padding=1),
+                nn.MaxPool2d(3, stride=2, padding=1),
+                ResidualBlock(ch),
+                ResidualBlock(ch),
+            ]
             c, h, w = ch, (h - 1) // 2 + 1, (w - 1) // 2 + 1
         self.conv = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
         self.out_features = 256
@@ -236,7 +254,11 @@ class ImpalaEncoder(ImageEncoder):
 
 #: ``net.encoder`` name -> its class (every name of :data:`distrl.config.ENCODER_NAMES` but auto)
 ENCODERS: dict[str, type[nn.Module]] = {
-    "mlp": MLPEncoder, "minatar": MinAtarEncoder, "nature": NatureEncoder, "impala": ImpalaEncoder}
+    "mlp": MLPEncoder,
+    "minatar": MinAtarEncoder,
+    "nature": NatureEncoder,
+    "impala": ImpalaEncoder,
+}
 
 
 def resolve_encoder(obs_shape: int | Sequence[int], name: str = "auto") -> str:
@@ -251,8 +273,10 @@ def resolve_encoder(obs_shape: int | Sequence[int], name: str = "auto") -> str:
         if max(shape[1:]) <= MINATAR_MAX:
             return "minatar"
         return "nature" if min(shape[1:]) >= NATURE_MIN else "impala"
-    raise ValueError(f"encoder auto: observations of shape {shape} are neither flat [F] nor images [C, H, W]; "
-                     "reshape them in the env")
+    raise ValueError(
+        f"encoder auto: observations of shape {shape} are neither flat [F] nor images [C, H, W]; "
+        "reshape them in the env"
+    )
 
 
 def make_encoder(obs_shape: int | Sequence[int], net: NetConfig) -> nn.Module:

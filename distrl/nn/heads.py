@@ -19,6 +19,7 @@ Why heads carry no parameters: the log-std lives in the policy tower (:class:`Ga
 so everything that ships a policy (a state dict, a flat parameter vector, a checkpoint, an
 exported policy) ships it without knowing what kind of head reads it.
 """
+
 from __future__ import annotations
 
 import math
@@ -115,7 +116,7 @@ class GaussianHead:
 
     def split(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mean [*B, A], log_std [*B, A])``."""
-        return out[..., :self.action_dim], out[..., self.action_dim:]
+        return out[..., : self.action_dim], out[..., self.action_dim :]
 
     def sample(self, out: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.split(out)
@@ -165,7 +166,7 @@ class GaussianParams(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.state_dependent:
-            mean, raw = x[..., :self.action_dim], x[..., self.action_dim:]
+            mean, raw = x[..., : self.action_dim], x[..., self.action_dim :]
             return torch.cat([mean, (raw + self.init_log_std).clamp(LOG_STD_MIN, LOG_STD_MAX)], dim=-1)
         return torch.cat([x, self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).expand_as(x)], dim=-1)
 

@@ -10,6 +10,7 @@ Each network starts with an encoder (:mod:`distrl.nn.encoders`, chosen by ``net.
 How a policy's output becomes actions (Gumbel-max over logits, or a Gaussian) is its ``head``:
 :mod:`distrl.nn.heads` (``sample_actions`` and ``greedy_actions`` live there and are re-exported here).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -80,7 +81,7 @@ def orthogonal_init(policy: nn.Module, value: nn.Module) -> None:
     torso = shared_torso(value)
     value_layers = layers(value.head) if torso is not None else layers(value)
     for layer in layers(policy) + value_layers:
-        nn.init.orthogonal_(layer.weight, 2 ** 0.5)
+        nn.init.orthogonal_(layer.weight, 2**0.5)
         nn.init.zeros_(layer.bias)
     nn.init.orthogonal_(layers(policy)[-1].weight, 0.01)
     nn.init.orthogonal_(value_layers[-1].weight, 1.0)
@@ -109,8 +110,10 @@ def wants_obs_norm(obs_shape: Sequence[int], continuous: bool, net: NetConfig) -
     statistics would divide by the near-zero variance of pixels that are almost always 0."""
     if len(as_shape(obs_shape)) != 1:
         if net.obs_norm == "on":
-            raise ValueError(f"net.obs_norm standardises flat observations; images {tuple(obs_shape)} are scaled "
-                             "by their encoder: set net.obs_norm=off (or auto)")
+            raise ValueError(
+                f"net.obs_norm standardises flat observations; images {tuple(obs_shape)} are scaled "
+                "by their encoder: set net.obs_norm=off (or auto)"
+            )
         return False
     return net.obs_norm == "on" or (net.obs_norm == "auto" and continuous)
 
@@ -127,8 +130,9 @@ class ActorCritic(nn.Module):
     int ``F`` (``(F,)``).
     """
 
-    def __init__(self, obs_shape: int | Sequence[int], num_actions: int | None, net: NetConfig = NetConfig(),
-                 action_dim: int = 1):
+    def __init__(
+        self, obs_shape: int | Sequence[int], num_actions: int | None, net: NetConfig = NetConfig(), action_dim: int = 1
+    ):
         super().__init__()
         self.obs_shape, self.num_actions = as_shape(obs_shape), num_actions
         self.head = make_head(num_actions, action_dim)
@@ -137,8 +141,11 @@ class ActorCritic(nn.Module):
         outputs = self.head.width if not gaussian or state_std else action_dim
         policy, value = actor_critic_towers(self.obs_shape, outputs, net)
         if gaussian:
-            policy = nn.Sequential(*policy, GaussianParams(action_dim, state_std, net.init_log_std)) \
-                if shared_torso(value) is not None else nn.Sequential(policy, GaussianParams(action_dim, state_std, net.init_log_std))
+            policy = (
+                nn.Sequential(*policy, GaussianParams(action_dim, state_std, net.init_log_std))
+                if shared_torso(value) is not None
+                else nn.Sequential(policy, GaussianParams(action_dim, state_std, net.init_log_std))
+            )
         self.obs_norm = ObsNorm(self.obs_shape[0]) if wants_obs_norm(self.obs_shape, gaussian, net) else None
         if self.obs_norm is not None:
             policy, value = nn.Sequential(self.obs_norm, policy), nn.Sequential(self.obs_norm, value)
@@ -191,7 +198,7 @@ def _vecenv_gaussian_layout(model: ActorCritic, state: dict, prefix: str, *_) ->
     if len(model.get_submodule(parent)) == 2:  # the mean tower was this Sequential's place: one level down now
         old = f"{prefix}{parent}."
         for key in [k for k in state if k.startswith(old)]:
-            state[f"{old}0.{key[len(old):]}"] = state.pop(key)
+            state[f"{old}0.{key[len(old) :]}"] = state.pop(key)
     state[f"{prefix}{params}.log_std"] = log_std
 
 
@@ -231,8 +238,9 @@ class QNetwork(nn.Module):
     ``nn.Sequential(image encoder, Linear)`` as in the papers' DQNs; with ``dueling``,
     ``nn.Sequential(encoder, DuelingHead)``."""
 
-    def __init__(self, obs_shape: int | Sequence[int], num_actions: int, net: NetConfig = NetConfig(),
-                 dueling: bool = False):
+    def __init__(
+        self, obs_shape: int | Sequence[int], num_actions: int, net: NetConfig = NetConfig(), dueling: bool = False
+    ):
         super().__init__()
         self.obs_shape, self.num_actions = as_shape(obs_shape), num_actions
         mlp = resolve_encoder(self.obs_shape, net.encoder) == "mlp"

@@ -15,6 +15,7 @@ A policy MLP (:class:`distrl.nn.encoders.MLPEncoder` with its head, or TorchRL's
 modules: a policy over a conv torso always runs in torch (numpy has no fast convolution, and at
 those sizes the convolutions, not torch's dispatch, are the cost).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,8 +42,10 @@ def _refusal(mlp: nn.Module) -> str:
     odd = sorted({type(m).__name__ for m in layers if not isinstance(m, nn.Linear) and type(m) not in _ACTIVATIONS})
     image = any(isinstance(m, ImageEncoder) for m in layers)
     names = ", ".join(dict.fromkeys(a.__name__ for a in _ACTIVATIONS))
-    return (f"NumpyPolicy runs Linear layers and {names} in an nn.Sequential; got {', '.join(odd) or type(mlp).__name__}"
-            + (" (an image encoder: a policy over one stays in torch)" if image else ""))
+    return (
+        f"NumpyPolicy runs Linear layers and {names} in an nn.Sequential; got {', '.join(odd) or type(mlp).__name__}"
+        + (" (an image encoder: a policy over one stays in torch)" if image else "")
+    )
 
 
 class NumpyPolicy:
@@ -61,8 +64,12 @@ class NumpyPolicy:
 
     @staticmethod
     def supports(mlp: nn.Module) -> bool:
-        return isinstance(mlp, nn.Sequential) and len(mlp) > 0 and isinstance(mlp[-1], nn.Linear) and all(
-            isinstance(m, nn.Linear) or type(m) in _ACTIVATIONS for m in mlp)
+        return (
+            isinstance(mlp, nn.Sequential)
+            and len(mlp) > 0
+            and isinstance(mlp[-1], nn.Linear)
+            and all(isinstance(m, nn.Linear) or type(m) in _ACTIVATIONS for m in mlp)
+        )
 
     def refresh(self) -> None:
         """Re-take the views of the parameters (each layer: ``W.T [in, out]``, ``b [out]``, or an activation)."""

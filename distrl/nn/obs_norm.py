@@ -16,6 +16,7 @@ The statistics change only between updates (the learner folds a batch in after t
 trained on it), so a behaviour policy and the learner's re-evaluation of the same version
 normalise alike, and a lagging actor's difference is part of what V-trace and PPO's ratio correct.
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -31,8 +32,14 @@ def batch_moments(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x.new_tensor([x.shape[0]]), x.sum(0), x.square().sum(0)])
 
 
-def merge_moments(count: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, n: torch.Tensor, batch_mean: torch.Tensor,
-                  batch_var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def merge_moments(
+    count: torch.Tensor,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    n: torch.Tensor,
+    batch_mean: torch.Tensor,
+    batch_var: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Chan et al.'s parallel merge of two sets' ``(count, mean, population variance)``:
     ``mean = mean_a + delta n_b / n``, ``M2 = M2_a + M2_b + delta^2 n_a n_b / n``, ``delta = mean_b - mean_a``."""
     total = count + n

@@ -12,6 +12,7 @@ Discrete or continuous actions, as :class:`distrl.nn.models.ActorCritic`: the po
 is read by ``head`` (:mod:`distrl.nn.heads`): logits ``[*B, A]``, or a Gaussian's ``cat(mean, log_std)
 [*B, 2A]`` written by a :class:`distrl.nn.heads.GaussianParams` after the policy head's linear layer.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -57,8 +58,14 @@ class RecurrentActorCritic(nn.Module):
     is ``[*B, 4, H]``: ``(h, c)`` of the policy tower, then of the value tower.
     """
 
-    def __init__(self, obs_shape: int | Sequence[int], num_actions: int | None, net: NetConfig = NetConfig(),
-                 core_size: int = 64, action_dim: int = 1):
+    def __init__(
+        self,
+        obs_shape: int | Sequence[int],
+        num_actions: int | None,
+        net: NetConfig = NetConfig(),
+        core_size: int = 64,
+        action_dim: int = 1,
+    ):
         super().__init__()
         self.obs_shape, self.num_actions, self.core_size = as_shape(obs_shape), num_actions, core_size
         self.head = make_head(num_actions, action_dim)
@@ -69,7 +76,9 @@ class RecurrentActorCritic(nn.Module):
             self.obs_norm, self.torso = None, make_encoder(self.obs_shape, net)
             self.pi, self.v = (_Tower(None, self.torso.out_features, core_size) for _ in range(2))
         state_std = self.head.continuous and net.log_std == "state"
-        self.policy_head = nn.Linear(core_size, self.head.width if not self.head.continuous or state_std else action_dim)
+        self.policy_head = nn.Linear(
+            core_size, self.head.width if not self.head.continuous or state_std else action_dim
+        )
         self.value_head = nn.Linear(core_size, 1)
         with torch.no_grad():  # near-uniform start, as in ActorCritic (ratios near 1 early on)
             self.policy_head.weight.mul_(0.01)
@@ -90,9 +99,11 @@ class RecurrentActorCritic(nn.Module):
     def tower_parameters(self) -> list[list[nn.Parameter]]:
         """The policy tower's parameters (with its head), then the value tower's; over an image
         torso, the torso's first, as a group of its own (as :func:`distrl.nn.models.tower_groups`)."""
-        policy_head = [*self.policy_head.parameters(), *(self.gaussian.parameters() if self.gaussian is not None else ())]
-        towers = [[*self.pi.parameters(), *policy_head],
-                  [*self.v.parameters(), *self.value_head.parameters()]]
+        policy_head = [
+            *self.policy_head.parameters(),
+            *(self.gaussian.parameters() if self.gaussian is not None else ()),
+        ]
+        towers = [[*self.pi.parameters(), *policy_head], [*self.v.parameters(), *self.value_head.parameters()]]
         return towers if self.torso is None else [list(self.torso.parameters()), *towers]
 
     def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,8 +132,9 @@ class RecurrentActorCritic(nn.Module):
         hv, cv = self.v.core(xv, (state[:, 2], state[:, 3]))
         return self._policy_out(hp), self.value_head(hv), torch.stack((hp, cp, hv, cv), dim=1)
 
-    def unroll(self, obs: torch.Tensor, state0: torch.Tensor, reset: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def unroll(
+        self, obs: torch.Tensor, state0: torch.Tensor, reset: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Replay ``T`` steps from ``state0``, zeroing the state where an episode starts.
 
         Args:

@@ -33,6 +33,7 @@ Greedy is the mode of the distribution (``InteractionType.DETERMINISTIC``), what
 evaluation plays. As with any TorchRL actor, a ``set_exploration_type`` context overrides it, and a
 ``Collector`` samples unless given ``exploration_type=ExplorationType.DETERMINISTIC``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -85,8 +86,10 @@ def load_run(run_dir: str | Path, checkpoint: str = "best") -> tuple[dict, dict]
         state = load_latest_checkpoint(run)
     if state is None:
         where = "damaged" if list_checkpoints(run) else "none written yet"
-        _fail(f"{run_dir} holds no loadable checkpoint ({where}): train longer than run.checkpoint_interval_s "
-              "or let the run finish")
+        _fail(
+            f"{run_dir} holds no loadable checkpoint ({where}): train longer than run.checkpoint_interval_s "
+            "or let the run finish"
+        )
     return cfg, state
 
 
@@ -102,8 +105,9 @@ def _dims(state: dict, prefix: str) -> tuple[tuple[int, ...], int]:
     return obs_shape, weights[-1].shape[0]
 
 
-def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_dim: int, env_id: str,
-          encoding: Optional[str]) -> TensorSpec:
+def _spec(
+    action_spec: Optional[TensorSpec], num_actions: Optional[int], action_dim: int, env_id: str, encoding: Optional[str]
+) -> TensorSpec:
     """The action spec the actor writes to: the user's, else for discrete actions the training env's
     ``encoding`` (``Categorical`` indices, or ``OneHot`` ``[A]``: GymEnv's default and the answer when
     none was recorded), else the gymnasium id's Box bounds (unbounded for an id gymnasium lacks)."""
@@ -117,8 +121,11 @@ def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_
         import gymnasium as gym
 
         space = gym.spec(env_id).make().action_space
-        return Bounded(torch.as_tensor(space.low, dtype=torch.float32).reshape(-1),
-                       torch.as_tensor(space.high, dtype=torch.float32).reshape(-1), shape=(action_dim,))
+        return Bounded(
+            torch.as_tensor(space.low, dtype=torch.float32).reshape(-1),
+            torch.as_tensor(space.high, dtype=torch.float32).reshape(-1),
+            shape=(action_dim,),
+        )
     except Exception:  # an id known only to the user's env factory
         return Unbounded(shape=(action_dim,))
 
@@ -126,8 +133,9 @@ def _spec(action_spec: Optional[TensorSpec], num_actions: Optional[int], action_
 def policy_network(ckpt: dict) -> str:
     """``"q_network"`` or ``"actor_critic"``: what the checkpoint's recipe trains (``Recipe.policy_network``,
     saved in every checkpoint); for a checkpoint written before it was saved, what its weights are."""
-    return ckpt.get("policy_network") or ("q_network" if any(k.startswith("q.") for k in ckpt["model"])
-                                          else "actor_critic")
+    return ckpt.get("policy_network") or (
+        "q_network" if any(k.startswith("q.") for k in ckpt["model"]) else "actor_critic"
+    )
 
 
 def _build_model(cfg: dict, state: dict, network: str) -> tuple[nn.Module, Optional[int], int]:
@@ -138,8 +146,10 @@ def _build_model(cfg: dict, state: dict, network: str) -> tuple[nn.Module, Optio
     algo = cfg.get("algo", {})
     net = from_dict(NetConfig, cfg["net"])  # fields it lacks (encoder, before encoders) keep their defaults
     if algo.get("core", "mlp") != "mlp" or any(".core." in k for k in state):
-        _fail(f"load_policy supports the mlp core only, not algo.core={algo.get('core')!r} "
-              "(its recurrent state needs an env-side primer TorchRL users add themselves)")
+        _fail(
+            f"load_policy supports the mlp core only, not algo.core={algo.get('core')!r} "
+            "(its recurrent state needs an env-side primer TorchRL users add themselves)"
+        )
     if network == "q_network":
         obs_shape, num_actions = _dims(state, "q.")
         model = QNetwork(obs_shape, num_actions, net, bool(algo.get("dueling", False)))
@@ -176,13 +186,20 @@ def _gaussian(state: dict, net, env_id: str) -> bool:
         return False
 
 
-def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool = False,
-                action_spec: Optional[TensorSpec] = None, device: str | torch.device = "cpu") -> TensorDictModule:
+def load_policy(
+    run_dir: str | Path,
+    *,
+    checkpoint: str = "best",
+    sample: bool = False,
+    action_spec: Optional[TensorSpec] = None,
+    device: str | torch.device = "cpu",
+) -> TensorDictModule:
     """The policy a distrl run trained, as a TorchRL actor (see the module docstring).
 
     Reads ``observation`` ``[*B, *obs_shape]`` (``algo.obs_key`` for a ``vecenv`` run on a factory env) and
     writes ``action`` (``[*B]`` indices or ``[*B, A]`` one-hot, as the training env took them or
-    ``action_spec`` says; ``[*B, A]`` floats), plus ``logits`` / ``loc``, ``scale`` and ``action_log_prob`` (actor-critics)
+    ``action_spec`` says; ``[*B, A]`` floats), plus ``logits`` / ``loc``, ``scale`` and ``action_log_prob``
+    (actor-critics)
     or ``action_value`` ``[*B, A]`` (apex).
 
     Args:
@@ -214,14 +231,27 @@ def load_policy(run_dir: str | Path, *, checkpoint: str = "best", sample: bool =
         if not isinstance(spec, (OneHot, Categorical)):
             _fail(f"the run's policy has {num_actions} discrete actions but the action spec is {type(spec).__name__}")
         module = TensorDictModule(model.policy, in_keys=[obs_key], out_keys=[keys.LOGITS])
-        return ProbabilisticActor(module, in_keys=[keys.LOGITS], spec=spec, distribution_class=dist,
-                                  default_interaction_type=interaction, return_log_prob=True)
+        return ProbabilisticActor(
+            module,
+            in_keys=[keys.LOGITS],
+            spec=spec,
+            distribution_class=dist,
+            default_interaction_type=interaction,
+            return_log_prob=True,
+        )
     # the policy writes cat(mean, log_std) (distrl/nn/heads.py), read as TorchRL's (loc, scale)
-    module = TensorDictModule(nn.Sequential(model.policy, LocScale(action_dim)), in_keys=[obs_key],
-                              out_keys=[keys.LOC, keys.SCALE])
-    return ProbabilisticActor(module, in_keys=[keys.LOC, keys.SCALE], spec=spec, distribution_class=IndependentNormal,
-                              default_interaction_type=interaction, return_log_prob=True,
-                              safe=isinstance(spec, Bounded))
+    module = TensorDictModule(
+        nn.Sequential(model.policy, LocScale(action_dim)), in_keys=[obs_key], out_keys=[keys.LOC, keys.SCALE]
+    )
+    return ProbabilisticActor(
+        module,
+        in_keys=[keys.LOC, keys.SCALE],
+        spec=spec,
+        distribution_class=IndependentNormal,
+        default_interaction_type=interaction,
+        return_log_prob=True,
+        safe=isinstance(spec, Bounded),
+    )
 
 
 def export_policy(run_dir: str | Path, out: str | Path, **kwargs) -> Path:
@@ -244,22 +274,33 @@ def export_main(argv: list[str]) -> int:
     """``distrl export-policy RUN_DIR OUT.pt``: one line on stderr and status 2 on bad input."""
     from distrl.runtime.args import OneLineParser
 
-    p = OneLineParser(prog="distrl export-policy",
-                      description="Write a run's trained policy as a TorchRL actor module (torch.save of the whole "
-                                  "module; load with torch.load(OUT, weights_only=False), which runs what the file "
-                                  "names: load only exports you trust).")
+    p = OneLineParser(
+        prog="distrl export-policy",
+        description="Write a run's trained policy as a TorchRL actor module (torch.save of the whole "
+        "module; load with torch.load(OUT, weights_only=False), which runs what the file "
+        "names: load only exports you trust).",
+    )
     p.add_argument("run_dir", help="the run directory (--run-dir of distrl train)")
     p.add_argument("out", help="file to write, e.g. policy.pt")
-    p.add_argument("--checkpoint", default="best",
-                   help="best (default: checkpoints/best.pt), last (the final policy) or a checkpoint file")
+    p.add_argument(
+        "--checkpoint",
+        default="best",
+        help="best (default: checkpoints/best.pt), last (the final policy) or a checkpoint file",
+    )
     p.add_argument("--sample", action="store_true", help="sample actions by default instead of the greedy mode")
     # Without either flag, discrete actions are encoded as the training env took them (load_policy).
     encoding = p.add_mutually_exclusive_group()
-    encoding.add_argument("--categorical-actions", action="store_true",
-                          help="discrete actions as indices (GymEnv(categorical_action_encoding=True)) whatever "
-                               "the training env took (default: as it took them; one-hot for a gymnasium id)")
-    encoding.add_argument("--one-hot-actions", action="store_true",
-                          help="discrete actions one-hot (GymEnv's default) whatever the training env took")
+    encoding.add_argument(
+        "--categorical-actions",
+        action="store_true",
+        help="discrete actions as indices (GymEnv(categorical_action_encoding=True)) whatever "
+        "the training env took (default: as it took them; one-hot for a gymnasium id)",
+    )
+    encoding.add_argument(
+        "--one-hot-actions",
+        action="store_true",
+        help="discrete actions one-hot (GymEnv's default) whatever the training env took",
+    )
     args = p.parse_args(argv)
     spec = None
     try:

@@ -6,6 +6,7 @@ A recipe defined outside ``distrl/`` is named by path instead, ``path/to/file.py
 module-level :class:`Recipe`; its module's public functions are the presets, as in a ``recipe.py``):
 every function here takes such a spec wherever it takes a name (docs/custom_recipe.md).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -22,8 +23,10 @@ def _resolve(spec: str):
     """``(module, Recipe)`` of a registered name or a ``file.py:NAME`` spec; ``ValueError`` in one line."""
     if not is_file_spec(spec):
         if spec not in RECIPE_NAMES:
-            raise ValueError(f"unknown recipe {spec!r}; known recipes: {', '.join(RECIPE_NAMES)}, "
-                             "or path/to/file.py:NAME for one of your own")
+            raise ValueError(
+                f"unknown recipe {spec!r}; known recipes: {', '.join(RECIPE_NAMES)}, "
+                "or path/to/file.py:NAME for one of your own"
+            )
         module = importlib.import_module(f"distrl.recipes.{spec}.recipe")
         return module, module.RECIPE
     path, name = split_spec(spec)
@@ -70,4 +73,13 @@ def file_spec(file: str | Path, name: str) -> str:
     return f"{Path(file).resolve()}:{name}"
 
 
-__all__ = ["Recipe", "RoleContext", "get_recipe", "recipe_module", "recipe_spec", "recipe_name", "file_spec", "RECIPE_NAMES"]
+__all__ = [
+    "Recipe",
+    "RoleContext",
+    "get_recipe",
+    "recipe_module",
+    "recipe_spec",
+    "recipe_name",
+    "file_spec",
+    "RECIPE_NAMES",
+]

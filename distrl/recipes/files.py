@@ -8,6 +8,7 @@ machinery resolves them through ``sys.modules``), ``role(f"{__name__}:Class")`` 
 back into the file, pickling. Every torchrun rank and every ``--resume`` loads the same path to the
 same name, so a spec in a saved config means the same thing in every process.
 """
+
 from __future__ import annotations
 
 import hashlib

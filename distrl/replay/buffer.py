@@ -19,6 +19,7 @@ shard drop an update for an item it has since overwritten); ``extend`` returns o
 accepted the batch, which its loop writes a moment later, so ``len`` may lag it by a few
 milliseconds; and ``sample`` waits (bounded) while every shard holds back, as the learner does.
 """
+
 from __future__ import annotations
 
 import threading
@@ -47,9 +48,18 @@ class ReplayServiceBuffer:
         timeout: bound on each call, and on how long ``extend`` / ``sample`` wait while held.
     """
 
-    def __init__(self, transport: Transport, shards: list[int], *, batch_size: Optional[int] = None,
-                 beta: float = 0.4, priority_key: str = "td_error", timeout: float = 30.0, seed: int = 0,
-                 hold_sleep_s: float = 0.01):
+    def __init__(
+        self,
+        transport: Transport,
+        shards: list[int],
+        *,
+        batch_size: Optional[int] = None,
+        beta: float = 0.4,
+        priority_key: str = "td_error",
+        timeout: float = 30.0,
+        seed: int = 0,
+        hold_sleep_s: float = 0.01,
+    ):
         if not shards:
             raise ValueError("ReplayServiceBuffer needs at least one replay shard rank")
         self.t, self.batch_size, self.beta, self.priority_key = transport, batch_size, beta, priority_key
@@ -60,9 +70,22 @@ class ReplayServiceBuffer:
         self._close: list = []  # what :meth:`close` ends besides the shards (local threads, hub)
 
     @classmethod
-    def local(cls, capacity: int, *, shards: int = 1, alpha: float = 0.6, beta: float = 0.4, priority_eps: float = 1e-6,
-              min_size: int = 1, samples_per_insert: float = 0.0, spi_tolerance: float = 1e9,
-              batch_size: Optional[int] = None, seed: int = 0, timeout: float = 30.0, **kwargs) -> "ReplayServiceBuffer":
+    def local(
+        cls,
+        capacity: int,
+        *,
+        shards: int = 1,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        priority_eps: float = 1e-6,
+        min_size: int = 1,
+        samples_per_insert: float = 0.0,
+        spi_tolerance: float = 1e9,
+        batch_size: Optional[int] = None,
+        seed: int = 0,
+        timeout: float = 30.0,
+        **kwargs,
+    ) -> "ReplayServiceBuffer":
         """``shards`` replay roles in this process (each ``capacity`` items; its own loop thread)
         behind one buffer, over the ``local`` transport: ranks 1..R are the shards, rank 0 this
         buffer. ``samples_per_insert > 0`` turns on each shard's rate limiter, as in ``apex``."""
@@ -72,12 +95,19 @@ class ReplayServiceBuffer:
         from distrl.replay.server import ReplayServer
         from distrl.transport.local import LocalHub
 
-        replay = ReplayConfig(capacity=capacity, alpha=alpha, priority_eps=priority_eps, min_size=min_size,
-                              samples_per_insert=samples_per_insert, spi_tolerance=spi_tolerance)
+        replay = ReplayConfig(
+            capacity=capacity,
+            alpha=alpha,
+            priority_eps=priority_eps,
+            min_size=min_size,
+            samples_per_insert=samples_per_insert,
+            spi_tolerance=spi_tolerance,
+        )
         # A shard exits after 2 * call_timeout_s without a word from its learner: right for a dead
         # learner process, wrong for a user's loop that pauses. In-process shards end with close().
-        cfg = Config(recipe="replay", algo=replay, run=RunConfig(seed=seed),
-                     transport=TransportConfig(call_timeout_s=1e9))
+        cfg = Config(
+            recipe="replay", algo=replay, run=RunConfig(seed=seed), transport=TransportConfig(call_timeout_s=1e9)
+        )
         hub = LocalHub(1 + shards)
         ends = [hub.endpoint(r, timeout) for r in range(1 + shards)]
         roles = {0: "client", **{r: "replay" for r in range(1, 1 + shards)}}
@@ -86,8 +116,9 @@ class ReplayServiceBuffer:
             server = ReplayServer(RoleContext(cfg, ends[r], r, roles, Path(".")), replay)
             threads.append(threading.Thread(target=server.run, name=f"distrl-replay-{r}", daemon=True))
             threads[-1].start()
-        rb = cls(ends[0], list(range(1, 1 + shards)), batch_size=batch_size, beta=beta, timeout=timeout, seed=seed,
-                 **kwargs)
+        rb = cls(
+            ends[0], list(range(1, 1 + shards)), batch_size=batch_size, beta=beta, timeout=timeout, seed=seed, **kwargs
+        )
         rb._close = [*threads, *ends]  # the threads first: the hub's pool ends with its last endpoint
         return rb
 
@@ -107,8 +138,10 @@ class ReplayServiceBuffer:
         data = data.exclude(self.priority_key)
         layout = layout_of(data)
         if self.layout is not None and layout != self.layout:
-            raise ValueError(f"extend: this batch's entries {sorted(map(str, layout))} or their shapes differ from "
-                             f"the first batch's {sorted(map(str, self.layout))}; a shard would refuse it")
+            raise ValueError(
+                f"extend: this batch's entries {sorted(map(str, layout))} or their shapes differ from "
+                f"the first batch's {sorted(map(str, self.layout))}; a shard would refuse it"
+            )
         self.layout = layout
         msg = TensorDict({keys.TRANSITIONS: data})
         if priority is not None:
@@ -122,8 +155,10 @@ class ReplayServiceBuffer:
         if settled == Inserter.STOPPED:
             raise RuntimeError("extend: the replay service has stopped")
         if settled == Inserter.HELD:
-            raise RuntimeError(f"extend: shard {self.inserter.shard} held the insert for {self.timeout:g}s (its queue "
-                               "is full or its rate limiter waits for samples)")
+            raise RuntimeError(
+                f"extend: shard {self.inserter.shard} held the insert for {self.timeout:g}s (its queue "
+                "is full or its rate limiter waits for samples)"
+            )
         self.inserter.next_shard()  # batches go round robin over the shards
 
     def sample(self, batch_size: Optional[int] = None) -> TensorDictBase:
@@ -145,8 +180,10 @@ class ReplayServiceBuffer:
             if not self.client.live:
                 raise RuntimeError("sample: every replay shard is gone")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"sample: the shards held every request for {self.timeout:g}s (fewer items than "
-                                   "min_size, or the rate limiter waits for inserts)")
+                raise RuntimeError(
+                    f"sample: the shards held every request for {self.timeout:g}s (fewer items than "
+                    "min_size, or the rate limiter waits for inserts)"
+                )
             time.sleep(self.hold_sleep_s)
         return torch.cat(parts, 0) if len(parts) > 1 else parts[0]
 
@@ -154,8 +191,9 @@ class ReplayServiceBuffer:
         """New raw priorities ``priority [B]`` (``|td error|``) for the items of a sampled ``batch``;
         sent to their shards without waiting (an item overwritten since is skipped)."""
         if not isinstance(batch, TensorDictBase) or keys.REPLAY_SHARD not in batch.keys():
-            raise TypeError("update_priority takes the batch sample() returned (its index, generation and shard), "
-                            "not a bare index")
+            raise TypeError(
+                "update_priority takes the batch sample() returned (its index, generation and shard), not a bare index"
+            )
         priority = torch.as_tensor(priority).detach().reshape(batch.shape[0], -1).amax(-1)
         self.client.update_priorities(batch, priority.abs())
 

@@ -6,6 +6,7 @@ shard each item came from, statistics, checkpoints of every shard's contents, sh
 Every call is asynchronous and bounded by the transport's timeout. The learner's loop is the only
 caller, so nothing here runs on a transport thread.
 """
+
 from __future__ import annotations
 
 import collections
@@ -30,8 +31,15 @@ class ShardedReplayClient:
             it lost, in one line); sampling goes on with the shards that are left.
     """
 
-    def __init__(self, transport: Transport, shards: list[int], timeout: float, seed: int,
-                 on_lost: Callable[[int, str], None], stats_interval_s: float = 1.0):
+    def __init__(
+        self,
+        transport: Transport,
+        shards: list[int],
+        timeout: float,
+        seed: int,
+        on_lost: Callable[[int, str], None],
+        stats_interval_s: float = 1.0,
+    ):
         self.t, self.shards, self.timeout, self.on_lost = transport, list(shards), timeout, on_lost
         self.stats_interval_s = stats_interval_s
         self.generator = torch.Generator().manual_seed(seed)
@@ -76,8 +84,15 @@ class ShardedReplayClient:
         pick = torch.multinomial(mass, n, replacement=True, generator=self.generator)
         counts = torch.bincount(pick, minlength=len(live)).tolist()
         charge = torch.tensor(n / len(live))
-        return [(r, self.t.call(r, "sample", TensorDict({keys.SAMPLE_N: torch.tensor(c), keys.SAMPLE_CHARGE: charge}), self.timeout))
-                for r, c in zip(live, counts)]
+        return [
+            (
+                r,
+                self.t.call(
+                    r, "sample", TensorDict({keys.SAMPLE_N: torch.tensor(c), keys.SAMPLE_CHARGE: charge}), self.timeout
+                ),
+            )
+            for r, c in zip(live, counts)
+        ]
 
     def _note(self, rank: int, reply: TensorDict) -> None:
         self.totals[rank] = float(reply[keys.SHARD_TOTAL])
@@ -116,9 +131,13 @@ class ShardedReplayClient:
         shard = batch[keys.REPLAY_SHARD]
         for rank in shard.unique().tolist():
             mine = shard == rank
-            msg = TensorDict({keys.REPLAY_INDEX: batch[keys.REPLAY_INDEX][mine],
-                              keys.REPLAY_GENERATION: batch[keys.REPLAY_GENERATION][mine],
-                              keys.PRIORITY: priority[mine].float().cpu()})
+            msg = TensorDict(
+                {
+                    keys.REPLAY_INDEX: batch[keys.REPLAY_INDEX][mine],
+                    keys.REPLAY_GENERATION: batch[keys.REPLAY_GENERATION][mine],
+                    keys.PRIORITY: priority[mine].float().cpu(),
+                }
+            )
             if rank not in self.t.lost_peers():
                 fut = self.t.call(rank, "update_priorities", msg, self.timeout)
                 fut.rank = rank
@@ -151,18 +170,24 @@ class ShardedReplayClient:
                 dt = max(now - then, 1e-9)
                 self._last_stats = (now, inserted, samples)
                 q = torch.stack([s["priority_q"] for s in replies.values()]).mean(0)
-                out = {"replay/size": sum(int(s[keys.SHARD_SIZE]) for s in replies.values()),
-                       "replay/inserts_per_s": (inserted - ins0) / dt, "replay/samples_per_s": (samples - smp0) / dt,
-                       "replay/samples_per_insert": samples / max(inserted, 1),
-                       "replay/priority_p50": float(q[0]), "replay/priority_p90": float(q[1]),
-                       "replay/priority_max": float(q[2]),
-                       "replay/insert_held": sum(int(s["insert_held"]) for s in replies.values()),
-                       "replay/sample_held": sum(int(s["sample_held"]) for s in replies.values()),
-                       "replay/stale_priorities": sum(int(s["stale_priorities"]) for s in replies.values())}
+                out = {
+                    "replay/size": sum(int(s[keys.SHARD_SIZE]) for s in replies.values()),
+                    "replay/inserts_per_s": (inserted - ins0) / dt,
+                    "replay/samples_per_s": (samples - smp0) / dt,
+                    "replay/samples_per_insert": samples / max(inserted, 1),
+                    "replay/priority_p50": float(q[0]),
+                    "replay/priority_p90": float(q[1]),
+                    "replay/priority_max": float(q[2]),
+                    "replay/insert_held": sum(int(s["insert_held"]) for s in replies.values()),
+                    "replay/sample_held": sum(int(s["sample_held"]) for s in replies.values()),
+                    "replay/stale_priorities": sum(int(s["stale_priorities"]) for s in replies.values()),
+                }
                 wire_in, frames, wire_out = self.wire_totals()
                 if frames:
-                    out |= {"replay/insert_bytes_per_env_step": wire_in / frames,
-                            "replay/sample_bytes_per_env_step": wire_out / frames}
+                    out |= {
+                        "replay/insert_bytes_per_env_step": wire_in / frames,
+                        "replay/sample_bytes_per_env_step": wire_out / frames,
+                    }
         if self._stats is None and time.monotonic() - self._last_stats[0] >= self.stats_interval_s:
             self._stats = {r: self.t.call(r, "replay_stats", None, self.timeout) for r in self.live}
         return out
@@ -198,11 +223,16 @@ class ShardedReplayClient:
         """Give each shard back what the checkpoint holds for it."""
         for r, state in states.items():
             if r in self.live:
-                self._result(r, self.t.call(r, "load_replay_state", TensorDict({keys.SHARD_STATE: state}), self.timeout))
+                self._result(
+                    r, self.t.call(r, "load_replay_state", TensorDict({keys.SHARD_STATE: state}), self.timeout)
+                )
 
     def stop(self, exit_: bool = False) -> None:
         """Tell the shards the run is over (inserts answer ``stop``); with ``exit_`` they also leave."""
-        futs = {r: self.t.call(r, "replay_stop", TensorDict({keys.SHARD_EXIT: torch.tensor(exit_)}), self.timeout) for r in self.live}
+        futs = {
+            r: self.t.call(r, "replay_stop", TensorDict({keys.SHARD_EXIT: torch.tensor(exit_)}), self.timeout)
+            for r in self.live
+        }
         for r, f in futs.items():
             try:
                 f.result()

@@ -1,6 +1,7 @@
 """The settings of one replay shard (:class:`~distrl.replay.server.ReplayServer`); every shard of a
 service has the same. A recipe that puts replay shards on ranks gives its ``algo`` config a
 ``replay`` property returning one (``apex`` does); ``ReplayServiceBuffer.local`` builds its own."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -18,6 +18,7 @@ room (``frame_room`` frames per transition of capacity). Should frames come fast
 its priority is 0, so it is never sampled, a priority update for it is dropped, and it is not
 counted in ``len``; the writer replaces it in its turn. So a sample never returns a wrong frame.
 """
+
 from __future__ import annotations
 
 import collections
@@ -44,12 +45,20 @@ class FrameReplayStore(ReplayStore):
         frame_room: frames the ring keeps per transition of capacity (``>= 1``).
     """
 
-    def __init__(self, capacity: int, batch_size: Optional[int] = None, device: torch.device | str = "cpu",
-                 sampler=None, frame_room: float = 1.05):
+    def __init__(
+        self,
+        capacity: int,
+        batch_size: Optional[int] = None,
+        device: torch.device | str = "cpu",
+        sampler=None,
+        frame_room: float = 1.05,
+    ):
         super().__init__(capacity, batch_size, device, sampler)
         if frame_room < 1 or sampler is None:
-            raise ValueError(f"a frame store needs frame_room >= 1 (got {frame_room}) and a prioritized sampler "
-                             "(its dead transitions get priority 0)")
+            raise ValueError(
+                f"a frame store needs frame_room >= 1 (got {frame_room}) and a prioritized sampler "
+                "(its dead transitions get priority 0)"
+            )
         self.frame_capacity = int(capacity * frame_room)
         self.frames: Optional[torch.Tensor] = None  # [frame_capacity, *F], allocated by the first insert
         self.written = 0  # frames written over the run: the next frame's global id
@@ -65,22 +74,34 @@ class FrameReplayStore(ReplayStore):
     def __len__(self) -> int:
         return len(self.buffer) - int(self.dead.sum())
 
-    def extend(self, batch: TensorDictBase, priority: Optional[torch.Tensor] = None,
-               frames: Optional[torch.Tensor] = None) -> bool:
+    def extend(
+        self, batch: TensorDictBase, priority: Optional[torch.Tensor] = None, frames: Optional[torch.Tensor] = None
+    ) -> bool:
         """Append ``frames [M, *F]`` to the ring and ``batch [N]`` (with ``obs_frames``,
         ``next_frames [N, K]`` int64 indices into ``frames``, ``-1`` for none) to the storage;
         ``False`` (counted) for a wrong layout, indices out of range or more frames than the ring."""
-        if (frames is None or batch.batch_dims != 1 or not all(k in batch.keys() for k in STACK_OF)
-                or (self.frames is not None and (frames.shape[1:] != self.frames.shape[1:] or frames.dtype != self.frames.dtype))
-                or frames.shape[0] > self.frame_capacity):
+        if (
+            frames is None
+            or batch.batch_dims != 1
+            or not all(k in batch.keys() for k in STACK_OF)
+            or (
+                self.frames is not None
+                and (frames.shape[1:] != self.frames.shape[1:] or frames.dtype != self.frames.dtype)
+            )
+            or frames.shape[0] > self.frame_capacity
+        ):
             self.rejected += 1
             return False
         index = torch.stack([batch[k] for k in STACK_OF])
-        if index.dtype != torch.int64 or (index.numel() and not -1 <= int(index.min()) <= int(index.max()) < frames.shape[0]):
+        if index.dtype != torch.int64 or (
+            index.numel() and not -1 <= int(index.min()) <= int(index.max()) < frames.shape[0]
+        ):
             self.rejected += 1
             return False
         layout = layout_of(batch)
-        if (self.layout is not None and layout != self.layout) or (priority is not None and priority.shape != batch.shape):
+        if (self.layout is not None and layout != self.layout) or (
+            priority is not None and priority.shape != batch.shape
+        ):
             self.rejected += 1
             return False
         if self.frames is None:
@@ -166,8 +187,13 @@ class FrameReplayStore(ReplayStore):
         return ring + super().nbytes() + self.oldest.numel() * 8 + self.dead.numel()
 
     def state_dict(self) -> dict:
-        return super().state_dict() | {"frame_ring": self.frames, "written": self.written, "oldest": self.oldest.clone(),
-                                       "dead": self.dead.clone(), "frame_capacity": self.frame_capacity}
+        return super().state_dict() | {
+            "frame_ring": self.frames,
+            "written": self.written,
+            "oldest": self.oldest.clone(),
+            "dead": self.dead.clone(),
+            "frame_capacity": self.frame_capacity,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

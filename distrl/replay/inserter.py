@@ -24,7 +24,8 @@ class Inserter:
     ``hold_sleep_s`` and asks again with a payload-free probe (``insert_probe``: the batch's size
     only), and sends the batch once a probe says the shard would take it (the sleeps are added to
     ``held_s``), marked ``insert_probed`` (the shard takes it while its limiter is within tolerance,
-    even if another sender's insert came between). Once the shard has held a batch, every later one waits for :meth:`settle` and starts
+    even if another sender's insert came between). Once the shard has held a batch, every later one waits for
+    :meth:`settle` and starts
     with a probe: a sender the limiter paces sends each batch once. When the shard is lost, the next
     live shard gets the batch; a ``stop`` reply ends it. One batch is in flight at a time.
 
@@ -37,8 +38,16 @@ class Inserter:
 
     TAKEN, STOPPED, NO_SHARD, HELD = "taken", "stopped", "no_shard", "held"
 
-    def __init__(self, transport: Transport, shards: list[int], timeout: float, hold_sleep_s: float, first: int = 0,
-                 on_lost: Optional[Callable[[int, str], None]] = None, paced: bool = False):
+    def __init__(
+        self,
+        transport: Transport,
+        shards: list[int],
+        timeout: float,
+        hold_sleep_s: float,
+        first: int = 0,
+        on_lost: Optional[Callable[[int, str], None]] = None,
+        paced: bool = False,
+    ):
         self.t, self.shards, self.timeout, self.hold_sleep_s = transport, shards, timeout, hold_sleep_s
         self.index = first
         self.shard = shards[first % len(shards)]

@@ -8,7 +8,8 @@ It serves, over the transport:
   the loop unpacks into the same transitions. A window of frame stacks (Atari) is kept so, each
   frame once: the first such insert into an empty shard makes its store a
   :class:`~distrl.replay.frame_store.FrameReplayStore` (``ReplayConfig.frame_room``). The
-  handler only checks the rate limiter and enqueues (a bounded queue, ``ReplayConfig.queue_size``); this role's own loop writes
+  handler only checks the rate limiter and enqueues (a bounded queue, ``ReplayConfig.queue_size``); this role's own
+  loop writes
   them into the :class:`~distrl.replay.store.ReplayStore`. A full queue or the limiter answers
   ``held``: the actor keeps its message and tries again, so it is the actor that waits, never a
   transport thread. The actor asks with ``insert_probe`` (the message's size only) until the shard
@@ -35,6 +36,7 @@ Sampling and updates run in the handler under the shard's lock: each is one boun
 operation (well under a millisecond at 2^20 items, ``experiments/bench_sampler.py``), and a
 transport thread never waits on another call.
 """
+
 from __future__ import annotations
 
 import io
@@ -51,8 +53,7 @@ from distrl.runtime import faults
 from distrl.runtime.context import RoleContext
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
-from distrl.data.transitions import (is_frames, is_packed, packed_count, unpack_frame_transitions,
-                                             unpack_transitions)
+from distrl.data.transitions import is_frames, is_packed, packed_count, unpack_frame_transitions, unpack_transitions
 from distrl.replay.config import ReplayConfig
 from distrl.replay.frame_store import FrameReplayStore
 from distrl.replay.store import ReplayStore, SamplesPerInsertLimiter
@@ -147,22 +148,32 @@ class ReplayServer:
                 else:
                     batch = self.store.sample(n)
                     leaf = self.sampler.tree[batch[keys.REPLAY_INDEX]]
-                    reply = TensorDict({keys.HELD: torch.tensor(False),
-                                        keys.TRANSITIONS: batch.exclude(keys.PRIORITY_WEIGHT), keys.SHARD_LEAF: leaf,
-                                        **self._totals()})
+                    reply = TensorDict(
+                        {
+                            keys.HELD: torch.tensor(False),
+                            keys.TRANSITIONS: batch.exclude(keys.PRIORITY_WEIGHT),
+                            keys.SHARD_LEAF: leaf,
+                            **self._totals(),
+                        }
+                    )
             self.sample_bytes += payload_nbytes(msg) + payload_nbytes(reply)
         return reply
 
     def _totals(self) -> dict:
         """The shard's priority mass, smallest ``p^alpha`` and size (every reply carries them)."""
         tree = self.sampler.tree
-        return {keys.SHARD_TOTAL: tree.total.clone(), keys.SHARD_MIN_LEAF: tree.min.clone(),
-                keys.SHARD_SIZE: torch.tensor(len(self.store))}
+        return {
+            keys.SHARD_TOTAL: tree.total.clone(),
+            keys.SHARD_MIN_LEAF: tree.min.clone(),
+            keys.SHARD_SIZE: torch.tensor(len(self.store)),
+        }
 
     def _update_priorities(self, msg: TensorDict) -> TensorDict:
         self.last_contact = time.monotonic()
         with self.lock:
-            applied = self.store.update_priority(msg[keys.REPLAY_INDEX], msg[keys.REPLAY_GENERATION], msg[keys.PRIORITY])
+            applied = self.store.update_priority(
+                msg[keys.REPLAY_INDEX], msg[keys.REPLAY_GENERATION], msg[keys.PRIORITY]
+            )
             self.counts["stale_priorities"] += msg[keys.PRIORITY].numel() - applied
         return TensorDict({keys.PRIORITIES_APPLIED: torch.tensor(applied)})
 
@@ -177,18 +188,29 @@ class ReplayServer:
             a = self.replay
             raw = (leaves.pow(1.0 / a.alpha) - a.priority_eps) if size and a.alpha > 0 else leaves
             q = torch.quantile(raw.float(), torch.tensor([0.5, 0.9, 1.0])) if size else torch.zeros(3)
-            return TensorDict(inserted=torch.tensor(self.store.inserted), insert_bytes=torch.tensor(self.inserts.bytes),
-                              insert_frames=torch.tensor(self.inserts.frames),
-                              sample_bytes=torch.tensor(self.sample_bytes), samples=torch.tensor(self.limiter.samples), priority_q=q, queued=torch.tensor(self.inbox.qsize()),
-                              store_bytes=torch.tensor(self.store.nbytes()),  # allocated: at capacity once written to
-                              **{k: torch.tensor(v) for k, v in self.counts.items()}, **self._totals())
+            return TensorDict(
+                inserted=torch.tensor(self.store.inserted),
+                insert_bytes=torch.tensor(self.inserts.bytes),
+                insert_frames=torch.tensor(self.inserts.frames),
+                sample_bytes=torch.tensor(self.sample_bytes),
+                samples=torch.tensor(self.limiter.samples),
+                priority_q=q,
+                queued=torch.tensor(self.inbox.qsize()),
+                store_bytes=torch.tensor(self.store.nbytes()),  # allocated: at capacity once written to
+                **{k: torch.tensor(v) for k, v in self.counts.items()},
+                **self._totals(),
+            )
 
     def _replay_state(self, _msg) -> TensorDict:
         """Contents, tree, cursor and counters as one byte tensor (a checkpoint of this shard)."""
         self.last_contact = time.monotonic()
         with self.lock:
             self._drain()  # what was accepted is in the checkpoint
-            state = {"store": self.store.state_dict(), "limiter": self.limiter.state_dict(), "counts": dict(self.counts)}
+            state = {
+                "store": self.store.state_dict(),
+                "limiter": self.limiter.state_dict(),
+                "counts": dict(self.counts),
+            }
             buf = io.BytesIO()
             torch.save(state, buf)
         return TensorDict({keys.SHARD_STATE: torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)})
@@ -232,8 +254,11 @@ class ReplayServer:
         empty shard takes the kind its first insert (or a restored checkpoint) needs."""
         if isinstance(self.store, FrameReplayStore) != frames and self.store.inserted == 0:
             a = self.replay
-            self.store = (FrameReplayStore(a.capacity, None, sampler=self.sampler, frame_room=a.frame_room) if frames
-                          else ReplayStore(a.capacity, None, sampler=self.sampler))
+            self.store = (
+                FrameReplayStore(a.capacity, None, sampler=self.sampler, frame_room=a.frame_room)
+                if frames
+                else ReplayStore(a.capacity, None, sampler=self.sampler)
+            )
 
     def _write(self, items: tuple | None) -> bool:
         """Store one message's transitions (caller holds the lock); ``False`` if it was rejected."""
@@ -303,7 +328,9 @@ class ReplayServer:
                 msg = self.inbox.get(timeout=0.2)
             except queue.Empty:
                 if time.monotonic() - self.last_contact > idle_limit and self.store.inserted:
-                    print(f"[replay {self.ctx.rank}] no word from the learner in {idle_limit:.0f}s, exiting", flush=True)
+                    print(
+                        f"[replay {self.ctx.rank}] no word from the learner in {idle_limit:.0f}s, exiting", flush=True
+                    )
                     return
                 continue
             self.loops += 1

@@ -18,6 +18,7 @@ since replaced is dropped instead of landing on its successor.
 
 :class:`SamplesPerInsertLimiter` is the rate limiter a replay role puts in front of a store.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -46,15 +47,24 @@ class ReplayStore:
         sampler: how items are drawn; uniform by default, or a prioritized ``SumTreeSampler``.
     """
 
-    def __init__(self, capacity: int, batch_size: Optional[int], device: torch.device | str = "cpu",
-                 sampler: Optional[Sampler] = None):
+    def __init__(
+        self,
+        capacity: int,
+        batch_size: Optional[int],
+        device: torch.device | str = "cpu",
+        sampler: Optional[Sampler] = None,
+    ):
         if capacity < 1 or (batch_size is not None and batch_size < 1):
             raise ValueError(f"capacity and batch_size must be >= 1, got {capacity} and {batch_size}")
         self.capacity = capacity
         self.sampler = sampler
         self.writer = RoundRobinWriter(track_generations=sampler is not None)
-        self.buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity, device=device), batch_size=batch_size,
-                                             sampler=sampler or RandomSampler(), writer=self.writer)
+        self.buffer = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(capacity, device=device),
+            batch_size=batch_size,
+            sampler=sampler or RandomSampler(),
+            writer=self.writer,
+        )
         self.layout: Layout | None = None  # fixed by the first accepted insert
         self.inserted = 0  # items accepted over the run (evicted ones included)
         self.rejected = 0  # batches refused for a wrong layout
@@ -109,8 +119,12 @@ class ReplayStore:
 
     def state_dict(self) -> dict:
         """Contents, write cursor and counters: what a checkpoint needs to resume the replay exactly."""
-        return {"buffer": self.buffer.state_dict(), "layout": self.layout,
-                "inserted": self.inserted, "rejected": self.rejected}
+        return {
+            "buffer": self.buffer.state_dict(),
+            "layout": self.layout,
+            "inserted": self.inserted,
+            "rejected": self.rejected,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.buffer.load_state_dict(state["buffer"])

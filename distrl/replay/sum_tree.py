@@ -13,6 +13,7 @@ one core (``experiments/bench_sampler.py``): binary about 0.42M, fan-out 16 abou
 samples+updates per second. Sums are float64 and recomputed from the children on every write
 (never updated by differences), so they do not drift over a long run.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,7 +24,7 @@ from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler
 from distrl.data import keys
 from distrl.replay.weights import importance_weights, priority_weights
 
-_BELOW_ONE = 1.0 - 2.0 ** -50  # x * this < x for every positive float64 x: "just below the row's total"
+_BELOW_ONE = 1.0 - 2.0**-50  # x * this < x for every positive float64 x: "just below the row's total"
 
 
 class SumTree:
@@ -45,7 +46,9 @@ class SumTree:
             if n == 1:
                 break
         self.sums = [torch.zeros(s, dtype=dtype) for s in sizes] + [torch.zeros(1, dtype=dtype)]
-        self.mins = [torch.full((s,), float("inf"), dtype=dtype) for s in sizes] + [torch.full((1,), float("inf"), dtype=dtype)]
+        self.mins = [torch.full((s,), float("inf"), dtype=dtype) for s in sizes] + [
+            torch.full((1,), float("inf"), dtype=dtype)
+        ]
 
     @property
     def total(self) -> torch.Tensor:
@@ -127,8 +130,15 @@ class SumTreeSampler(Sampler):
         reduction: how ``[B, *]`` priorities become ``[B]``: max, min, mean or median.
     """
 
-    def __init__(self, max_capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, fanout: int = 16,
-                 reduction: str = "max"):
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        fanout: int = 16,
+        reduction: str = "max",
+    ):
         if alpha < 0 or not 0 <= beta <= 1 or eps <= 0:
             raise ValueError(f"need alpha >= 0, 0 <= beta <= 1, eps > 0; got {alpha}, {beta}, {eps}")
         if reduction not in ("max", "min", "mean", "median"):
@@ -183,8 +193,13 @@ class SumTreeSampler(Sampler):
 
     # ---- persistence -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"alpha": self.alpha, "beta": self.beta, "eps": self.eps, "max_priority": self.max_priority,
-                "leaves": self.tree.sums[0].clone()}
+        return {
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "eps": self.eps,
+            "max_priority": self.max_priority,
+            "leaves": self.tree.sums[0].clone(),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.alpha, self.beta, self.eps = state_dict["alpha"], state_dict["beta"], state_dict["eps"]
@@ -211,4 +226,3 @@ class SumTreeSampler(Sampler):
 # ``ReplayBuffer`` skips default priorities for data already in a storage). Registered as a virtual
 # subclass it takes that path and inherits nothing: that class's methods use the C++ trees.
 PrioritizedSampler.register(SumTreeSampler)
-

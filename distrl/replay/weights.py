@@ -7,6 +7,7 @@ item's update is scaled by the importance weight ``w_i = (N P(i))^-beta / max_j 
 the bias of prioritized sampling matters most at the end, when the policy should converge.
 ``tests/test_apex_math.py`` checks them against the paper's formulas.
 """
+
 from __future__ import annotations
 
 import torch

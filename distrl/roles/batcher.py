@@ -7,6 +7,7 @@ adds requests until the batch holds ``max_batch_envs`` observations or ``max_wai
 since the first one *arrived* (so time spent queued behind a busy thread counts), taking whatever
 is already queued at no wait. A request is never split; one that does not fit opens the next batch.
 """
+
 from __future__ import annotations
 
 import collections
@@ -53,8 +54,9 @@ class Request:
         return self.obs.shape[0]
 
     @classmethod
-    def from_message(cls, td: TensorDict, num_envs: int, obs_shape: int | tuple[int, ...],
-                     obs_dtype: torch.dtype = torch.float32) -> "Request":
+    def from_message(
+        cls, td: TensorDict, num_envs: int, obs_shape: int | tuple[int, ...], obs_dtype: torch.dtype = torch.float32
+    ) -> "Request":
         """Parse and check a worker's message against ``obs [num_envs, *obs_shape]`` of ``obs_dtype``
         (an int ``F`` means ``(F,)``); ``ValueError`` saying what is wrong."""
         shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
@@ -72,8 +74,15 @@ class Request:
         finite = not obs.is_floating_point() or (torch.isfinite(obs).all() and torch.isfinite(final).all())
         if not (finite and torch.isfinite(td[REWARD]).all()):
             raise ValueError("non-finite observation or reward")
-        return cls((int(td[RANK]), int(td[GROUP])), int(td[RUN_ID]), obs, td[REWARD].float(), td[TERMINATED],
-                   td[TRUNCATED], final)
+        return cls(
+            (int(td[RANK]), int(td[GROUP])),
+            int(td[RUN_ID]),
+            obs,
+            td[REWARD].float(),
+            td[TERMINATED],
+            td[TRUNCATED],
+            final,
+        )
 
 
 class DynamicBatcher:
@@ -85,8 +94,7 @@ class DynamicBatcher:
     listening thread hands each request over (a thread wake-up and a GIL hand-off per request).
     """
 
-    def __init__(self, max_envs: int, max_wait_s: float, capacity: int,
-                 pull: Optional[Callable[[float], None]] = None):
+    def __init__(self, max_envs: int, max_wait_s: float, capacity: int, pull: Optional[Callable[[float], None]] = None):
         if max_envs < 1 or max_wait_s < 0 or capacity < 1:
             raise ValueError("max_envs and capacity must be >= 1, max_wait_s >= 0")
         self.max_envs, self.max_wait_s, self._pull = max_envs, max_wait_s, pull
@@ -166,8 +174,12 @@ class InferenceStats:
     @staticmethod
     def _means(c: collections.Counter) -> dict[str, float]:
         b, r = max(c["batches"], 1), max(c["requests"], 1)
-        return {"batch_fill": c["requests"] / b, "batch_envs": c["envs"] / b,
-                "latency_ms": 1e3 * c["latency_s"] / r, "compute_ms": 1e3 * c["compute_s"] / b}
+        return {
+            "batch_fill": c["requests"] / b,
+            "batch_envs": c["envs"] / b,
+            "latency_ms": 1e3 * c["latency_s"] / r,
+            "compute_ms": 1e3 * c["compute_s"] / b,
+        }
 
     def window(self) -> dict[str, float]:
         """``inference/*`` means over the batches since the last call; ``{}`` if there were none."""

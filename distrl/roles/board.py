@@ -10,6 +10,7 @@ same) and A3C's parameter server (one flat vector: its workers load it with
 ``vector_to_parameters``). Sample Factory publishes into shared memory instead
 (``recipes/sf/slots.py``): its readers are processes on the same machine, not rpc handlers.
 """
+
 from __future__ import annotations
 
 import torch

@@ -9,6 +9,7 @@ version). The collector's ``[B, T]`` batch is cut down to the keys the learners 
 (``distrl/data/keys.py``), and episode returns and lengths are counted from its frames, so a
 user's transforms need not include a reward sum.
 """
+
 from __future__ import annotations
 
 import time
@@ -64,8 +65,17 @@ class CollectorRunner:
     Same interface as ``EnvRunner`` (``unroll``, ``recover``, ``close``, ``budget``, ``unrolls``,
     ``env_errors``), plus :meth:`load_weights`, the path new parameters take."""
 
-    def __init__(self, env_spec: str, num_envs: int, seed: int, rank: int, model: nn.Module, act: ActFn, T: int,
-                 max_failures: int = 10):
+    def __init__(
+        self,
+        env_spec: str,
+        num_envs: int,
+        seed: int,
+        rank: int,
+        model: nn.Module,
+        act: ActFn,
+        T: int,
+        max_failures: int = 10,
+    ):
         self.env_spec, self.num_envs, self.seed, self.rank, self.T = env_spec, num_envs, seed, rank, T
         self.info = check_factory(env_spec)
         self.unrolls = 0
@@ -83,8 +93,9 @@ class CollectorRunner:
         self.policy = ActPolicy(self.model, self.act, self.info.num_actions, one_hot_actions(env), self.budget)
         self.policy.version.fill_(version)
         with quiet_torchrl():  # the collector warns about weight-updater deprecations on every build
-            self.collector = Collector(env, self.policy, frames_per_batch=self.num_envs * self.T, total_frames=-1,
-                                       trust_policy=True)
+            self.collector = Collector(
+                env, self.policy, frames_per_batch=self.num_envs * self.T, total_frames=-1, trust_policy=True
+            )
         self._batches = iter(self.collector)
         self.ep_return = torch.zeros(self.num_envs)
         self.ep_length = torch.zeros(self.num_envs, dtype=torch.int64)
@@ -122,11 +133,19 @@ class CollectorRunner:
         traj.set(keys.OBSERVATION, traj.get(keys.OBSERVATION).reshape(B, T, -1).to(torch.float32))
         if self.policy.one_hot:
             traj.set(keys.ACTION, traj.get(keys.ACTION).argmax(-1))
-        traj.set(keys.NEXT, TensorDict({
-            keys.OBSERVATION: nxt.get(keys.OBSERVATION).reshape(B, T, -1).to(torch.float32),
-            keys.STEP_REWARD: reward.unsqueeze(-1), keys.STEP_DONE: (terminated | truncated).unsqueeze(-1),
-            keys.STEP_TERMINATED: terminated.unsqueeze(-1), keys.STEP_TRUNCATED: truncated.unsqueeze(-1),
-        }, batch_size=[B, T]))
+        traj.set(
+            keys.NEXT,
+            TensorDict(
+                {
+                    keys.OBSERVATION: nxt.get(keys.OBSERVATION).reshape(B, T, -1).to(torch.float32),
+                    keys.STEP_REWARD: reward.unsqueeze(-1),
+                    keys.STEP_DONE: (terminated | truncated).unsqueeze(-1),
+                    keys.STEP_TERMINATED: terminated.unsqueeze(-1),
+                    keys.STEP_TRUNCATED: truncated.unsqueeze(-1),
+                },
+                batch_size=[B, T],
+            ),
+        )
         returns, lengths = [], []
         for t in range(T):  # episodes from the frames, carried across unrolls
             self.ep_return += reward[:, t]

@@ -10,6 +10,7 @@ the env id, the count and the last exception: the rank dies, and the learner's l
 declares it lost and goes on without it (or stops once every peer is lost, ``run.peer_grace_s``).
 An env that fails now and then is recovered from forever; one that is broken is not retried forever.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,8 +24,15 @@ class EnvFailedError(RuntimeError):
 class EnvRecovery:
     """Failure count, backoff and give-up for the envs of one worker (``env_id``); see the module docstring."""
 
-    def __init__(self, env_id: str, max_failures: int, base_s: float = 0.1, cap_s: float = 5.0,
-                 reset_after: int = 1, sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        env_id: str,
+        max_failures: int,
+        base_s: float = 0.1,
+        cap_s: float = 5.0,
+        reset_after: int = 1,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         if max_failures < 1 or reset_after < 1:
             raise ValueError(f"max_failures and reset_after must be >= 1, got {max_failures} and {reset_after}")
         self.env_id, self.max_failures, self.base_s, self.cap_s = env_id, max_failures, base_s, cap_s
@@ -51,9 +59,14 @@ class EnvRecovery:
         self._streak = 0
         what = f"{type(error).__name__}: {' '.join(str(error).split())}"  # one line, whatever the env said
         if self.in_a_row >= self.max_failures:
-            raise EnvFailedError(f"[{who}] env {self.env_id} failed {self.in_a_row} times in a row "
-                                 f"(run.env_max_failures={self.max_failures}), giving up; last: {what}") from error
+            raise EnvFailedError(
+                f"[{who}] env {self.env_id} failed {self.in_a_row} times in a row "
+                f"(run.env_max_failures={self.max_failures}), giving up; last: {what}"
+            ) from error
         delay = self.delay_s()
-        print(f"[{who}] environment {self.env_id} failed ({what}); recreating it and dropping the partial "
-              f"trajectory (failure {self.in_a_row} of {self.max_failures} in a row, after {delay:.1f}s)", flush=True)
+        print(
+            f"[{who}] environment {self.env_id} failed ({what}); recreating it and dropping the partial "
+            f"trajectory (failure {self.in_a_row} of {self.max_failures} in a row, after {delay:.1f}s)",
+            flush=True,
+        )
         self.sleep(delay)

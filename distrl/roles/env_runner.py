@@ -7,6 +7,7 @@ observation of a finished episode (``SAME_STEP`` autoreset), fault injection and
 a failure are one piece of code. With ``--env module:function`` (a user's TorchRL env) the same
 interface is a TorchRL ``Collector`` instead (:func:`make_env_runner`, ``collector_runner.py``).
 """
+
 from __future__ import annotations
 
 import time
@@ -112,15 +113,27 @@ class EnvRunner:
         obs, next_obs, reward = torch.from_numpy(obs), torch.from_numpy(next_obs), torch.from_numpy(reward)
         terminated, truncated = torch.from_numpy(terminated), torch.from_numpy(truncated)
         outputs = {k: torch.from_numpy(v) for k, v in outputs.items()}
-        traj = TensorDict(
-            {keys.OBSERVATION: obs, **outputs,
-             keys.NEXT: TensorDict({
-                 keys.OBSERVATION: next_obs, keys.STEP_REWARD: reward.unsqueeze(-1),
-                 keys.STEP_DONE: (terminated | truncated).unsqueeze(-1), keys.STEP_TERMINATED: terminated.unsqueeze(-1),
-                 keys.STEP_TRUNCATED: truncated.unsqueeze(-1),
-             }, batch_size=[T, B])},
-            batch_size=[T, B],
-        ).transpose(0, 1).contiguous()  # batch-major [B, T], as TorchRL
+        traj = (
+            TensorDict(
+                {
+                    keys.OBSERVATION: obs,
+                    **outputs,
+                    keys.NEXT: TensorDict(
+                        {
+                            keys.OBSERVATION: next_obs,
+                            keys.STEP_REWARD: reward.unsqueeze(-1),
+                            keys.STEP_DONE: (terminated | truncated).unsqueeze(-1),
+                            keys.STEP_TERMINATED: terminated.unsqueeze(-1),
+                            keys.STEP_TRUNCATED: truncated.unsqueeze(-1),
+                        },
+                        batch_size=[T, B],
+                    ),
+                },
+                batch_size=[T, B],
+            )
+            .transpose(0, 1)
+            .contiguous()
+        )  # batch-major [B, T], as TorchRL
         return traj, returns, lengths
 
     def load_weights(self, model: torch.nn.Module, params: TensorDict, version: int) -> None:
@@ -140,8 +153,17 @@ class EnvRunner:
             self.env.close()
 
 
-def make_env_runner(env: str, num_envs: int, seed: int, rank: int, model: torch.nn.Module, act: ActFn, T: int,
-                    max_failures: int = 10, atari_opts=None):
+def make_env_runner(
+    env: str,
+    num_envs: int,
+    seed: int,
+    rank: int,
+    model: torch.nn.Module,
+    act: ActFn,
+    T: int,
+    max_failures: int = 10,
+    atari_opts=None,
+):
     """The actor's envs: an :class:`EnvRunner` over gymnasium id ``env`` (the fast path), or a
     ``CollectorRunner`` (TorchRL ``Collector``) when ``env`` names a TorchRL env factory. ``model``
     is the network ``act`` reads, ``T`` the unroll length, ``max_failures`` ``run.env_max_failures``,

@@ -10,6 +10,7 @@ ladder over the envs themselves: :func:`env_ladder` hands the ``N = G B`` envs o
 the rate of each row of the batch from :attr:`EpsilonGreedyHead.epsilon`, which the server sets
 before each forward. :class:`QPolicy` shows a Q-network to a server as the policy it acts with.
 """
+
 from __future__ import annotations
 
 from typing import Hashable, Sequence
@@ -20,7 +21,9 @@ from torch import nn
 from distrl.algorithms.apex import epsilon_ladder
 
 
-def env_ladder(groups: Sequence[Hashable], envs_per_group: int, eps: float, alpha: float) -> dict[Hashable, torch.Tensor]:
+def env_ladder(
+    groups: Sequence[Hashable], envs_per_group: int, eps: float, alpha: float
+) -> dict[Hashable, torch.Tensor]:
     """``{group: epsilon [B]}``: env ``b`` of the ``g``-th of ``G`` groups gets rung ``b G + g`` of the
     ladder over ``G B`` envs (rung 0 explores most), so each group holds every ``G``-th rung."""
     rungs = torch.tensor(epsilon_ladder(len(groups) * envs_per_group, eps, alpha), dtype=torch.float32)

@@ -14,6 +14,7 @@ then fills in the hooks it needs:
 :func:`lr_factor` and :func:`set_lr` are ``run.lr_schedule``: the clock is the run's budget, which a
 ``--resume`` restores, so a resumed run goes on from the same rate.
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -124,8 +125,9 @@ class Learner:
         return session.finish(session.stop_reason, eval_returns, self.model, self.optim, self.summary_extra())
 
     # ---- the steps of an update ------------------------------------------------------------------
-    def apply_loss(self, loss: Optional[torch.Tensor] = None, towers: Optional[list] = None,
-                   lock=None) -> Optional[torch.Tensor]:
+    def apply_loss(
+        self, loss: Optional[torch.Tensor] = None, towers: Optional[list] = None, lock=None
+    ) -> Optional[torch.Tensor]:
         """One optimizer step: finite -> backward -> clip -> step, and ``tracker.updates`` counted.
 
         ``loss``: a scalar with its graph; ``None`` when the gradients are already in ``.grad``
@@ -157,8 +159,14 @@ class Learner:
             tracker.updates += 1
         return grad_norm
 
-    def learned(self, stats: Any, grad_norm: torch.Tensor, observations: Optional[torch.Tensor] = None,
-                lock=None, **metrics: float) -> None:
+    def learned(
+        self,
+        stats: Any,
+        grad_norm: torch.Tensor,
+        observations: Optional[torch.Tensor] = None,
+        lock=None,
+        **metrics: float,
+    ) -> None:
         """The tail of an update that stepped: fold the batch's ``observations`` into the model's
         normaliser (after the step that trained on them, before the publish: the actors get statistics
         and weights of one version), :meth:`publish`, and log ``stats`` (the loss's scalars) as
@@ -167,5 +175,8 @@ class Learner:
         if norm is not None and observations is not None:
             fold_observations(norm, observations, lock)
         self.publish()
-        self.tracker.observe({f"learner/{k}": float(v.detach()) for k, v in stats.items()}
-                             | {"learner/grad_norm": float(grad_norm)} | metrics)
+        self.tracker.observe(
+            {f"learner/{k}": float(v.detach()) for k, v in stats.items()}
+            | {"learner/grad_norm": float(grad_norm)}
+            | metrics
+        )

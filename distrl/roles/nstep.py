@@ -9,6 +9,7 @@ join belongs to the server's per-group state, which knows when a worker restarte
 run) instead of unrolls, and :func:`nstep_insert` turns a window into the insert message an Ape-X
 actor sends (:func:`distrl.data.transitions.pack_transitions`: each observation once).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -48,7 +49,7 @@ class NStepTrajectories(GroupTrajectories):
         chunk, returns = super()._cut()
         traj = chunk[keys.TRAJ]
         window = traj if self.carry is None else torch.cat([self.carry, traj], dim=1)
-        self.carry = traj[:, self.T - (self.n - 1):].clone() if self.n > 1 else None
+        self.carry = traj[:, self.T - (self.n - 1) :].clone() if self.n > 1 else None
         return TensorDict({keys.TRAJ: window, keys.EPSILON: self.epsilon.clone()}, batch_size=[self.num_envs]), returns
 
 
@@ -59,8 +60,9 @@ def ended_envs(traj: TensorDict, steps: int) -> torch.Tensor:
     return done.t().nonzero()[:, 1]
 
 
-def nstep_insert(window: TensorDict, q: Callable[[torch.Tensor], torch.Tensor], gamma: float, n: int,
-                 frames: bool = False) -> TensorDict:
+def nstep_insert(
+    window: TensorDict, q: Callable[[torch.Tensor], torch.Tensor], gamma: float, n: int, frames: bool = False
+) -> TensorDict:
     """The Ape-X insert message of the n-step transitions of ``window [B, W]``.
 
     Args:
@@ -76,13 +78,14 @@ def nstep_insert(window: TensorDict, q: Callable[[torch.Tensor], torch.Tensor], 
     among their steps.
     """
     nxt = window[keys.NEXT]
-    G, discount, last = nstep_returns(nxt[keys.STEP_REWARD][..., 0], nxt[keys.STEP_TERMINATED][..., 0],
-                                      nxt[keys.STEP_TRUNCATED][..., 0], gamma, n)
+    G, discount, last = nstep_returns(
+        nxt[keys.STEP_REWARD][..., 0], nxt[keys.STEP_TERMINATED][..., 0], nxt[keys.STEP_TRUNCATED][..., 0], gamma, n
+    )
     B, Tp = G.shape
     obs = window[keys.OBSERVATION][:, :Tp].flatten(0, 1)  # [B T', *F]
     bootstrap = nxt[keys.OBSERVATION][torch.arange(B)[:, None], last].flatten(0, 1)  # [B T', *F]
     values = q(torch.cat([obs, bootstrap]))
-    q_taken = values[:B * Tp].gather(-1, window[keys.ACTION][:, :Tp].reshape(-1, 1)).squeeze(-1)
-    y = G.reshape(-1) + discount.reshape(-1) * values[B * Tp:].max(-1).values
+    q_taken = values[: B * Tp].gather(-1, window[keys.ACTION][:, :Tp].reshape(-1, 1)).squeeze(-1)
+    y = G.reshape(-1) + discount.reshape(-1) * values[B * Tp :].max(-1).values
     version = int(window[keys.POLICY_VERSION][:, :Tp].min())
     return pack_transitions(window, G, discount, last, (y - q_taken).abs(), version, frames=frames)

@@ -7,6 +7,7 @@ A failed or unanswered ping declares a rank lost, in one log line and in ``summa
 the learner stop with ``all_peers_lost``. After the stop, :meth:`PeerWatch.await_peers` waits until
 every live peer has heard it.
 """
+
 from __future__ import annotations
 
 import queue
@@ -90,14 +91,21 @@ class PeerWatch:
             return
         self.transport.mark_lost(rank, reason)
         role = self.roles.get(rank, "?")
-        self.tracker.lost[rank] = {"role": role, "wall_s": round(self.tracker.wall_s, 3), "time": time.time(),
-                                   "reason": reason}
+        self.tracker.lost[rank] = {
+            "role": role,
+            "wall_s": round(self.tracker.wall_s, 3),
+            "time": time.time(),
+            "reason": reason,
+        }
         self.tracker.count("lost_peers")
-        print(f"[learner] lost rank {rank} ({role}) at {self.tracker.wall_s:.1f}s: {reason}; going on without it",
-              flush=True)
+        print(
+            f"[learner] lost rank {rank} ({role}) at {self.tracker.wall_s:.1f}s: {reason}; going on without it",
+            flush=True,
+        )
 
-    def await_peers(self, waiting: Callable[[], set[int]], drain: Optional[queue.Queue] = None,
-                    heartbeat: bool = False) -> None:
+    def await_peers(
+        self, waiting: Callable[[], set[int]], drain: Optional[queue.Queue] = None, heartbeat: bool = False
+    ) -> None:
         """After the stop: wait, bounded by the call timeout, until every live rank of ``waiting()``
         has heard it. ``drain``: the learner's bounded inbox, emptied meanwhile so that a sender
         blocked on it returns and hears the stop in its reply. ``heartbeat`` keeps pinging, so a

@@ -4,6 +4,7 @@ SEED's chunks are as wide as an env group's request and Sample Factory's as wide
 learner trains on ``algo.batch_size`` rows at a time. Rows left over wait for the next batch, so no
 row is trained on twice or skipped, and they leave oldest first.
 """
+
 from __future__ import annotations
 
 import torch

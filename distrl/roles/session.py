@@ -6,6 +6,7 @@ The loop itself is :meth:`distrl.roles.learner.Learner.run`; it calls :meth:`Lea
 once per iteration. Handlers read :attr:`LearnerSession.stopping`, the one stop signal; counters go
 through ``tracker.count``.
 """
+
 from __future__ import annotations
 
 import signal
@@ -18,7 +19,14 @@ import torch
 from tensordict import TensorDict
 
 from distrl.runtime import supervisor
-from distrl.runtime.checkpoint import list_checkpoints, resume_checkpoint, rng_state, save_best, save_checkpoint, set_rng_state
+from distrl.runtime.checkpoint import (
+    list_checkpoints,
+    resume_checkpoint,
+    rng_state,
+    save_best,
+    save_checkpoint,
+    set_rng_state,
+)
 from distrl.data import keys
 from distrl.envs.gym import env_info, evaluate, is_factory
 from distrl.logging.metrics import MetricsWriter, wandb_run_id
@@ -41,8 +49,14 @@ class LearnerSession:
         self.device = resolve_device(self.cfg.run.device)
         self.run_dir = Path(ctx.run_dir)
         self._wandb_id = wandb_run_id(self.run_dir) if self.cfg.run.logger == "wandb" else None
-        writer = MetricsWriter(self.run_dir, self.cfg.run.logger, self.run_dir.name, self.cfg.to_dict(), self._wandb_id,
-                              recipe_name=ctx.recipe_name)
+        writer = MetricsWriter(
+            self.run_dir,
+            self.cfg.run.logger,
+            self.run_dir.name,
+            self.cfg.to_dict(),
+            self._wandb_id,
+            recipe_name=ctx.recipe_name,
+        )
         self.tracker = RunTracker(self.cfg, self.run_dir, ctx.roles, writer, name=ctx.recipe_name)
         self.stop_reason: Optional[str] = None
         #: set once the loop has stopped: the one stop signal every handler of the learner reads
@@ -114,8 +128,10 @@ class LearnerSession:
         if score >= target:
             return True
         self._confirm_after = self.tracker.episodes + 100  # try again after 100 more episodes
-        print(f"[learner] training mean reached {target:g} but a greedy evaluation scored {score:.1f}; "
-              "training on", flush=True)
+        print(
+            f"[learner] training mean reached {target:g} but a greedy evaluation scored {score:.1f}; training on",
+            flush=True,
+        )
         return False
 
     def _time_budget(self, td: TensorDict) -> TensorDict:
@@ -138,7 +154,10 @@ class LearnerSession:
         self.tracker.count("skipped_nonfinite_updates")
         if self._nonfinite_streak >= MAX_NONFINITE_STREAK:
             self.stop_reason = "nonfinite_loss"
-            print(f"[learner] {MAX_NONFINITE_STREAK} non-finite losses in a row: stopping at the last good checkpoint", flush=True)
+            print(
+                f"[learner] {MAX_NONFINITE_STREAK} non-finite losses in a row: stopping at the last good checkpoint",
+                flush=True,
+            )
         return False
 
     # ---- persistence ------------------------------------------------------------------------------
@@ -148,9 +167,13 @@ class LearnerSession:
 
     def _state(self, model: torch.nn.Module, optim: torch.optim.Optimizer, extra: Optional[dict] = None) -> dict:
         state: dict[str, Any] = {
-            "model": model.state_dict(), "optim": optim.state_dict(), "tracker": self.tracker.state_dict(),
+            "model": model.state_dict(),
+            "optim": optim.state_dict(),
+            "tracker": self.tracker.state_dict(),
             "rng": rng_state(),
-            "config": self.cfg.to_dict(), "wandb_id": self._wandb_id, "action_encoding": self.action_encoding,
+            "config": self.cfg.to_dict(),
+            "wandb_id": self._wandb_id,
+            "action_encoding": self.action_encoding,
             # what load_policy rebuilds (Recipe.policy_network): nn/ cannot look the recipe up by name
             "policy_network": self.ctx.recipe.policy_network if self.ctx.recipe is not None else None,
         }
@@ -202,8 +225,11 @@ class LearnerSession:
         print(f"[learner] resumed from update {self.tracker.updates}, {self.tracker.env_frames:,} frames", flush=True)
         done = self.tracker.stop_reason(target=False)
         if done:  # budgets count the whole run, resumed parts included
-            print(f"[learner] the resumed run has already met its {done} budget: raise --total-frames or "
-                  f"--max-time-s to train on", flush=True)
+            print(
+                f"[learner] the resumed run has already met its {done} budget: raise --total-frames or "
+                f"--max-time-s to train on",
+                flush=True,
+            )
         return state
 
     # ---- the steps every learner shares -------------------------------------------------------------
@@ -212,8 +238,9 @@ class LearnerSession:
         Q [B, A]``, or what ``head`` reads: :mod:`distrl.nn.heads`) on ``run.env``, seeded apart from
         every training env."""
         run = self.cfg.run
-        return evaluate(policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari,
-                        head)
+        return evaluate(
+            policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari, head
+        )
 
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Once per learner loop iteration: liveness, progress, periodic checkpoint."""
@@ -239,9 +266,12 @@ class LearnerSession:
         summary = self.tracker.summary(reason, eval_returns, extra)
         best = self.tracker.best_eval
         if best is not None and eval_returns and summary["eval_return_mean"] < best["return_mean"]:
-            print(f"[{self.ctx.recipe_name}] the last policy evaluates at {summary['eval_return_mean']:.1f}, below the best "
-                  f"{best['return_mean']:.1f} (at {best['env_frames']:,} frames): that one is checkpoints/best.pt",
-                  flush=True)
+            print(
+                f"[{self.ctx.recipe_name}] the last policy evaluates at {summary['eval_return_mean']:.1f}, "
+                f"below the best {best['return_mean']:.1f} (at {best['env_frames']:,} frames): that one is "
+                f"checkpoints/best.pt",
+                flush=True,
+            )
         if self.tracker.writer is not None:
             self.tracker.writer.close()
         # a run inside someone's process leaves their SIGTERM handler as it found it
@@ -250,6 +280,9 @@ class LearnerSession:
         if self.cfg.run.logger != "none":
             plot_run_curves(self.run_dir, self.cfg.recipe)
         ev = summary["eval_return_mean"]
-        print(f"[{self.ctx.recipe_name}] done ({reason}): {summary['env_frames']:,} frames in {summary['wall_s']:.1f}s "
-              f"= {summary['fps']:,.0f} fps, eval return {ev}, summary in {self.run_dir / 'summary.json'}", flush=True)
+        print(
+            f"[{self.ctx.recipe_name}] done ({reason}): {summary['env_frames']:,} frames in {summary['wall_s']:.1f}s "
+            f"= {summary['fps']:,.0f} fps, eval return {ev}, summary in {self.run_dir / 'summary.json'}",
+            flush=True,
+        )
         return summary

@@ -10,6 +10,7 @@ with a core to itself (docs/atari.md). Sample Factory pins its workers for the s
 Linux only (``os.sched_setaffinity``); elsewhere, or when the machine has no core to spare, nothing
 is pinned and the run goes on as before.
 """
+
 from __future__ import annotations
 
 import os

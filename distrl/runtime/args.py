@@ -1,5 +1,6 @@
 """The command-line helpers every ``distrl`` entry point shares (``train``, ``compare``, ``sweep``,
 ``plot``, ``export``): one-line usage errors, defaults in ``--help``, a positive count type."""
+
 from __future__ import annotations
 
 import argparse

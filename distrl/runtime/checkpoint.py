@@ -25,6 +25,7 @@ hold is tensors, numbers, strings and containers of them, and numpy's RNG state,
 types are allowed by name. A file that names anything else (a pickled object: code would run to
 build it) is refused like a damaged one instead of being executed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,9 +46,13 @@ except ImportError:  # numpy 1
 _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
 #: what a checkpoint may name besides torch's own weights-only types: numpy's RNG state (a uint32
 #: array), under the names numpy 2 and numpy 1 pickle it with
-_NUMPY_RNG_GLOBALS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)),
-                      (_reconstruct, "numpy._core.multiarray._reconstruct"),
-                      (_reconstruct, "numpy.core.multiarray._reconstruct")]
+_NUMPY_RNG_GLOBALS = [
+    np.ndarray,
+    np.dtype,
+    type(np.dtype(np.uint32)),
+    (_reconstruct, "numpy._core.multiarray._reconstruct"),
+    (_reconstruct, "numpy.core.multiarray._reconstruct"),
+]
 
 
 class DamagedCheckpoints(ValueError):
@@ -72,7 +77,7 @@ def save_checkpoint(run_dir: str | Path, step: int, state: dict[str, Any], keep:
     final = _write_atomic(checkpoint_dir(run_dir) / f"ckpt_{step:010d}.pt", state)
     found = list_checkpoints(run_dir)
     below = [p for p in found if _step_of(p) < step]
-    kept = {final, *below[max(0, len(below) - (keep - 1)):]}
+    kept = {final, *below[max(0, len(below) - (keep - 1)) :]}
     for path in found:
         if path not in kept:
             path.unlink(missing_ok=True)
@@ -169,7 +174,8 @@ def resume_checkpoint(run_dir: str | Path, allow_fresh: bool = False) -> Optiona
     if state is None and failures and not allow_fresh:
         raise DamagedCheckpoints(
             f"--resume: none of the {len(failures)} checkpoint files in {folder} loads (newest: {failures[0]}); "
-            "set run.allow_fresh=true (--set run.allow_fresh=true) to start the run over anyway")
+            "set run.allow_fresh=true (--set run.allow_fresh=true) to start the run over anyway"
+        )
     return state
 
 

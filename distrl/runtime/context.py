@@ -4,6 +4,7 @@ They live here, below the recipes, because every lower layer receives them (the 
 replay service, the trackers): the runner resolves the recipe once and hands it to each role in its
 context, so nothing below ``recipes/`` looks a recipe up by name.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -15,11 +15,12 @@ actor's unroll, a learner's update). Kinds:
 | ``bad_obs`` | actor | it sends float64 observations of the wrong width |
 | ``nan_loss`` | learner | every loss from that update on is NaN |
 | ``never_start`` | any rank | never joins the group (sleeps before ``start``) |
-| ``crash_before_rename`` | checkpoint writer | dies after writing a checkpoint's temp file (``DISTRL_FAULT=crash_before_rename``) |
+| ``crash_before_rename`` | checkpoint writer | dies between a checkpoint's temp file and its rename |
 
 Each injected fault appends a line to ``$DISTRL_FAULT_LOG`` (if set) with the wall-clock time,
 so tests can measure time to detection across processes.
 """
+
 from __future__ import annotations
 
 import json

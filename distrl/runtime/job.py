@@ -11,6 +11,7 @@ takes ``RUN_DIR/.lock`` (``fcntl.flock``) for as long as the launch runs, so a s
 same directory, ``--resume`` or not, stops in one line naming the holder's pid and host. The kernel
 drops a dead holder's lock, so a crash or a SIGKILL leaves nothing to clean up.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,7 +68,9 @@ def _busy(run_dir: Path, lock: Path) -> RunDirBusy:
         who = f"pid {pid} on host {host} (since {since})"
     except (OSError, ValueError):  # the holder took the lock and has not written its line yet
         who = "another launch"
-    return RunDirBusy(f"{run_dir} is in use by {who}: wait for that run to end (or stop it), or choose another --run-dir")
+    return RunDirBusy(
+        f"{run_dir} is in use by {who}: wait for that run to end (or stop it), or choose another --run-dir"
+    )
 
 
 def ensure_run_dir_free(run_dir: str | Path) -> None:
@@ -80,7 +83,9 @@ def ensure_run_dir_free(run_dir: str | Path) -> None:
     except FileNotFoundError:
         return
     except OSError as e:  # another user's run directory: not ours to take either
-        raise RunDirBusy(f"{run_dir}: cannot read its lock file {lock.name} ({e.strerror}); choose another --run-dir") from None
+        raise RunDirBusy(
+            f"{run_dir}: cannot read its lock file {lock.name} ({e.strerror}); choose another --run-dir"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:

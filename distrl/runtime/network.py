@@ -6,6 +6,7 @@ listening socket distrl opens (TensorPipe, gloo, the stores) binds 127.0.0.1. A 
 launch listens on the interface given by ``TP_SOCKET_IFNAME`` and ``GLOO_SOCKET_IFNAME``
 (docs/concepts.md, "Network and security"): trusted networks only.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,9 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 def single_machine() -> bool:
     """Is this a torchrun job on one machine whose store is on loopback (``--standalone``)?"""
-    return (os.environ.get("MASTER_ADDR", "localhost") in LOOPBACK_NAMES
-            and os.environ.get("GROUP_WORLD_SIZE", "1") == "1")
+    return (
+        os.environ.get("MASTER_ADDR", "localhost") in LOOPBACK_NAMES and os.environ.get("GROUP_WORLD_SIZE", "1") == "1"
+    )
 
 
 def loopback_interface() -> str | None:
@@ -55,12 +57,22 @@ class LoopbackTCPStore(dist.TCPStore):
 
     _listeners: list[socket.socket] = []  # kept open for the life of the process, as the stores are
 
-    def __init__(self, host_name: str, port: int, world_size=None, is_master: bool = False,
-                 timeout: timedelta = timedelta(seconds=300), wait_for_workers: bool = True,
-                 multi_tenant: bool = False, master_listen_fd=None, use_libuv: bool = True):
+    def __init__(
+        self,
+        host_name: str,
+        port: int,
+        world_size=None,
+        is_master: bool = False,
+        timeout: timedelta = timedelta(seconds=300),
+        wait_for_workers: bool = True,
+        multi_tenant: bool = False,
+        master_listen_fd=None,
+        use_libuv: bool = True,
+    ):
         if is_master and master_listen_fd is None:
             sock = loopback_listener(port)
             self._listeners.append(sock)
             port, master_listen_fd = sock.getsockname()[1], sock.fileno()
-        super().__init__(host_name, port, world_size, is_master, timeout, wait_for_workers, multi_tenant,
-                         master_listen_fd, use_libuv)
+        super().__init__(
+            host_name, port, world_size, is_master, timeout, wait_for_workers, multi_tenant, master_listen_fd, use_libuv
+        )

@@ -22,6 +22,7 @@ The child asks the kernel for SIGKILL when its supervisor dies (``PR_SET_PDEATHS
 process outlives its rank; when the child ends, the supervisor removes any shared-memory files the
 child created and had not unlinked yet (``distrl/data/shm.py``).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -45,8 +46,9 @@ def beat() -> None:
 
 
 def _done_key() -> str:
-    return "distrl/{}/{}/rank0_done".format(os.environ.get("TORCHELASTIC_RUN_ID", "none"),
-                                            os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    return "distrl/{}/{}/rank0_done".format(
+        os.environ.get("TORCHELASTIC_RUN_ID", "none"), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    )
 
 
 def child_main(target: Callable[[], int], shared_beat=None) -> None:
@@ -75,8 +77,14 @@ class _Store:
             try:
                 import torch.distributed as dist
 
-                self._store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False,
-                                            timedelta(seconds=2), wait_for_workers=False)
+                self._store = dist.TCPStore(
+                    os.environ["MASTER_ADDR"],
+                    int(os.environ["MASTER_PORT"]),
+                    None,
+                    False,
+                    timedelta(seconds=2),
+                    wait_for_workers=False,
+                )
             except Exception:
                 return None
         return self._store
@@ -100,8 +108,9 @@ class _Store:
                 pass
 
 
-def supervise(target: Callable[[], int], rank: int, role: str, critical: bool, grace_s: float,
-              watchdog_s: float = 0.0) -> int:
+def supervise(
+    target: Callable[[], int], rank: int, role: str, critical: bool, grace_s: float, watchdog_s: float = 0.0
+) -> int:
     """Run ``target`` in a forked child; return the exit status this rank reports to torchrun.
 
     ``grace_s``: how long a child may outlive the end of rank 0's role before it is killed.
@@ -130,9 +139,19 @@ def supervise(target: Callable[[], int], rank: int, role: str, critical: bool, g
             if forwarded and time.monotonic() - forwarded[0] > 30:  # ignored SIGTERM: end it
                 child.kill()
             silent = time.monotonic() - shared_beat.value
-            if critical and watchdog_s and shared_beat.value and silent > watchdog_s and child.is_alive() and not forwarded:
-                print(f"[rank {rank}] watchdog: {role} made no progress for {silent:.0f}s (run.watchdog_s="
-                      f"{watchdog_s:g}); killing it, the job ends with status {WATCHDOG_EXIT}", flush=True)
+            if (
+                critical
+                and watchdog_s
+                and shared_beat.value
+                and silent > watchdog_s
+                and child.is_alive()
+                and not forwarded
+            ):
+                print(
+                    f"[rank {rank}] watchdog: {role} made no progress for {silent:.0f}s (run.watchdog_s="
+                    f"{watchdog_s:g}); killing it, the job ends with status {WATCHDOG_EXIT}",
+                    flush=True,
+                )
                 frozen = True
                 child.kill()  # SIGKILL ends a stopped process too
                 child.join(5)
@@ -140,8 +159,10 @@ def supervise(target: Callable[[], int], rank: int, role: str, critical: bool, g
                 if done_since is None and store.is_set(_done_key()):
                     done_since = time.monotonic()
                 if done_since is not None and time.monotonic() - done_since > grace_s:
-                    print(f"[rank {rank}] {role} still running {grace_s:.0f}s after the learner finished; killing it",
-                          flush=True)
+                    print(
+                        f"[rank {rank}] {role} still running {grace_s:.0f}s after the learner finished; killing it",
+                        flush=True,
+                    )
                     os.kill(child.pid, signal.SIGCONT)
                     child.kill()
     finally:

@@ -2,6 +2,7 @@
 them: their environment, their output into a log (and, line by line, to a progress display), and
 stopping a whole tree (the launcher and its ranks, which torchrun puts in sessions of their own).
 """
+
 from __future__ import annotations
 
 import os
@@ -71,8 +72,9 @@ def _pump(stream, log, echo: Optional[Callable[[str], None]]) -> None:
             echo(line.rstrip("\n"))
 
 
-def run_logged(cmd: Sequence[str], log_path: Path, limit_s: float,
-               echo: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+def run_logged(
+    cmd: Sequence[str], log_path: Path, limit_s: float, echo: Optional[Callable[[str], None]] = None
+) -> dict[str, Any]:
     """Run ``cmd`` to its end (``limit_s`` at most, then :func:`stop_tree`), all its output into
     ``log_path`` and, line by line, to ``echo``. Returns ``exit_code``, ``wall_s``, ``killed`` and
     ``cpu_s``: CPU seconds of the whole process tree (every rank), read from this process's reaped
@@ -81,8 +83,15 @@ def run_logged(cmd: Sequence[str], log_path: Path, limit_s: float,
     t0 = time.monotonic()
     killed = False
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=child_env(), start_new_session=True, errors="replace")
+        proc = subprocess.Popen(
+            list(map(str, cmd)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=child_env(),
+            start_new_session=True,
+            errors="replace",
+        )
         reader = threading.Thread(target=_pump, args=(proc.stdout, log, echo), name="run-log", daemon=True)
         reader.start()
         try:
@@ -98,14 +107,24 @@ def run_logged(cmd: Sequence[str], log_path: Path, limit_s: float,
             proc.stdout.close()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return {"exit_code": proc.returncode, "wall_s": round(time.monotonic() - t0, 2), "killed": killed,
-            "cpu_s": round(cpu, 2)}
+    return {
+        "exit_code": proc.returncode,
+        "wall_s": round(time.monotonic() - t0, 2),
+        "killed": killed,
+        "cpu_s": round(cpu, 2),
+    }
 
 
 def machine() -> str:
     """This machine in a few words: cores, CPU model, GPU if any."""
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown CPU")
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        "unknown CPU",
+    )
     import torch
 
     gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no GPU"

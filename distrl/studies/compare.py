@@ -11,6 +11,7 @@ run that fails is recorded as failed, with its log, and the comparison goes on; 
 then 1. ``DIR`` gets ``runs.jsonl`` (one record per run, as they finish), ``runs/<recipe>/seed_<n>``
 (run directories and logs), and ``compare.json``, ``compare.md`` and the PNGs (distrl/studies/compare_report.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,34 +80,63 @@ def make_parser() -> argparse.ArgumentParser:
     from distrl.recipes import get_recipe
 
     table = ", ".join(f"{k} {get_recipe(k).compare_nproc}" for k in RECIPE_NAMES if get_recipe(k).compare_nproc)
-    p = OneLineParser(prog="distrl compare", allow_abbrev=False, description=(
-        "Run every recipe (or --recipes) on the same env, budget and seeds, one run after the other on\n"
-        "this machine, without early stop, and write the seed's comparison table with what was measured:\n"
-        "compare.md, compare.json, return against time and frames, fps bars, policy lag histograms.\n\n"
-        "    distrl compare --env CartPole-v1 --budget-s 120 --out runs/compare-cartpole\n"
-        "    distrl compare --recipes impala,seed,experiments/examples/custom/seed_apex.py:recipe --seeds 0-2 --out DIR\n\n"
-        "Everything is checked before the first run starts; a run that fails is recorded as failed with\n"
-        "its log and the comparison goes on (exit status 1). Each recipe starts from the experiment\n"
-        "distrl train would pick for --env, with its own network unless --set says otherwise.\n"
-        f"Processes per recipe unless --nproc says: {table}; any other recipe {OTHER_NPROC}."))
-    p.add_argument("--recipes", help=f"comma-separated registered names or path/to/file.py:NAME (default: every "
-                                     f"registered recipe: {', '.join(RECIPE_NAMES)}, and {EXAMPLE_RECIPE} where "
-                                     "that file is; skipping any that cannot run --env)")
+    p = OneLineParser(
+        prog="distrl compare",
+        allow_abbrev=False,
+        description=(
+            "Run every recipe (or --recipes) on the same env, budget and seeds, one run after the other on\n"
+            "this machine, without early stop, and write the seed's comparison table with what was measured:\n"
+            "compare.md, compare.json, return against time and frames, fps bars, policy lag histograms.\n\n"
+            "    distrl compare --env CartPole-v1 --budget-s 120 --out runs/compare-cartpole\n"
+            "    distrl compare --recipes impala,seed,experiments/examples/custom/seed_apex.py:recipe \\\n"
+            "        --seeds 0-2 --out DIR\n\n"
+            "Everything is checked before the first run starts; a run that fails is recorded as failed with\n"
+            "its log and the comparison goes on (exit status 1). Each recipe starts from the experiment\n"
+            "distrl train would pick for --env, with its own network unless --set says otherwise.\n"
+            f"Processes per recipe unless --nproc says: {table}; any other recipe {OTHER_NPROC}."
+        ),
+    )
+    p.add_argument(
+        "--recipes",
+        help=f"comma-separated registered names or path/to/file.py:NAME (default: every "
+        f"registered recipe: {', '.join(RECIPE_NAMES)}, and {EXAMPLE_RECIPE} where "
+        "that file is; skipping any that cannot run --env)",
+    )
     p.add_argument("--env", default="CartPole-v1", help="gymnasium id, or module:function of a TorchRL env factory")
-    p.add_argument("--budget-s", type=float,
-                   help=f"seconds of training per run (default: {DEFAULT_BUDGET_S:g}, unless --frames is given)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        help=f"seconds of training per run (default: {DEFAULT_BUDGET_S:g}, unless --frames is given)",
+    )
     p.add_argument("--frames", type=int, help="env frames per run (with --budget-s: whichever comes first)")
     p.add_argument("--seeds", default="0", help="seeds per recipe: 0-2, 0,3,5 (each a run of its own)")
-    p.add_argument("--nproc", type=nproc_option, metavar="N|RECIPE=N,...",
-                   help="processes per run: N for every recipe, or recipe=N,... (default: the table above)")
-    p.add_argument("--target-return", type=float,
-                   help="the score whose first crossing is timed (default: the env's reward threshold, "
-                        "475 for CartPole-v1; an env without one gets no time to target)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config override for every recipe, e.g. --set net.hidden=64,64 (repeatable)")
+    p.add_argument(
+        "--nproc",
+        type=nproc_option,
+        metavar="N|RECIPE=N,...",
+        help="processes per run: N for every recipe, or recipe=N,... (default: the table above)",
+    )
+    p.add_argument(
+        "--target-return",
+        type=float,
+        help="the score whose first crossing is timed (default: the env's reward threshold, "
+        "475 for CartPole-v1; an env without one gets no time to target)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every recipe, e.g. --set net.hidden=64,64 (repeatable)",
+    )
     p.add_argument("--out", help="output folder (default: runs/compare-<env>-<time>); must be new or empty")
-    p.add_argument("--logger", choices=("none", "wandb"), default="none",
-                   help="wandb: also one offline W&B run in --out with the table and the plots")
+    p.add_argument(
+        "--logger",
+        choices=("none", "wandb"),
+        default="none",
+        help="wandb: also one offline W&B run in --out with the table and the plots",
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite the report from --out's runs; run nothing")
     return p
 
@@ -142,13 +172,25 @@ def plan_entries(args: argparse.Namespace, out: Path, seed: int, target: Optiona
         recipe = get_recipe(spec)
         label = recipe.name if recipe.name not in labels else f"{recipe.name}-{len(labels)}"
         labels.add(label)
-        n = (args.nproc if isinstance(args.nproc, int) else nproc.get(spec, nproc.get(label))
-             or recipe.compare_nproc or max(OTHER_NPROC, recipe.min_world_size))
+        n = (
+            args.nproc
+            if isinstance(args.nproc, int)
+            else nproc.get(spec, nproc.get(label)) or recipe.compare_nproc or max(OTHER_NPROC, recipe.min_world_size)
+        )
         experiment = default_experiment(spec, args.env)
-        ns = argparse.Namespace(recipe=spec, experiment=experiment, resume=False, env=args.env, seed=seed,
-                                run_dir=str(out / "runs" / label / f"seed_{seed}"), total_frames=args.frames,
-                                max_time_s=args.budget_s, target_return=target, logger=None,
-                                overrides=[*args.overrides, "run.early_stop=false"])
+        ns = argparse.Namespace(
+            recipe=spec,
+            experiment=experiment,
+            resume=False,
+            env=args.env,
+            seed=seed,
+            run_dir=str(out / "runs" / label / f"seed_{seed}"),
+            total_frames=args.frames,
+            max_time_s=args.budget_s,
+            target_return=target,
+            logger=None,
+            overrides=[*args.overrides, "run.early_stop=false"],
+        )
         try:
             p = plan(build_config(ns), n)
         except ValueError as e:
@@ -170,14 +212,16 @@ def _echo(line: str) -> None:
         print("  " + line, flush=True)
 
 
-def run_entries(entries: list[Entry], out: Path, seeds: list[int], target: Optional[float],
-                train_args: list[str]) -> None:
+def run_entries(
+    entries: list[Entry], out: Path, seeds: list[int], target: Optional[float], train_args: list[str]
+) -> None:
     """Run every (recipe, seed), one at a time, appending each record to ``runs.jsonl``."""
     from distrl.studies.child_runs import run_logged
     from distrl.studies.compare_report import hold_floor
     from distrl.studies.sweep import describe, seed_command, seed_result
 
     with open(out / "runs.jsonl", "a") as book:
+
         def record(rec: dict) -> None:
             book.write(json.dumps(rec) + "\n")
             book.flush()
@@ -192,14 +236,17 @@ def run_entries(entries: list[Entry], out: Path, seeds: list[int], target: Optio
                 run_dir = out / "runs" / e.label / f"seed_{seed}"
                 log = run_dir.parent / f"seed_{seed}.log"
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
-                cmd = seed_command(e.spec, seed, run_dir, e.nproc, target,
-                                   [*train_args, "--experiment", e.experiment])
-                print(f"[compare] {i}/{len(entries)} {e.label}, seed {seed}, {e.nproc} process(es): started; "
-                      f"log {log}", flush=True)
+                cmd = seed_command(e.spec, seed, run_dir, e.nproc, target, [*train_args, "--experiment", e.experiment])
+                print(
+                    f"[compare] {i}/{len(entries)} {e.label}, seed {seed}, {e.nproc} process(es): started; log {log}",
+                    flush=True,
+                )
                 res = run_logged(cmd, log, e.max_time_s * 1.5 + GRACE_S, echo=_echo)
                 r = seed_result(run_dir, seed, target, hold_floor(target))
                 verdict = describe(r) if res["exit_code"] == 0 else f"FAILED (exit {res['exit_code']}; log {log})"
-                print(f"[compare] {i}/{len(entries)} {e.label}, seed {seed}: {verdict}, {res['wall_s']:.0f} s", flush=True)
+                print(
+                    f"[compare] {i}/{len(entries)} {e.label}, seed {seed}: {verdict}, {res['wall_s']:.0f} s", flush=True
+                )
                 record(base | {"seed": seed, "run_dir": str(run_dir), "log": str(log), "cmd": shlex.join(cmd), **res})
 
 
@@ -224,28 +271,49 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not args.report_only and out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise ValueError(f"--out {out} already holds files: choose a new folder (or add --report-only)")
         saved = json.loads((out / "meta.json").read_text()) if args.report_only else {}
-        target = (args.target_return if args.target_return is not None else
-                  saved["target_return"] if "target_return" in saved else default_target(args.env))
+        target = (
+            args.target_return
+            if args.target_return is not None
+            else saved["target_return"]
+            if "target_return" in saved
+            else default_target(args.env)
+        )
         entries = [] if args.report_only else plan_entries(args, out, seeds[0], target)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    spent = " or ".join(x for x in (f"{budget:g} s" if budget else "", f"{args.frames:,} frames" if args.frames else "") if x)
+    spent = " or ".join(
+        x for x in (f"{budget:g} s" if budget else "", f"{args.frames:,} frames" if args.frames else "") if x
+    )
     interrupted = False
     if args.report_only:  # the command, date and machine of the runs, not of this rewrite
         meta = {**saved, "target_return": target}
     else:
-        meta = {"command": "distrl compare " + shlex.join(argv), "env": args.env, "budget": f"{spent} per run",
-                "budget_s": budget, "frames": args.frames, "seeds": args.seeds, "target_return": target,
-                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": child_runs.machine(),
-                "distrl": distrl.__version__}
+        meta = {
+            "command": "distrl compare " + shlex.join(argv),
+            "env": args.env,
+            "budget": f"{spent} per run",
+            "budget_s": budget,
+            "frames": args.frames,
+            "seeds": args.seeds,
+            "target_return": target,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": child_runs.machine(),
+            "distrl": distrl.__version__,
+        }
         out.mkdir(parents=True, exist_ok=True)
         (out / "meta.json").write_text(json.dumps(meta, indent=2))
-        train_args = ["--env", args.env, *(["--max-time-s", str(budget)] if budget else []),
-                      *(["--total-frames", str(args.frames)] if args.frames else []),
-                      *(a for item in args.overrides for a in ("--set", item))]
-        print(f"[compare] {len(entries)} recipes x {len(seeds)} seed(s) on {args.env}, {spent} each, into {out}",
-              flush=True)
+        train_args = [
+            "--env",
+            args.env,
+            *(["--max-time-s", str(budget)] if budget else []),
+            *(["--total-frames", str(args.frames)] if args.frames else []),
+            *(a for item in args.overrides for a in ("--set", item)),
+        ]
+        print(
+            f"[compare] {len(entries)} recipes x {len(seeds)} seed(s) on {args.env}, {spent} each, into {out}",
+            flush=True,
+        )
         try:
             run_entries(entries, out, seeds, target, train_args)
         except KeyboardInterrupt:

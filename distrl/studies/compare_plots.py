@@ -1,5 +1,6 @@
 """``distrl compare``'s pictures: return against wall time and against frames, fps bars, policy lag
 histograms, one PNG each beside ``compare.md``."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,13 +19,34 @@ def write_plots(out: Path, rows: Sequence[dict[str, Any]]) -> list[Path]:
     written = []
     for name, x, log_x in (("return_vs_time.png", "time", False), ("return_vs_frames.png", "frames", True)):
         try:
-            written.append(plot_metric(groups, RETURN_KEY, out / name, x=x, log_x=log_x,
-                                       title="training return (mean of the last 100 episodes)"))
+            written.append(
+                plot_metric(
+                    groups,
+                    RETURN_KEY,
+                    out / name,
+                    x=x,
+                    log_x=log_x,
+                    title="training return (mean of the last 100 episodes)",
+                )
+            )
         except ValueError:  # no run logged a return yet: nothing to draw
             continue
     if ran:
-        written.append(plot_bars({r["recipe"]: r["fps"] for r in ran}, out / "fps.png", "env steps / s",
-                                 "throughput (median over seeds)", log_y=True))
-        written.append(plot_histograms({r["recipe"]: r["policy_lag_hist"] for r in ran}, out / "policy_lag.png",
-                                       "policy lag (learner updates)", "policy lag: share of samples"))
+        written.append(
+            plot_bars(
+                {r["recipe"]: r["fps"] for r in ran},
+                out / "fps.png",
+                "env steps / s",
+                "throughput (median over seeds)",
+                log_y=True,
+            )
+        )
+        written.append(
+            plot_histograms(
+                {r["recipe"]: r["policy_lag_hist"] for r in ran},
+                out / "policy_lag.png",
+                "policy lag (learner updates)",
+                "policy lag: share of samples",
+            )
+        )
     return written

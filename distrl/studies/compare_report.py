@@ -8,6 +8,7 @@ into one row: medians over seeds, the time to target as the sweep reports it
 (:func:`distrl.studies.sweep.aggregate`), lag histograms summed. A figure a recipe does not record is
 ``None``, never a zero.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,6 +40,8 @@ def table_row(spec: str, name: str) -> tuple[str, ...]:
 def hold_floor(target: Optional[float]) -> float:
     """The floor a run's training mean must stay above after reaching ``target``."""
     return HOLD_FRACTION * target if target is not None else float("-inf")
+
+
 PLOTS = ("return_vs_time.png", "return_vs_frames.png", "fps.png", "policy_lag.png")
 
 
@@ -57,19 +60,29 @@ def run_measures(rec: dict[str, Any], target: Optional[float]) -> dict[str, Any]
     """One run: the sweep's seed result plus what ``summary.json`` records for the comparison."""
     run_dir = Path(rec["run_dir"])
     out = seed_result(run_dir, rec["seed"], target, hold_floor(target))
-    out.update(exit_code=rec.get("exit_code"), log=rec.get("log"), run_dir=str(run_dir), killed=rec.get("killed"),
-               cpu_cores_used=rec["cpu_s"] / rec["wall_s"] if rec.get("cpu_s") and rec.get("wall_s") else None)
+    out.update(
+        exit_code=rec.get("exit_code"),
+        log=rec.get("log"),
+        run_dir=str(run_dir),
+        killed=rec.get("killed"),
+        cpu_cores_used=rec["cpu_s"] / rec["wall_s"] if rec.get("cpu_s") and rec.get("wall_s") else None,
+    )
     out["ok"] = out["finished"] and rec.get("exit_code") == 0
     try:
         s = json.loads((run_dir / "summary.json").read_text())
     except (OSError, json.JSONDecodeError):
         return out
     skip = s.get("frame_skip") or 1
-    out.update(frame_skip=skip, frames_per_s=s.get("frames_per_s") if skip > 1 else None,
-               env_frames=s.get("env_frames"), policy_lag_max=s.get("policy_lag_max"),
-               policy_lag_hist={int(k): v for k, v in (s.get("policy_lag_hist") or {}).items()},
-               inference_batch_fill=s.get("inference_batch_fill_mean"),
-               bytes_per_env_step=s.get("bytes_per_env_step"), time_budget=s.get("time_budget") or {})
+    out.update(
+        frame_skip=skip,
+        frames_per_s=s.get("frames_per_s") if skip > 1 else None,
+        env_frames=s.get("env_frames"),
+        policy_lag_max=s.get("policy_lag_max"),
+        policy_lag_hist={int(k): v for k, v in (s.get("policy_lag_hist") or {}).items()},
+        inference_batch_fill=s.get("inference_batch_fill_mean"),
+        bytes_per_env_step=s.get("bytes_per_env_step"),
+        time_budget=s.get("time_budget") or {},
+    )
     return out
 
 
@@ -86,18 +99,31 @@ def busy_shares(time_budget: dict[str, dict[str, float]]) -> dict[str, float]:
 def recipe_row(records: Sequence[dict[str, Any]], target: Optional[float]) -> dict[str, Any]:
     """One recipe's row of ``compare.json`` from its records (every seed, or one skipped record)."""
     first = records[0]
-    row: dict[str, Any] = {"recipe": first["label"], "spec": first["spec"], "nproc": first.get("nproc"),
-                           "experiment": first.get("experiment"), "layout": first.get("layout")}
+    row: dict[str, Any] = {
+        "recipe": first["label"],
+        "spec": first["spec"],
+        "nproc": first.get("nproc"),
+        "experiment": first.get("experiment"),
+        "layout": first.get("layout"),
+    }
     if first.get("skipped"):
         return row | {"status": "skipped", "reason": first["skipped"], "runs": []}
     runs = [run_measures(r, target) for r in records]
     done = [r for r in runs if r["finished"]]
     failed = [r for r in runs if not r["ok"]]
     status = "ok" if not failed else ("failed" if not done else "partly failed")
-    reason = "; ".join(f"seed {r['seed']}: " + ("stopped past its time limit" if r.get("killed") else
-                                                f"exit {r['exit_code']}") + f", log {r['log']}" for r in failed)
-    row |= {"status": status, "reason": reason or None, "seeds": [r["seed"] for r in runs],
-            "logs": [r["log"] for r in runs]}
+    reason = "; ".join(
+        f"seed {r['seed']}: "
+        + ("stopped past its time limit" if r.get("killed") else f"exit {r['exit_code']}")
+        + f", log {r['log']}"
+        for r in failed
+    )
+    row |= {
+        "status": status,
+        "reason": reason or None,
+        "seeds": [r["seed"] for r in runs],
+        "logs": [r["log"] for r in runs],
+    }
     agg = aggregate(runs) if done else None
     ttt = agg["time_to_target_median_s"] if agg else None
     budgets: dict[str, dict[str, list[float]]] = {}
@@ -113,19 +139,24 @@ def recipe_row(records: Sequence[dict[str, Any]], target: Optional[float]) -> di
     row |= {
         "fps": _median([r["fps"] for r in done]),
         "frames_per_s": _median([r["frames_per_s"] for r in done]),
-        "target_return": target, "reached": f"{agg['reached']}/{agg['seeds']}" if agg and target is not None else None,
+        "target_return": target,
+        "reached": f"{agg['reached']}/{agg['seeds']}" if agg and target is not None else None,
         "time_to_target_s": None if ttt is None or math.isinf(ttt) or math.isnan(ttt) else ttt,
         "final_eval": _median([r["final_eval"] for r in done]),
         "final_eval_iqm": agg["final_eval_iqm"] if agg and not math.isnan(agg["final_eval_iqm"]) else None,
         "best_eval": _median([r["best_eval"] for r in done]),
-        "policy_lag_mean": (sum(r["policy_lag_mean"] for r in done) / len(done)
-                            if done and all(r["policy_lag_mean"] is not None for r in done) else None),
+        "policy_lag_mean": (
+            sum(r["policy_lag_mean"] for r in done) / len(done)
+            if done and all(r["policy_lag_mean"] is not None for r in done)
+            else None
+        ),
         "policy_lag_max": max((r["policy_lag_max"] for r in done if r["policy_lag_max"] is not None), default=None),
         "policy_lag_hist": dict(sorted(hist.items())),
         "inference_batch_fill": _median([r["inference_batch_fill"] for r in done]),
         "bytes_per_env_step": _median([r["bytes_per_env_step"] for r in done]),
         "cpu_cores_used": _median([r["cpu_cores_used"] for r in done]),
-        "busy_share_per_role": busy_shares(time_budget) or None, "time_budget": time_budget or None,
+        "busy_share_per_role": busy_shares(time_budget) or None,
+        "time_budget": time_budget or None,
         "runs": runs,
     }
     return row
@@ -147,27 +178,46 @@ def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     """``compare.md``: the seed's table with the measured columns, then every measured figure."""
     target = meta.get("target_return")
     ttt_head = f"time to {target:g} (s)" if target is not None else "time to target (s)"
-    lines = [f"# distrl compare: {meta['env']}, {meta['budget']}, seeds {meta['seeds']}", "",
-             f"Command: `{meta['command']}`", "",
-             f"Measured {meta['date']} on {meta['machine']}; one run at a time, no early stop; figures are "
-             "medians over seeds.", "",
-             "| recipe | architecture (year) | actor side: where inference runs | learner | sync | best for | "
-             f"processes | env steps/s | {ttt_head} | final greedy eval |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# distrl compare: {meta['env']}, {meta['budget']}, seeds {meta['seeds']}",
+        "",
+        f"Command: `{meta['command']}`",
+        "",
+        f"Measured {meta['date']} on {meta['machine']}; one run at a time, no early stop; figures are "
+        "medians over seeds.",
+        "",
+        "| recipe | architecture (year) | actor side: where inference runs | learner | sync | best for | "
+        f"processes | env steps/s | {ttt_head} | final greedy eval |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         arch, year, actor, learner, sync, best = table_row(r["spec"], r["recipe"])
-        measured = (f"{r['status']}: {r['reason']}" if r["status"] in ("skipped", "failed") else None)
-        ttt = _num(r.get("time_to_target_s"), 1) if r.get("time_to_target_s") is not None else (
-            "never" if r.get("reached") else "-")
-        cells = ([measured, "", ""] if measured else
-                 [_num(r["fps"]), f"{ttt} ({r['reached']})" if r.get("reached") else ttt, _num(r["final_eval"], 1)])
-        lines.append(f"| `{r['recipe']}` | {arch} ({year}) | {actor} | {learner} | {sync} | {best} | "
-                     f"{r.get('nproc')} | " + " | ".join(cells) + " |")
-    lines += ["", "Architecture, actor side, learner, sync and best for: the seed's table; on this machine every "
-              "role runs on the CPU.", "", "## Measured", "",
-              "| recipe | status | ranks | frames/s | best eval | policy lag mean / max | inference batch fill | "
-              "bytes on the wire / env step | CPU cores used | busy share per role (1 - wait) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+        measured = f"{r['status']}: {r['reason']}" if r["status"] in ("skipped", "failed") else None
+        ttt = (
+            _num(r.get("time_to_target_s"), 1)
+            if r.get("time_to_target_s") is not None
+            else ("never" if r.get("reached") else "-")
+        )
+        cells = (
+            [measured, "", ""]
+            if measured
+            else [_num(r["fps"]), f"{ttt} ({r['reached']})" if r.get("reached") else ttt, _num(r["final_eval"], 1)]
+        )
+        lines.append(
+            f"| `{r['recipe']}` | {arch} ({year}) | {actor} | {learner} | {sync} | {best} | "
+            f"{r.get('nproc')} | " + " | ".join(cells) + " |"
+        )
+    lines += [
+        "",
+        "Architecture, actor side, learner, sync and best for: the seed's table; on this machine every "
+        "role runs on the CPU.",
+        "",
+        "## Measured",
+        "",
+        "| recipe | status | ranks | frames/s | best eval | policy lag mean / max | inference batch fill | "
+        "bytes on the wire / env step | CPU cores used | busy share per role (1 - wait) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["status"] == "skipped":
             lines.append(f"| `{r['recipe']}` | skipped: {r['reason']} |  |  |  |  |  |  |  |  |")
@@ -175,15 +225,21 @@ def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         lag = "-" if r.get("policy_lag_mean") is None else f"{r['policy_lag_mean']:.2f} / {r['policy_lag_max']}"
         busy = ", ".join(f"{k} {v:.0%}" for k, v in (r.get("busy_share_per_role") or {}).items()) or "-"
         status = r["status"] if not r.get("reason") else f"{r['status']} ({r['reason']})"
-        lines.append(f"| `{r['recipe']}` | {status} | {r.get('layout') or '-'} | {_num(r.get('frames_per_s'))} | "
-                     f"{_num(r.get('best_eval'), 1)} | {lag} | {_num(r.get('inference_batch_fill'), 1)} | "
-                     f"{_num(r.get('bytes_per_env_step'), 1)} | {_num(r.get('cpu_cores_used'), 2)} | {busy} |")
-    lines += ["", "env steps/s: agent steps the learner trained on per second of the run (summary.json's fps); "
-              "frames/s: emulator frames where the env skips frames; final greedy eval: the last policy's "
-              "greedy evaluation; policy lag in learner updates (a3c: gradient staleness); inference batch fill: "
-              "requests per batched forward (seed, sf); CPU cores used: CPU seconds of every process of the run "
-              "over its wall time, start-up included; busy share: a role's wall time outside waiting "
-              "(summary.json's time_budget). A '-' is a figure the recipe does not record.", ""]
+        lines.append(
+            f"| `{r['recipe']}` | {status} | {r.get('layout') or '-'} | {_num(r.get('frames_per_s'))} | "
+            f"{_num(r.get('best_eval'), 1)} | {lag} | {_num(r.get('inference_batch_fill'), 1)} | "
+            f"{_num(r.get('bytes_per_env_step'), 1)} | {_num(r.get('cpu_cores_used'), 2)} | {busy} |"
+        )
+    lines += [
+        "",
+        "env steps/s: agent steps the learner trained on per second of the run (summary.json's fps); "
+        "frames/s: emulator frames where the env skips frames; final greedy eval: the last policy's "
+        "greedy evaluation; policy lag in learner updates (a3c: gradient staleness); inference batch fill: "
+        "requests per batched forward (seed, sf); CPU cores used: CPU seconds of every process of the run "
+        "over its wall time, start-up included; busy share: a role's wall time outside waiting "
+        "(summary.json's time_budget). A '-' is a figure the recipe does not record.",
+        "",
+    ]
     lines += [f"![{name[:-4].replace('_', ' ')}]({name})" for name in meta.get("plots", [])]
     return "\n".join(lines) + "\n"
 
@@ -217,14 +273,44 @@ def to_wandb(out: Path, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) ->
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
-    columns = ["recipe", "status", "processes", "env_steps_per_s", "time_to_target_s", "final_eval",
-               "policy_lag_mean", "policy_lag_max", "inference_batch_fill", "bytes_per_env_step", "cpu_cores_used"]
-    keys = ["recipe", "status", "nproc", "fps", "time_to_target_s", "final_eval", "policy_lag_mean",
-            "policy_lag_max", "inference_batch_fill", "bytes_per_env_step", "cpu_cores_used"]
-    data = [[None if r.get(k) is None else str(r[k]) if k in ("recipe", "status") else float(r[k]) for k in keys]
-            for r in rows]
-    run = wandb.init(project=os.environ.get("WANDB_PROJECT", "distrl"), dir=str(out), job_type="compare",
-                     name=f"compare-{out.name}", config=_clean(meta), tags=["compare", str(meta["env"])])
+    columns = [
+        "recipe",
+        "status",
+        "processes",
+        "env_steps_per_s",
+        "time_to_target_s",
+        "final_eval",
+        "policy_lag_mean",
+        "policy_lag_max",
+        "inference_batch_fill",
+        "bytes_per_env_step",
+        "cpu_cores_used",
+    ]
+    keys = [
+        "recipe",
+        "status",
+        "nproc",
+        "fps",
+        "time_to_target_s",
+        "final_eval",
+        "policy_lag_mean",
+        "policy_lag_max",
+        "inference_batch_fill",
+        "bytes_per_env_step",
+        "cpu_cores_used",
+    ]
+    data = [
+        [None if r.get(k) is None else str(r[k]) if k in ("recipe", "status") else float(r[k]) for k in keys]
+        for r in rows
+    ]
+    run = wandb.init(
+        project=os.environ.get("WANDB_PROJECT", "distrl"),
+        dir=str(out),
+        job_type="compare",
+        name=f"compare-{out.name}",
+        config=_clean(meta),
+        tags=["compare", str(meta["env"])],
+    )
     try:
         images = {f"compare/{name[:-4]}": wandb.Image(str(out / name)) for name in meta.get("plots", [])}
         run.log({"compare/table": wandb.Table(columns=columns, data=data), **images})

@@ -5,6 +5,7 @@ median with its interquartile range.
 Pure functions of plain lists; ``inf`` stands for "never reached" in times to target, so a median
 over seeds where most runs failed comes out ``inf`` rather than a flattering figure.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,12 +37,17 @@ def iqm(xs: Sequence[float]) -> float:
         return float("nan")
     s = sorted(xs)
     cut = len(s) // 4
-    middle = s[cut: len(s) - cut]
+    middle = s[cut : len(s) - cut]
     return sum(middle) / len(middle)
 
 
-def bootstrap_ci(xs: Sequence[float], stat: Callable[[Sequence[float]], float] = iqm, reps: int = 2000,
-                 confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    xs: Sequence[float],
+    stat: Callable[[Sequence[float]], float] = iqm,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
     """Percentile bootstrap interval of ``stat`` over runs: resample the runs with replacement
     ``reps`` times and take the central ``confidence`` of the statistic's values."""
     if not xs:

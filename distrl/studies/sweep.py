@@ -11,6 +11,7 @@ and interquartile range of the time to target, and the interquartile mean of the
 evaluation with a bootstrap confidence interval. ``sweep.md``, ``sweep.json`` and ``curves.png``
 are written beside the runs; ``distrl compare`` launches its runs with the same :func:`seed_command`.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ from distrl.studies.child_runs import child_env, stop_tree
 from distrl.studies.stats import bootstrap_ci, iqm, median_iqr
 
 
-def seed_command(recipe: str, seed: int, run_dir: Path, nproc: int, target: Optional[float],
-                 train_args: Sequence[str]) -> list[str]:
+def seed_command(
+    recipe: str, seed: int, run_dir: Path, nproc: int, target: Optional[float], train_args: Sequence[str]
+) -> list[str]:
     """The command line of one seed: ``distrl train`` with the user's options, the seed, its own run
     dir, the target as a measurement only (no early stop); ``--nproc`` processes on this machine."""
     own = ["--seed", str(seed), "--run-dir", str(run_dir), "--set", "run.early_stop=false"]
@@ -38,8 +40,16 @@ def seed_command(recipe: str, seed: int, run_dir: Path, nproc: int, target: Opti
     return [sys.executable, "-m", "distrl.train", recipe, *train_args, *own]
 
 
-def run_sweep(recipe: str, seeds: Sequence[int], out: Path, nproc: int, parallel: int, target: Optional[float],
-              budget_s: float, train_args: Sequence[str]) -> list[dict[str, Any]]:
+def run_sweep(
+    recipe: str,
+    seeds: Sequence[int],
+    out: Path,
+    nproc: int,
+    parallel: int,
+    target: Optional[float],
+    budget_s: float,
+    train_args: Sequence[str],
+) -> list[dict[str, Any]]:
     """Run every seed (``parallel`` at a time), each into ``out/seed_<n>``; returns their results."""
     out.mkdir(parents=True, exist_ok=True)
     pending = list(seeds)
@@ -49,8 +59,16 @@ def run_sweep(recipe: str, seeds: Sequence[int], out: Path, nproc: int, parallel
             seed = pending.pop(0)
             log = open(out / f"seed_{seed}.log", "w")
             cmd = seed_command(recipe, seed, out / f"seed_{seed}", nproc, target, train_args)
-            running.append((seed, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env(),
-                                                   start_new_session=True), time.monotonic(), log))
+            running.append(
+                (
+                    seed,
+                    subprocess.Popen(
+                        cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env(), start_new_session=True
+                    ),
+                    time.monotonic(),
+                    log,
+                )
+            )
             print(f"[sweep] seed {seed}: started ({shlex.join(cmd[3:])})", flush=True)
         for item in list(running):
             seed, proc, started, log = item
@@ -79,12 +97,20 @@ def seed_result(run_dir: Path, seed: int, target: Optional[float], hold_floor: f
     low, final = s.get("min_return_after_target"), s.get("eval_return_mean")
     held = bool(reached) and low is not None and low >= hold_floor and final is not None and final >= target
     return {
-        "seed": seed, "finished": True, "reached": bool(reached), "held": held,
+        "seed": seed,
+        "finished": True,
+        "reached": bool(reached),
+        "held": held,
         "time_to_target_s": reached["wall_s"] if reached else math.inf,
         "frames_to_target": reached["env_frames"] if reached else None,
-        "min_return_after_target": low, "final_eval": final, "best_eval": s.get("best_eval_return_mean"),
-        "return_mean_100": s.get("return_mean_100"), "fps": s.get("fps"), "wall_s": s.get("wall_s"),
-        "policy_lag_mean": s.get("policy_lag_mean"), "stop_reason": s.get("stop_reason"),
+        "min_return_after_target": low,
+        "final_eval": final,
+        "best_eval": s.get("best_eval_return_mean"),
+        "return_mean_100": s.get("return_mean_100"),
+        "fps": s.get("fps"),
+        "wall_s": s.get("wall_s"),
+        "policy_lag_mean": s.get("policy_lag_mean"),
+        "stop_reason": s.get("stop_reason"),
     }
 
 
@@ -93,8 +119,10 @@ def describe(r: dict[str, Any]) -> str:
     if not r["finished"]:
         return "no summary.json (crashed or killed)"
     ttt = f"target at {r['time_to_target_s']:.1f}s" if r["reached"] else "target not reached"
-    return (f"{ttt}, lowest after {r['min_return_after_target']}, final eval {r['final_eval']}, "
-            f"{'held' if r['held'] else 'NOT held'}, {r['fps'] or 0:,.0f} fps")
+    return (
+        f"{ttt}, lowest after {r['min_return_after_target']}, final eval {r['final_eval']}, "
+        f"{'held' if r['held'] else 'NOT held'}, {r['fps'] or 0:,.0f} fps"
+    )
 
 
 def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -106,12 +134,18 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     med, q1, q3 = median_iqr(times)
     lo, hi = bootstrap_ci(finals)
     return {
-        "seeds": n, "reached": sum(r["reached"] for r in results), "held": sum(r["held"] for r in results),
-        "time_to_target_median_s": med, "time_to_target_iqr_s": [q1, q3],
-        "final_eval_iqm": iqm(finals), "final_eval_iqm_ci95": [lo, hi],
+        "seeds": n,
+        "reached": sum(r["reached"] for r in results),
+        "held": sum(r["held"] for r in results),
+        "time_to_target_median_s": med,
+        "time_to_target_iqr_s": [q1, q3],
+        "final_eval_iqm": iqm(finals),
+        "final_eval_iqm_ci95": [lo, hi],
         "final_eval_min": min(finals) if finals else None,
-        "min_return_after_target_min": min((r["min_return_after_target"] for r in results
-                                            if r.get("min_return_after_target") is not None), default=None),
+        "min_return_after_target_min": min(
+            (r["min_return_after_target"] for r in results if r.get("min_return_after_target") is not None),
+            default=None,
+        ),
         "fps_median": median_iqr([r["fps"] for r in results if r.get("fps")])[0] if finals else None,
     }
 
@@ -124,21 +158,31 @@ def _fmt(x: Optional[float], digits: int = 1) -> str:
 
 def table(results: Sequence[dict[str, Any]], agg: dict[str, Any], title: str) -> str:
     """The sweep as markdown: one row per seed, then the aggregates."""
-    lines = [f"## {title}", "", "| seed | time to target (s) | frames to target | lowest mean after | "
-             "final greedy eval | best eval | fps | held |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"## {title}",
+        "",
+        "| seed | time to target (s) | frames to target | lowest mean after | "
+        "final greedy eval | best eval | fps | held |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
-        lines.append(f"| {r['seed']} | {_fmt(r['time_to_target_s'])} | {_fmt(r.get('frames_to_target'), 0)} | "
-                     f"{_fmt(r.get('min_return_after_target'))} | {_fmt(r.get('final_eval'))} | "
-                     f"{_fmt(r.get('best_eval'))} | {_fmt(r.get('fps'), 0)} | {'yes' if r['held'] else 'no'} |")
+        lines.append(
+            f"| {r['seed']} | {_fmt(r['time_to_target_s'])} | {_fmt(r.get('frames_to_target'), 0)} | "
+            f"{_fmt(r.get('min_return_after_target'))} | {_fmt(r.get('final_eval'))} | "
+            f"{_fmt(r.get('best_eval'))} | {_fmt(r.get('fps'), 0)} | {'yes' if r['held'] else 'no'} |"
+        )
     q1, q3 = agg["time_to_target_iqr_s"]
     lo, hi = agg["final_eval_iqm_ci95"]
-    lines += ["", f"- reached the target: {agg['reached']}/{agg['seeds']}; held it: {agg['held']}/{agg['seeds']}",
-              f"- time to target: median {_fmt(agg['time_to_target_median_s'])} s, IQR {_fmt(q1)}-{_fmt(q3)} s",
-              f"- final greedy eval: IQM {_fmt(agg['final_eval_iqm'])} (95% bootstrap CI {_fmt(lo)}-{_fmt(hi)}), "
-              f"lowest {_fmt(agg['final_eval_min'])}",
-              f"- lowest training mean after reaching the target, over all seeds: "
-              f"{_fmt(agg['min_return_after_target_min'])}",
-              f"- fps: median {_fmt(agg['fps_median'], 0)}", ""]
+    lines += [
+        "",
+        f"- reached the target: {agg['reached']}/{agg['seeds']}; held it: {agg['held']}/{agg['seeds']}",
+        f"- time to target: median {_fmt(agg['time_to_target_median_s'])} s, IQR {_fmt(q1)}-{_fmt(q3)} s",
+        f"- final greedy eval: IQM {_fmt(agg['final_eval_iqm'])} (95% bootstrap CI {_fmt(lo)}-{_fmt(hi)}), "
+        f"lowest {_fmt(agg['final_eval_min'])}",
+        f"- lowest training mean after reaching the target, over all seeds: {_fmt(agg['min_return_after_target_min'])}",
+        f"- fps: median {_fmt(agg['fps_median'], 0)}",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -147,8 +191,9 @@ def write_outputs(out: Path, results: Sequence[dict[str, Any]], title: str, comm
     agg = aggregate(results)
     md = table(results, agg, title) + f"\nCommand: `{command}`\n"
     (out / "sweep.md").write_text(md)
-    (out / "sweep.json").write_text(json.dumps({"command": command, "aggregate": agg, "seeds": list(results)},
-                                               indent=2, default=str))
+    (out / "sweep.json").write_text(
+        json.dumps({"command": command, "aggregate": agg, "seeds": list(results)}, indent=2, default=str)
+    )
     runs = [out / f"seed_{r['seed']}" for r in results if (out / f"seed_{r['seed']}" / "metrics.jsonl").is_file()]
     if runs:
         from distrl.logging.plots import plot_runs
@@ -173,23 +218,32 @@ def parse_seeds(text: str) -> list[int]:
 def make_parser():
     from distrl.runtime.args import OneLineParser, positive_int
 
-    p = OneLineParser(prog="distrl sweep", allow_abbrev=False, description=(
-        "Run one recipe over several seeds, each with a fixed budget and no early stop, and report the\n"
-        "distribution: a markdown table, JSON and every seed's training curves.\n\n"
-        "    distrl sweep impala --seeds 0-9 --nproc 3 --max-time-s 90 --env CartPole-v1\n"
-        "    distrl sweep vecenv --seeds 0-9 --parallel 2 --max-time-s 30\n\n"
-        "Options it does not know go to distrl train unchanged (--env, --set, --experiment...). Each seed\n"
-        "trains with --target-return as a measurement only (run.early_stop=false): the time it first\n"
-        "reached it, the lowest training mean after, the final greedy evaluation. Results go to --out\n"
-        "(sweep.md, sweep.json, curves.png, one run directory and log per seed)."))
+    p = OneLineParser(
+        prog="distrl sweep",
+        allow_abbrev=False,
+        description=(
+            "Run one recipe over several seeds, each with a fixed budget and no early stop, and report the\n"
+            "distribution: a markdown table, JSON and every seed's training curves.\n\n"
+            "    distrl sweep impala --seeds 0-9 --nproc 3 --max-time-s 90 --env CartPole-v1\n"
+            "    distrl sweep vecenv --seeds 0-9 --parallel 2 --max-time-s 30\n\n"
+            "Options it does not know go to distrl train unchanged (--env, --set, --experiment...). Each seed\n"
+            "trains with --target-return as a measurement only (run.early_stop=false): the time it first\n"
+            "reached it, the lowest training mean after, the final greedy evaluation. Results go to --out\n"
+            "(sweep.md, sweep.json, curves.png, one run directory and log per seed)."
+        ),
+    )
     p.add_argument("recipe", metavar="RECIPE", help="recipe to sweep: a registered name or path/to/file.py:NAME")
     p.add_argument("--seeds", default="0-9", help="seeds: 0-9, 0,3,5 or 0-2,7")
     p.add_argument("--nproc", type=positive_int, default=1, help="processes per seed")
     p.add_argument("--parallel", type=positive_int, default=1, help="seeds run at the same time")
     p.add_argument("--max-time-s", type=float, default=90.0, help="training budget of every seed")
     p.add_argument("--target-return", type=float, default=475.0, help="the score whose first crossing is timed")
-    p.add_argument("--hold-floor", type=float, default=250.0,
-                   help="a seed holds when its training mean never falls below this after the target")
+    p.add_argument(
+        "--hold-floor",
+        type=float,
+        default=250.0,
+        help="a seed holds when its training mean never falls below this after the target",
+    )
     p.add_argument("--out", help="output folder (default: runs/sweep-<recipe>-<time>)")
     p.add_argument("--report-only", action="store_true", help="re-read the seeds already in --out; run nothing")
     return p

@@ -1,12 +1,6 @@
 """How roles on different ranks call each other: one interface, an in-process and an rpc backend."""
-from distrl.transport.base import (
-    CallTimeoutError,
-    Handler,
-    PeerLostError,
-    RemoteError,
-    Transport,
-    TransportError,
-)
+
+from distrl.transport.base import CallTimeoutError, Handler, PeerLostError, RemoteError, Transport, TransportError
 from distrl.transport.local import LocalHub, LocalTransport
 from distrl.transport.rpc import RpcTransport
 

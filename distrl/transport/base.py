@@ -10,6 +10,7 @@ loops through bounded queues instead.
 Two backends implement it: ``local`` (threads in one process, world size 1) and ``rpc``
 (``torch.distributed.rpc`` over TensorPipe's uv transport, one process per rank).
 """
+
 from __future__ import annotations
 
 import abc
@@ -62,9 +63,7 @@ class Transport(abc.ABC):
         """Join the group. Raises :class:`TransportError` naming what is missing on failure."""
 
     @abc.abstractmethod
-    def call(
-        self, dst: int, method: str, td: Optional[TensorDict] = None, timeout: Optional[float] = None
-    ) -> Future:
+    def call(self, dst: int, method: str, td: Optional[TensorDict] = None, timeout: Optional[float] = None) -> Future:
         """Call ``method`` on rank ``dst`` asynchronously.
 
         The future resolves to the handler's return value, or raises :class:`PeerLostError`,

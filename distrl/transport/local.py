@@ -3,6 +3,7 @@
 World size 1 runs the same role classes as a torchrun job, each rank's loop in its own thread
 and each call on a shared pool, so the first integration test needs no process group at all.
 """
+
 from __future__ import annotations
 
 import threading
@@ -11,14 +12,7 @@ from typing import Optional
 
 from tensordict import TensorDict
 
-from distrl.transport.base import (
-    CallTimeoutError,
-    Handler,
-    PeerLostError,
-    RemoteError,
-    Transport,
-    TransportError,
-)
+from distrl.transport.base import CallTimeoutError, Handler, PeerLostError, RemoteError, Transport, TransportError
 
 
 class LocalHub:

@@ -19,6 +19,7 @@
 * :meth:`RpcTransport.close` runs ``rpc.shutdown`` in a daemon thread and stops waiting at its
   timeout: with a dead or stopped peer, shutdown can hang past any timeout given to it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,16 +37,25 @@ from tensordict import TensorDict, TensorDictBase
 from torch.distributed import rpc as torch_rpc
 
 from distrl.runtime.network import LoopbackTCPStore, single_machine
-from distrl.transport.base import (CallTimeoutError, Handler, PeerLostError, RemoteError, Transport,
-                                   TransportError)
+from distrl.transport.base import CallTimeoutError, Handler, PeerLostError, RemoteError, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
 _HANDLERS: dict[str, Handler] = {}  # rpc is process-global, and so is what this process serves
 _ACTIVE: list["RpcTransport"] = []  # at most one started transport per process
 _TD_TAG = "distrl.td"
-_LOST_MARKERS = ("eof", "end of file", "pipe closed", "connection closed", "connection reset",
-                 "connection refused", "broken pipe", "econnreset", "econnrefused", "epipe")
+_LOST_MARKERS = (
+    "eof",
+    "end of file",
+    "pipe closed",
+    "connection closed",
+    "connection reset",
+    "connection refused",
+    "broken pipe",
+    "econnreset",
+    "econnrefused",
+    "epipe",
+)
 
 
 def _encode(obj: Any) -> Any:
@@ -96,8 +106,15 @@ class RpcTransport(Transport):
     ``MASTER_ADDR``/``MASTER_PORT`` come from the environment. One transport per process.
     """
 
-    def __init__(self, rank: int, world_size: int, timeout: float = 30.0, init_timeout: float = 60.0,
-                 num_threads: int = 16, role_names: Optional[dict[int, str]] = None):
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        timeout: float = 30.0,
+        init_timeout: float = 60.0,
+        num_threads: int = 16,
+        role_names: Optional[dict[int, str]] = None,
+    ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
         if timeout <= 0 or init_timeout <= 0:
@@ -142,8 +159,9 @@ class RpcTransport(Transport):
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # for any launcher we start
         status: dict[str, Any] = {"stage": "store", "missing": [], "error": None}
         deadline = time.monotonic() + self.init_timeout
-        thread = threading.Thread(target=self._join, args=(addr, int(port), deadline, status),
-                                  name="distrl-rpc-start", daemon=True)
+        thread = threading.Thread(
+            target=self._join, args=(addr, int(port), deadline, status), name="distrl-rpc-start", daemon=True
+        )
         thread.start()
         thread.join(max(0.0, deadline - time.monotonic()))
         if status["stage"] == "done":
@@ -151,12 +169,15 @@ class RpcTransport(Transport):
         _ACTIVE.remove(self)
         self._state = "closed"
         missing = ", ".join(map(self._who, status["missing"])) or "no rank"
-        why = {"store": f"no store at {addr}:{port}, so {self._who(0)} did not start",
-               "barrier": f"{missing} did not start",
-               "rpc": "init_rpc did not finish although every rank started"}.get(status["stage"], "failed")
+        why = {
+            "store": f"no store at {addr}:{port}, so {self._who(0)} did not start",
+            "barrier": f"{missing} did not start",
+            "rpc": "init_rpc did not finish although every rank started",
+        }.get(status["stage"], "failed")
         error = status["error"]
-        raise TransportError(f"rank {self.rank}: {why} within {self.init_timeout:.3g}s"
-                             + (f" ({error})" if error else "")) from error
+        raise TransportError(
+            f"rank {self.rank}: {why} within {self.init_timeout:.3g}s" + (f" ({error})" if error else "")
+        ) from error
 
     def _join(self, addr: str, port: int, deadline: float, status: dict) -> None:
         # A step in C++ that outlives start() makes the exit abort, so watch the deadline here too.
@@ -167,12 +188,14 @@ class RpcTransport(Transport):
                 return  # a TCPStore client would retry past its timeout
             # on one machine every store distrl hosts listens on loopback only (distrl/runtime/network.py)
             TCPStore = LoopbackTCPStore if single_machine() else dist.TCPStore  # noqa: N806
-            store = TCPStore(addr, port, None, self.rank == 0 and not agent_store, left(),
-                                  wait_for_workers=False, multi_tenant=True)  # rank 0 hosts it
+            store = TCPStore(
+                addr, port, None, self.rank == 0 and not agent_store, left(), wait_for_workers=False, multi_tenant=True
+            )  # rank 0 hosts it
             self._stores.append(store)
             status["stage"] = "barrier"
-            prefix = "distrl/{}/{}/".format(os.environ.get("TORCHELASTIC_RUN_ID", "none"),
-                                            os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+            prefix = "distrl/{}/{}/".format(
+                os.environ.get("TORCHELASTIC_RUN_ID", "none"), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            )
             keys = [f"{prefix}joined/{r}" for r in range(self.world_size)]
             store.set(keys[self.rank], str(os.getpid()))
             while True:  # polled, so that the missing ranks are known at any moment
@@ -189,10 +212,12 @@ class RpcTransport(Transport):
                 store.set(prefix + "rpc_port", str(rpc_store.port))
             store.set_timeout(left())
             opts = torch_rpc.TensorPipeRpcBackendOptions(
-                num_worker_threads=self.num_threads, rpc_timeout=self.timeout,
-                init_method=f"tcp://{addr}:{int(store.get(prefix + 'rpc_port'))}", _transports=["uv"])
-            torch_rpc.init_rpc(f"rank{self.rank}", rank=self.rank, world_size=self.world_size,
-                               rpc_backend_options=opts)
+                num_worker_threads=self.num_threads,
+                rpc_timeout=self.timeout,
+                init_method=f"tcp://{addr}:{int(store.get(prefix + 'rpc_port'))}",
+                _transports=["uv"],
+            )
+            torch_rpc.init_rpc(f"rank{self.rank}", rank=self.rank, world_size=self.world_size, rpc_backend_options=opts)
             status["stage"] = "done"
         except Exception as e:
             status["error"] = e
@@ -207,8 +232,11 @@ class RpcTransport(Transport):
         out: Future = Future()
         out.set_running_or_notify_cancel()  # an rpc in flight cannot be cancelled
         if dst in self._lost or self._state != "started":
-            out.set_exception(PeerLostError(dst, self.role_names.get(dst, ""), self._lost[dst]) if dst in self._lost
-                              else TransportError(f"transport is {self._state}, not started"))
+            out.set_exception(
+                PeerLostError(dst, self.role_names.get(dst, ""), self._lost[dst])
+                if dst in self._lost
+                else TransportError(f"transport is {self._state}, not started")
+            )
             return out
         try:
             fut = torch_rpc.rpc_async(f"rank{dst}", _dispatch, args=(method, _encode(td)), timeout=limit)

@@ -6,6 +6,7 @@ distrl's docstrings are written for a reader of the source: config fields are do
 griffe reads neither, so this extension turns a ``#:`` comment into the attribute's docstring and
 a role into inline code, before mkdocstrings renders anything.
 """
+
 from __future__ import annotations
 
 import ast
@@ -41,14 +42,26 @@ def _comment_doc(attr: griffe.Attribute, agent: griffe.Visitor | griffe.Inspecto
 class DistrlDocstrings(griffe.Extension):
     """``#:`` field comments become docstrings; Sphinx roles become inline code."""
 
-    def on_attribute_instance(self, *, node: ast.AST | griffe.ObjectNode, attr: griffe.Attribute,
-                              agent: griffe.Visitor | griffe.Inspector, **kwargs) -> None:
+    def on_attribute_instance(
+        self,
+        *,
+        node: ast.AST | griffe.ObjectNode,
+        attr: griffe.Attribute,
+        agent: griffe.Visitor | griffe.Inspector,
+        **kwargs,
+    ) -> None:
         if attr.docstring is None:
             doc = _comment_doc(attr, agent)
             if doc:
                 attr.docstring = griffe.Docstring(_ROLE.sub(_role_to_code, doc), lineno=attr.lineno, parent=attr)
 
-    def on_instance(self, *, node: ast.AST | griffe.ObjectNode, obj: griffe.Object,
-                    agent: griffe.Visitor | griffe.Inspector, **kwargs) -> None:
+    def on_instance(
+        self,
+        *,
+        node: ast.AST | griffe.ObjectNode,
+        obj: griffe.Object,
+        agent: griffe.Visitor | griffe.Inspector,
+        **kwargs,
+    ) -> None:
         if obj.docstring is not None and ":" in obj.docstring.value:
             obj.docstring.value = _ROLE.sub(_role_to_code, obj.docstring.value)

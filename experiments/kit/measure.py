@@ -19,6 +19,7 @@ the same way (design rule 9); the ideal's arithmetic (design rule 11) beside it.
   :class:`Meter` in short windows taken in turn, so that a burst of load from other jobs hits every
   row alike; each row reports its least disturbed window.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,6 +44,7 @@ def cores() -> int:
 
 
 # ---- in-process rates -------------------------------------------------------------------------
+
 
 @dataclass
 class Rate:
@@ -97,8 +99,14 @@ class Meter:
     torch threads. Measured in short windows, round robin with the other meters (:func:`round_robin`),
     so a burst of load from other jobs hits every row alike."""
 
-    def __init__(self, name: str, step: Callable[[], object], frames: int, close: Callable[[], None] = lambda: None,
-                 threads: int = 1):
+    def __init__(
+        self,
+        name: str,
+        step: Callable[[], object],
+        frames: int,
+        close: Callable[[], None] = lambda: None,
+        threads: int = 1,
+    ):
         self.name, self.step, self.frames, self.close, self.threads = name, step, frames, close, threads
         self.windows: list[Rate] = []
 
@@ -122,8 +130,9 @@ class Meter:
         return max(w.wall for w in self.windows), max(w.cpu for w in self.windows)
 
 
-def round_robin(meters: Iterable[Meter], rounds: int, seconds: float,
-                warmup: int = 2) -> dict[str, tuple[float, float]]:
+def round_robin(
+    meters: Iterable[Meter], rounds: int, seconds: float, warmup: int = 2
+) -> dict[str, tuple[float, float]]:
     """Every meter warmed up (``warmup`` steps: allocations, first resets, compilation), then
     ``rounds`` windows of ``seconds`` each, taken in turn; then closed. ``{name: (best wall, best CPU)}``."""
     meters = list(meters)
@@ -138,6 +147,7 @@ def round_robin(meters: Iterable[Meter], rounds: int, seconds: float,
 
 
 # ---- the ideal (design rule 11) -----------------------------------------------------------------
+
 
 def ideal_fps(us: dict[str, float], n_cores: int) -> float:
     """Steps/s if ``n_cores`` did nothing but each stage's work: cores / (sum of us per step)."""

@@ -20,6 +20,7 @@ first batch on. The three ale-py layouts then run again with training: per batch
 of ``ClipPPOLoss`` (``functional=False``: the policy and value towers share one torso) over
 minibatches of 256 in this process, Adam, and the new weights sent to the workers.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -81,8 +82,9 @@ def ppo_update(net: ActorCritic, actor, critic, collector_) -> Callable[[TensorD
     return update
 
 
-def torchrl_fps(net: str, make_env, envs: int, workers: int, asynchronous: bool, seconds: float,
-                ppo: bool = False) -> float:
+def torchrl_fps(
+    net: str, make_env, envs: int, workers: int, asynchronous: bool, seconds: float, ppo: bool = False
+) -> float:
     """Agent steps/s (wall, from the first batch) of a TorchRL collector with the recipes' policy
     (:func:`experiments.kit.torchrl_layouts.collector`); with ``ppo``, :func:`ppo_update` per batch."""
     net_ = model(net)
@@ -100,10 +102,18 @@ def torchrl_layouts(net: str, n_cores: int, seconds: float) -> dict[str, float]:
     collect = {
         f"MultiSyncCollector {c} x GymWrapper(AtariVectorEnv({ENVS}, 1 thread))": (*vec, False),
         f"MultiAsyncCollector {c} x GymWrapper(AtariVectorEnv({ENVS}, 1 thread))": (*vec, True),
-        f"Collector 1 x GymWrapper(AtariVectorEnv({ENVS * c}, {c} threads))":
-            (partial(vector_env_in_torchrl, partial(vector_env, ENVS * c, c)), ENVS * c, 0, False),
-        f"MultiSyncCollector {c} x SerialEnv(4 x GymWrapper(gymnasium AtariPreprocessing))":
-            (partial(serial_env, 4, partial(gym_wrapped, partial(make_atari_env, ENV_ID))), 4, c, False),
+        f"Collector 1 x GymWrapper(AtariVectorEnv({ENVS * c}, {c} threads))": (
+            partial(vector_env_in_torchrl, partial(vector_env, ENVS * c, c)),
+            ENVS * c,
+            0,
+            False,
+        ),
+        f"MultiSyncCollector {c} x SerialEnv(4 x GymWrapper(gymnasium AtariPreprocessing))": (
+            partial(serial_env, 4, partial(gym_wrapped, partial(make_atari_env, ENV_ID))),
+            4,
+            c,
+            False,
+        ),
     }
     out = {name: torchrl_fps(net, *args, seconds) for name, args in collect.items()}
     for name in list(collect)[:3]:
@@ -114,7 +124,11 @@ def torchrl_layouts(net: str, n_cores: int, seconds: float) -> dict[str, float]:
 def env_only(n_cores: int, seconds: float) -> dict[str, float]:
     """Agent steps/s (wall), random actions, no policy, of ``n_cores`` processes x
     ``AtariVectorEnv(16, 1 thread)``, and of 1 process x ``AtariVectorEnv(16 x n_cores, n_cores threads)``."""
-    return {f"{n_cores} processes x AtariVectorEnv({ENVS}, 1 thread)":
-            env_only_fps(partial(vector_env, ENVS, 1), n_cores, seconds),
-            f"1 process x AtariVectorEnv({ENVS * n_cores}, {n_cores} threads)":
-            random_steps_per_s(partial(vector_env, ENVS * n_cores, n_cores), seconds)}
+    return {
+        f"{n_cores} processes x AtariVectorEnv({ENVS}, 1 thread)": env_only_fps(
+            partial(vector_env, ENVS, 1), n_cores, seconds
+        ),
+        f"1 process x AtariVectorEnv({ENVS * n_cores}, {n_cores} threads)": random_steps_per_s(
+            partial(vector_env, ENVS * n_cores, n_cores), seconds
+        ),
+    }

@@ -6,6 +6,7 @@ as TorchRL's layouts are timed from their first batch), and the lines every benc
 A run is a child process (``torchrun`` or plain ``python``) with one thread a process and no
 evaluation, so that what is timed is collection and training alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,17 +21,40 @@ ROOT = Path(__file__).resolve().parents[2]  #: the checkout: launch/train.py and
 ENV_ID = "CartPole-v1"  #: the env of the CartPole benchmarks and of TorchRL's yardstick
 
 
-def train(recipe: str, frames: int, nproc: int = 3, extra: Sequence[str] = (), env: str = ENV_ID,
-          run_dir: Optional[Path] = None) -> dict:
+def train(
+    recipe: str,
+    frames: int,
+    nproc: int = 3,
+    extra: Sequence[str] = (),
+    env: str = ENV_ID,
+    run_dir: Optional[Path] = None,
+) -> dict:
     """``torchrun --nproc-per-node=NPROC launch/train.py RECIPE`` (plain ``python`` for one process)
     on ``env`` (a gymnasium id or a TorchRL env factory) for ``frames`` trained frames, one thread a
     process, no evaluation, into ``run_dir`` (a temporary one if not given); returns its ``summary.json``."""
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(run_dir or tmp)
-        launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-                  if nproc > 1 else [sys.executable])
-        cmd = [*launch, str(ROOT / "launch" / "train.py"), recipe, "--env", env, "--total-frames", str(frames),
-               "--logger", "none", "--run-dir", str(run_dir), "--set", "run.eval_episodes=0", *extra]
+        launch = (
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+            if nproc > 1
+            else [sys.executable]
+        )
+        cmd = [
+            *launch,
+            str(ROOT / "launch" / "train.py"),
+            recipe,
+            "--env",
+            env,
+            "--total-frames",
+            str(frames),
+            "--logger",
+            "none",
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "run.eval_episodes=0",
+            *extra,
+        ]
         proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
@@ -43,8 +67,10 @@ def trained_fps(summary: dict) -> float:
     gradients: ``frames_dropped``) are not in it."""
     fps = summary.get("fps_running")
     if fps is None:
-        raise SystemExit(f"{summary['recipe']} trained on fewer than two batches ({summary['env_frames']} frames): "
-                         "give it more frames or time")
+        raise SystemExit(
+            f"{summary['recipe']} trained on fewer than two batches ({summary['env_frames']} frames): "
+            "give it more frames or time"
+        )
     return fps
 
 

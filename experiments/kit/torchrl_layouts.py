@@ -14,6 +14,7 @@ Env layouts, fastest first on CPU (docs/benchmarks.md has the figures):
 Threads: one torch thread in this process and one in each collector worker (``num_threads=1,
 num_sub_threads=1``), as distrl's processes have (:func:`experiments.kit.measure.one_thread`).
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -71,27 +72,38 @@ def serial_env(n: int, make_one: Callable[[], EnvBase], to_float32: bool = False
 
 # ---- the policy ---------------------------------------------------------------------------------
 
+
 def categorical_actor(policy: nn.Module) -> ProbabilisticActor:
     """distrl's policy tower (``observation [*B, *F] -> logits [*B, A]``) as a TorchRL actor that
     samples a ``Categorical`` and writes ``action_log_prob``."""
-    return ProbabilisticActor(TensorDictModule(policy, in_keys=["observation"], out_keys=["logits"]),
-                              in_keys=["logits"], distribution_class=Categorical, return_log_prob=True)
+    return ProbabilisticActor(
+        TensorDictModule(policy, in_keys=["observation"], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=Categorical,
+        return_log_prob=True,
+    )
 
 
 def gaussian_actor(policy: nn.Module) -> ProbabilisticActor:
     """distrl's Gaussian policy tower (``observation [*B, *F] -> cat(mean, log_std) [*B, 2A]``) as a
     TorchRL actor: TorchRL's ``NormalParamExtractor`` (``scale = exp(log_std)``) and an
     ``IndependentNormal``."""
-    module = TensorDictModule(nn.Sequential(policy, NormalParamExtractor(scale_mapping="exp")),
-                              in_keys=["observation"], out_keys=["loc", "scale"])
-    return ProbabilisticActor(module, in_keys=["loc", "scale"], distribution_class=IndependentNormal,
-                              return_log_prob=True)
+    module = TensorDictModule(
+        nn.Sequential(policy, NormalParamExtractor(scale_mapping="exp")),
+        in_keys=["observation"],
+        out_keys=["loc", "scale"],
+    )
+    return ProbabilisticActor(
+        module, in_keys=["loc", "scale"], distribution_class=IndependentNormal, return_log_prob=True
+    )
 
 
 # ---- the collector and how it is timed -------------------------------------------------------------
 
-def collector(make_env: Callable[[], EnvBase], policy: nn.Module, frames_per_batch: int, workers: int,
-              asynchronous: bool = False):
+
+def collector(
+    make_env: Callable[[], EnvBase], policy: nn.Module, frames_per_batch: int, workers: int, asynchronous: bool = False
+):
     """``MultiSyncCollector`` (``MultiAsyncCollector`` if ``asynchronous``: its workers collect the
     next batch while this process trains on the last) over ``workers`` processes of one thread
     each, or a plain ``Collector`` in this process when ``workers == 0``; endless (``total_frames=-1``)."""
@@ -99,12 +111,22 @@ def collector(make_env: Callable[[], EnvBase], policy: nn.Module, frames_per_bat
     if workers == 0:
         return Collector(make_env(), policy, frames_per_batch=frames_per_batch, total_frames=-1)
     multi = MultiAsyncCollector if asynchronous else MultiSyncCollector
-    return multi([make_env] * workers, policy, frames_per_batch=frames_per_batch, total_frames=-1,
-                 num_threads=1, num_sub_threads=1)
+    return multi(
+        [make_env] * workers,
+        policy,
+        frames_per_batch=frames_per_batch,
+        total_frames=-1,
+        num_threads=1,
+        num_sub_threads=1,
+    )
 
 
-def first_batch_fps(collector, frames: Optional[int] = None, seconds: Optional[float] = None,
-                    update: Optional[Callable[[TensorDictBase], None]] = None) -> float:
+def first_batch_fps(
+    collector,
+    frames: Optional[int] = None,
+    seconds: Optional[float] = None,
+    update: Optional[Callable[[TensorDictBase], None]] = None,
+) -> float:
     """Frames per wall-clock second of ``collector`` after its first batch (left out, as distrl's
     first batch is: worker start, first resets), over ``frames`` frames or ``seconds`` seconds,
     ``update(batch)`` called on every batch (training in this process); then the collector is shut down."""
@@ -126,6 +148,7 @@ def first_batch_fps(collector, frames: Optional[int] = None, seconds: Optional[f
 
 
 # ---- the env-only limit ---------------------------------------------------------------------------
+
 
 def random_steps_per_s(make_env: Callable[[], gym.vector.VectorEnv], seconds: float, pool: int = 256) -> float:
     """Env steps/s (wall) of one vector env stepped with pre-sampled random actions, no policy."""

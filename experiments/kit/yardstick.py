@@ -16,6 +16,7 @@ actions and no policy at all. Every layout is timed by the wall clock from its f
 distrl's runs are by ``fps_running``; the limit is wall-clock too: each process's steps over its
 own seconds, summed. ``python -m experiments.baselines`` prints them alone.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -52,8 +53,11 @@ def _vector(n: int) -> Callable:
 
 def layouts(envs: tuple[int, ...] = (64, 256), procs: int = 2) -> dict[str, Callable[[int], float]]:
     """Every layout by name: ``measure(frames) -> frames/s``."""
-    out = {f"MultiSyncCollector {procs} x SerialEnv(8 x GymEnv)":
-           partial(collector_fps, partial(serial_env, 8, partial(gym_env, ENV_ID)), 8, procs)}
+    out = {
+        f"MultiSyncCollector {procs} x SerialEnv(8 x GymEnv)": partial(
+            collector_fps, partial(serial_env, 8, partial(gym_env, ENV_ID)), 8, procs
+        )
+    }
     for n in envs:
         name = f"MultiSyncCollector {procs} x GymWrapper(SyncVectorEnv({n}))"
         out[name] = partial(collector_fps, _vector(n), n, procs)
@@ -80,8 +84,10 @@ def report(frames: int, envs: tuple[int, ...] = (64, 256), procs: int = 2) -> tu
     for name, fps in measured.items():
         mark = "  <- best" if name == best else ""
         print(f"  torchrl {name:52s} {fps:10,.0f} frames/s ({fps / limit:5.1%} of the limit){mark}", flush=True)
-    print(f"  env-only limit: {procs} processes x SyncVectorEnv({max(envs)}), random actions {limit:10,.0f} steps/s",
-          flush=True)
+    print(
+        f"  env-only limit: {procs} processes x SyncVectorEnv({max(envs)}), random actions {limit:10,.0f} steps/s",
+        flush=True,
+    )
     print("  (wall-clock rates; the layouts from their first batch on)", flush=True)
     return best, measured[best], limit
 
@@ -111,8 +117,11 @@ class Yardstick:
             return
         again = layouts(self.envs, self.procs)[self.best](self.frames)
         self.figures.append(again)
-        print(f"  torchrl {self.best} again, after distrl's runs: {again:,.0f} frames/s (wall, from its first "
-              f"batch); the ratios use the higher, {self.ref:,.0f}", flush=True)
+        print(
+            f"  torchrl {self.best} again, after distrl's runs: {again:,.0f} frames/s (wall, from its first "
+            f"batch); the ratios use the higher, {self.ref:,.0f}",
+            flush=True,
+        )
 
     @property
     def ref(self) -> float:
@@ -130,5 +139,7 @@ class Yardstick:
     def line(self, name: str, summary: dict, of_limit: bool = True, unit: str = "trained frames/s") -> str:
         """One distrl run against TorchRL: its trained fps from the first batch (whole run in brackets)."""
         fps = trained_fps(summary)
-        return (f"  {name}: {fps:10,.0f} {unit} (wall, from its first batch; {summary['fps']:,.0f} over "
-                f"the whole run{dropped(summary)}) = {self.ratio(fps, of_limit)}")
+        return (
+            f"  {name}: {fps:10,.0f} {unit} (wall, from its first batch; {summary['fps']:,.0f} over "
+            f"the whole run{dropped(summary)}) = {self.ratio(fps, of_limit)}"
+        )

@@ -72,11 +72,7 @@ TORCH_ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 
 
 def make_torch_env(
-    env_id: str,
-    num_envs: int,
-    device: torch.device | str = "cpu",
-    seed: int | None = None,
-    **kwargs,
+    env_id: str, num_envs: int, device: torch.device | str = "cpu", seed: int | None = None, **kwargs
 ) -> TorchBatchedEnv | TorchGridEnv:
     """Builds the torch-native batched version of a gymnasium env.
 
@@ -98,7 +94,5 @@ def make_torch_env(
     """
     cls = _REGISTRY.get(env_id)
     if cls is None:
-        raise ValueError(
-            f"no torch-native env for {env_id!r}; known ids: {', '.join(TORCH_ENV_IDS)}"
-        )
+        raise ValueError(f"no torch-native env for {env_id!r}; known ids: {', '.join(TORCH_ENV_IDS)}")
     return cls(num_envs, device=device, seed=seed, **kwargs)

@@ -55,9 +55,9 @@ def acrobot_dsdt(state: Tensor, torque: Tensor) -> Tensor:
         + (m1 * lc1 + m2 * l1) * g * torch.cos(theta1 - math.pi / 2)
         + phi2
     )
-    ddtheta2 = (
-        torque + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1.square() * sin2 - phi2
-    ) / (m2 * lc2**2 + i2 - d2.square() / d1)
+    ddtheta2 = (torque + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1.square() * sin2 - phi2) / (
+        m2 * lc2**2 + i2 - d2.square() / d1
+    )
     ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
     return torch.stack((dtheta1, dtheta2, ddtheta1, ddtheta2), dim=-1)
 
@@ -107,11 +107,7 @@ def acrobot_observation(state: Tensor) -> Tensor:
     """``[B, 4]`` state -> ``[B, 6]`` (cos t1, sin t1, cos t2, sin t2, dt1, dt2)."""
     theta1, theta2, dtheta1, dtheta2 = state.unbind(-1)
     return torch.stack(
-        (
-            torch.cos(theta1), torch.sin(theta1), torch.cos(theta2), torch.sin(theta2),
-            dtheta1, dtheta2,
-        ),
-        dim=-1,
+        (torch.cos(theta1), torch.sin(theta1), torch.cos(theta2), torch.sin(theta2), dtheta1, dtheta2), dim=-1
     )
 
 

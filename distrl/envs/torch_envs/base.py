@@ -40,9 +40,7 @@ __all__ = ["TorchBatchedEnv", "uniform"]
 def uniform(generator: torch.Generator, low: Tensor, high: Tensor, num_envs: int) -> Tensor:
     """``[B, S]`` samples of ``low + (high - low) * U[0, 1)`` (numpy's ``uniform``), from
     bounds ``low``, ``high`` of shape ``[S]`` on the generator's device."""
-    u = torch.rand(
-        (num_envs, low.shape[0]), generator=generator, device=low.device, dtype=low.dtype
-    )
+    u = torch.rand((num_envs, low.shape[0]), generator=generator, device=low.device, dtype=low.dtype)
     return low + (high - low) * u
 
 
@@ -134,8 +132,11 @@ class TorchBatchedEnv(EnvBase):
         shape = (n, low.shape[0])
         if torch.isfinite(low).all() and torch.isfinite(high).all():
             obs = Bounded(
-                low=low.expand(shape).clone(), high=high.expand(shape).clone(),
-                shape=shape, dtype=torch.float32, device=dev,
+                low=low.expand(shape).clone(),
+                high=high.expand(shape).clone(),
+                shape=shape,
+                dtype=torch.float32,
+                device=dev,
             )
         else:
             obs = Unbounded(shape=shape, dtype=torch.float32, device=dev)
@@ -144,8 +145,7 @@ class TorchBatchedEnv(EnvBase):
         self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=dev)
         flag = Categorical(2, shape=(n, 1), dtype=torch.bool, device=dev)
         self.done_spec = Composite(
-            done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(),
-            shape=(n,), device=dev,
+            done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=(n,), device=dev
         )
 
     # ---- state access (tests, checkpoints, syncing with a reference implementation) ----
@@ -185,9 +185,7 @@ class TorchBatchedEnv(EnvBase):
         self._sim.elapsed = torch.zeros_like(self._sim.elapsed)
         return self._observation_of_sim()
 
-    def step_autoreset(
-        self, action: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    def step_autoreset(self, action: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """Steps every env and resets those that finished, without TensorDicts.
 
         Args:
@@ -210,12 +208,13 @@ class TorchBatchedEnv(EnvBase):
         sim.state = torch.where(done.unsqueeze(-1), sim.pending, next_state)
         sim.elapsed = torch.where(done, 0, elapsed)
         next_obs = self.observe(next_state).float()
-        obs_after_reset = torch.where(
-            done.unsqueeze(-1), self.observe(sim.pending).float(), next_obs
-        )
+        obs_after_reset = torch.where(done.unsqueeze(-1), self.observe(sim.pending).float(), next_obs)
         return (
-            next_obs, reward.float().unsqueeze(-1), terminated.unsqueeze(-1),
-            truncated.unsqueeze(-1), obs_after_reset,
+            next_obs,
+            reward.float().unsqueeze(-1),
+            terminated.unsqueeze(-1),
+            truncated.unsqueeze(-1),
+            obs_after_reset,
         )
 
     # ---- TorchRL EnvBase ---------------------------------------------------------------
@@ -288,8 +287,7 @@ class TorchBatchedEnv(EnvBase):
         seed = int(torch.randint(2**62, (1,), generator=self._generator, device=old))
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         sim, dev = self._sim, self.device
-        sim.state, sim.elapsed, sim.pending = (sim.state.to(dev), sim.elapsed.to(dev),
-                                               sim.pending.to(dev))
+        sim.state, sim.elapsed, sim.pending = (sim.state.to(dev), sim.elapsed.to(dev), sim.pending.to(dev))
         self._reset_low, self._reset_high = self._reset_low.to(dev), self._reset_high.to(dev)
         return self
 

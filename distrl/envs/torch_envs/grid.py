@@ -98,8 +98,14 @@ class TorchGridEnv(EnvBase):
     reset_draws: ClassVar[int]  # R: uniforms one reset consumes
     num_initial_states: ClassVar[int]
 
-    def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: int | None = None,
-                 max_episode_steps: int | None = 10_000, sticky_action_prob: float = 0.1):
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        max_episode_steps: int | None = 10_000,
+        sticky_action_prob: float = 0.1,
+    ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if max_episode_steps is not None and max_episode_steps < 1:
@@ -136,14 +142,20 @@ class TorchGridEnv(EnvBase):
         self.action_spec = Categorical(self.num_actions, shape=(n,), device=dev)
         self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=dev)
         flag = Categorical(2, shape=(n, 1), dtype=torch.bool, device=dev)
-        self.done_spec = Composite(done=flag.clone(), terminated=flag.clone(),
-                                   truncated=flag.clone(), shape=(n,), device=dev)
+        self.done_spec = Composite(
+            done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=(n,), device=dev
+        )
 
-    def _tensordict(self, obs: Tensor, terminated: Tensor, truncated: Tensor,
-                    reward: Tensor | None = None) -> TensorDictBase:
+    def _tensordict(
+        self, obs: Tensor, terminated: Tensor, truncated: Tensor, reward: Tensor | None = None
+    ) -> TensorDictBase:
         """A ``_step`` (with ``reward``) or ``_reset`` output; flags and reward ``[B, 1]``."""
-        out = {keys.OBSERVATION: obs, keys.STEP_DONE: terminated | truncated,
-               keys.STEP_TERMINATED: terminated, keys.STEP_TRUNCATED: truncated}
+        out = {
+            keys.OBSERVATION: obs,
+            keys.STEP_DONE: terminated | truncated,
+            keys.STEP_TERMINATED: terminated,
+            keys.STEP_TRUNCATED: truncated,
+        }
         if reward is not None:
             out[keys.STEP_REWARD] = reward
         return TensorDict(out, batch_size=self.batch_size, device=self.device)
@@ -158,8 +170,7 @@ class TorchGridEnv(EnvBase):
     @game_state.setter
     def game_state(self, state: Any) -> None:
         old = self._sim.state
-        self._sim.state = type(old)(
-            *(t.to(device=self.device, dtype=o.dtype).clone() for t, o in zip(state, old)))
+        self._sim.state = type(old)(*(t.to(device=self.device, dtype=o.dtype).clone() for t, o in zip(state, old)))
 
     @property
     def elapsed_steps(self) -> Tensor:
@@ -179,8 +190,7 @@ class TorchGridEnv(EnvBase):
     # ---- one step, shared by both paths ------------------------------------------------
 
     def _draw(self) -> Tensor:
-        u = torch.rand((1 + self.reset_draws, self.num_envs), generator=self._generator,
-                       device=self.device)
+        u = torch.rand((1 + self.reset_draws, self.num_envs), generator=self._generator, device=self.device)
         self._sim.draws = u
         return u
 
@@ -246,8 +256,7 @@ class TorchGridEnv(EnvBase):
         next_obs = self.observe(next_state, out=buffer[:n])
         rows = torch.where(done, sim.pending + n, self._env_index)
         obs = buffer.index_select(0, rows).view(next_obs.shape)
-        return (next_obs, reward.unsqueeze(-1), terminated.unsqueeze(-1),
-                truncated.unsqueeze(-1), obs)
+        return (next_obs, reward.unsqueeze(-1), terminated.unsqueeze(-1), truncated.unsqueeze(-1), obs)
 
     # ---- TorchRL EnvBase ---------------------------------------------------------------
 
@@ -255,8 +264,9 @@ class TorchGridEnv(EnvBase):
         next_state, reward, terminated, truncated = self._advance(tensordict.get(keys.ACTION))
         self._sim.state = next_state
         self._maybe_terminal = True
-        return self._tensordict(self.observe(next_state), terminated.unsqueeze(-1),
-                                truncated.unsqueeze(-1), reward=reward.unsqueeze(-1))
+        return self._tensordict(
+            self.observe(next_state), terminated.unsqueeze(-1), truncated.unsqueeze(-1), reward=reward.unsqueeze(-1)
+        )
 
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
         sim = self._sim
@@ -295,6 +305,8 @@ class TorchGridEnv(EnvBase):
         return self
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.gym_id}, num_envs={self.num_envs}, "
-                f"device={self.device}, max_episode_steps={self.max_episode_steps}, "
-                f"sticky_action_prob={self.sticky_action_prob})")
+        return (
+            f"{type(self).__name__}({self.gym_id}, num_envs={self.num_envs}, "
+            f"device={self.device}, max_episode_steps={self.max_episode_steps}, "
+            f"sticky_action_prob={self.sticky_action_prob})"
+        )

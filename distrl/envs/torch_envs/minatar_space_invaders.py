@@ -98,8 +98,7 @@ class TorchMinAtarSpaceInvaders(TorchGridEnv):
         self._rows_from_1 = torch.arange(1, GRID + 1, device=dev)
         self._column_cells = torch.arange(0, CELLS, GRID, device=dev)  # a column's cells
         self._start = torch.tensor(
-            [5, -1, ENEMY_MOVE_INTERVAL, ENEMY_MOVE_INTERVAL, ENEMY_SHOT_INTERVAL, 0, 0, WAVE_SIZE],
-            device=dev,
+            [5, -1, ENEMY_MOVE_INTERVAL, ENEMY_MOVE_INTERVAL, ENEMY_SHOT_INTERVAL, 0, 0, WAVE_SIZE], device=dev
         ).unsqueeze(1)  # [8, 1]
         self._start_maps = torch.stack((wave, torch.zeros_like(wave), torch.zeros_like(wave)))[None]
 
@@ -117,12 +116,9 @@ class TorchMinAtarSpaceInvaders(TorchGridEnv):
         n = mask.shape[0]
         a32, b32 = (m.reshape(n, 3 * CELLS).view(torch.int32) for m in (a.maps, b.maps))
         maps = b32 ^ ((a32 ^ b32) & -mask.int().unsqueeze(1))
-        return SpaceInvadersState(maps.view(torch.bool).view(n, 3, CELLS),
-                                  torch.where(mask, a.counters, b.counters))
+        return SpaceInvadersState(maps.view(torch.bool).view(n, 3, CELLS), torch.where(mask, a.counters, b.counters))
 
-    def dynamics(
-        self, state: SpaceInvadersState, action: Tensor
-    ) -> tuple[SpaceInvadersState, Tensor, Tensor]:
+    def dynamics(self, state: SpaceInvadersState, action: Tensor) -> tuple[SpaceInvadersState, Tensor, Tensor]:
         """The package's ``Env.act``, in its order.
 
         Args:
@@ -146,7 +142,7 @@ class TorchMinAtarSpaceInvaders(TorchGridEnv):
         # row before its bullet moves, so it shows one row above the cannon (an empty cell).
         new = torch.empty(maps.shape, dtype=torch.bool, device=dev)  # the next maps
         new[:, 1, : CELLS - GRID] = maps[:, 1, GRID:]
-        new[:, 1, CELLS - GRID:] = False
+        new[:, 1, CELLS - GRID :] = False
         new[:, 2, GRID:] = maps[:, 2, : CELLS - GRID]
         new[:, 2, :GRID] = False
         flat = new.view(-1)
@@ -160,7 +156,7 @@ class TorchMinAtarSpaceInvaders(TorchGridEnv):
         columns = _any_of_ten(aliens.view(n, GRID, GRID), 1)  # [B, 10]: a column holds aliens
         move = move_timer == 0
         turn = move & torch.where(alien_dir < 0, columns[:, 0], columns[:, LAST])
-        hit = hit | (turn & _any_of_ten(aliens[:, CELLS - GRID:], 1))  # turning on the bottom row
+        hit = hit | (turn & _any_of_ten(aliens[:, CELLS - GRID :], 1))  # turning on the bottom row
         # Candidates [B, 4, 100]: still, left, right (flat shifts by a cell: the column they
         # would wrap from is empty when they move sideways), down (a roll by a row).
         moves = torch.empty((n, 4, CELLS), dtype=torch.bool, device=dev)
@@ -178,8 +174,7 @@ class TorchMinAtarSpaceInvaders(TorchGridEnv):
         shot_timer = torch.where(shoot, ENEMY_SHOT_INTERVAL, shot_timer)
         columns = _any_of_ten(aliens.view(n, GRID, GRID), 1)
         column = (columns.view(torch.uint8) * self._nearness.index_select(0, cannon)).argmax(1)
-        in_column = aliens.view(-1).index_select(
-            0, ((env * CELLS + column).unsqueeze(1) + self._column_cells).view(-1))
+        in_column = aliens.view(-1).index_select(0, ((env * CELLS + column).unsqueeze(1) + self._column_cells).view(-1))
         row = (in_column.view(n, GRID) * self._rows_from_1).amax(1) - 1
         shot = base + 2 * CELLS + row * GRID + column
         flat.index_copy_(0, shot, flat.index_select(0, shot) | shoot)
@@ -196,8 +191,7 @@ class TorchMinAtarSpaceInvaders(TorchGridEnv):
             faster = (cleared & (interval > MIN_MOVE_INTERVAL)).long()
             interval, ramp = interval - faster, ramp + faster
         cool_down = cool_down - (cool_down > 0).long()
-        counters = torch.stack((cannon, alien_dir, interval, move_timer - 1, shot_timer - 1,
-                                cool_down, ramp, count))
+        counters = torch.stack((cannon, alien_dir, interval, move_timer - 1, shot_timer - 1, cool_down, ramp, count))
         return SpaceInvadersState(new, counters), reward.float(), hit
 
     def observe(self, state: SpaceInvadersState, out: Tensor | None = None) -> Tensor:

@@ -53,9 +53,7 @@ def _move(state: Tensor, push: Tensor, goal_position: float) -> tuple[Tensor, Te
     velocity = velocity.clamp(-MAX_SPEED, MAX_SPEED)
     position = (position + velocity).clamp(MIN_POSITION, MAX_POSITION)
     # The left wall is inelastic: hitting it stops the car.
-    velocity = torch.where(
-        (position == MIN_POSITION) & (velocity < 0), torch.zeros_like(velocity), velocity
-    )
+    velocity = torch.where((position == MIN_POSITION) & (velocity < 0), torch.zeros_like(velocity), velocity)
     terminated = (position >= goal_position) & (velocity >= GOAL_VELOCITY)
     return torch.stack((position, velocity), dim=-1), terminated
 
@@ -75,9 +73,7 @@ def mountain_car_step(state: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Te
     return next_state, torch.full_like(push, -1.0), terminated
 
 
-def mountain_car_continuous_step(
-    state: Tensor, action: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
+def mountain_car_continuous_step(state: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """One step of the continuous car, as gymnasium's ``Continuous_MountainCarEnv.step``.
 
     Args:
@@ -139,7 +135,4 @@ class TorchMountainCarContinuous(_MountainCarBase):
     dynamics = staticmethod(mountain_car_continuous_step)
 
     def _make_action_spec(self) -> TensorSpec:
-        return Bounded(
-            low=-1.0, high=1.0, shape=(self.num_envs, 1), dtype=torch.float32,
-            device=self.device,
-        )
+        return Bounded(low=-1.0, high=1.0, shape=(self.num_envs, 1), dtype=torch.float32, device=self.device)

@@ -45,9 +45,7 @@ def pendulum_step(state: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor
     th, thdot = state.unbind(-1)
     u = action[..., 0].to(state.dtype).clamp(-MAX_TORQUE, MAX_TORQUE)
     costs = angle_normalize(th).square() + 0.1 * thdot.square() + 0.001 * u.square()
-    newthdot = thdot + (
-        3 * GRAVITY / (2 * LENGTH) * torch.sin(th) + 3.0 / (MASS * LENGTH**2) * u
-    ) * DT
+    newthdot = thdot + (3 * GRAVITY / (2 * LENGTH) * torch.sin(th) + 3.0 / (MASS * LENGTH**2) * u) * DT
     newthdot = newthdot.clamp(-MAX_SPEED, MAX_SPEED)
     newth = th + newthdot * DT
     next_state = torch.stack((newth, newthdot), dim=-1)
@@ -80,6 +78,5 @@ class TorchPendulum(TorchBatchedEnv):
 
     def _make_action_spec(self) -> TensorSpec:
         return Bounded(
-            low=-MAX_TORQUE, high=MAX_TORQUE, shape=(self.num_envs, 1),
-            dtype=torch.float32, device=self.device,
+            low=-MAX_TORQUE, high=MAX_TORQUE, shape=(self.num_envs, 1), dtype=torch.float32, device=self.device
         )

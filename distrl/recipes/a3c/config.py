@@ -1,5 +1,6 @@
 """A3C's algorithm settings, ``cfg.algo``: the typed fields ``--set algo.NAME=VALUE`` takes, each with its
 doc and its checks. The presets and the rank table are in ``recipe.py``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,20 +28,25 @@ class A3CConfig:
     optimizer: str = "rmsprop"  #: the server's optimizer, one state for every worker: rmsprop (the paper's) or adam
     lr: float = 7e-4  #: learning rate
     rmsprop_alpha: float = 0.99  #: RMSProp's decay of the squared-gradient average (the paper's alpha)
-    optim_eps: float = 1e-3  #: epsilon of the optimizer's denominator; above a converged gradient's RMS, so noise gets small steps (docs/a3c.md)
+    #: epsilon of the optimizer's denominator; above a converged gradient's RMS, so noise gets small steps (docs/a3c.md)
+    optim_eps: float = 1e-3
     gamma: float = 0.99  #: discount
     reward_scale: float = 0.1  #: rewards are multiplied by this in the loss (values in scaled units, as impala)
     value_coef: float = 0.5  #: weight of the value loss
-    entropy_coef: float = 0.001  #: weight of the entropy bonus (the paper's beta); small, as rewards are scaled by 0.1 (docs/a3c.md)
+    #: weight of the entropy bonus (the paper's beta); small, as rewards are scaled by 0.1 (docs/a3c.md)
+    entropy_coef: float = 0.001
     max_grad_norm: float = 0.5  #: norm clip of each applied gradient, per tower (policy, value), after A2C's mean
     normalize_advantage: bool = False  #: rescale each segment batch's advantages to unit variance
-    wire_dtype: str = "float32"  #: dtype of gradients and parameters on the wire: float32 or bfloat16 (the server keeps and updates float32)
+    #: dtype of gradients and parameters on the wire: float32 or bfloat16 (the server keeps and updates float32)
+    wire_dtype: str = "float32"
 
     def __post_init__(self):
         for name in ("envs_per_worker", "t_max", "local_workers", "queue_size"):
             check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
-        check(self.max_staleness is None or self.max_staleness >= 0,
-               f"algo.max_staleness must be >= 0 or none, got {self.max_staleness}")
+        check(
+            self.max_staleness is None or self.max_staleness >= 0,
+            f"algo.max_staleness must be >= 0 or none, got {self.max_staleness}",
+        )
         check(self.wire_dtype in WIRE_DTYPES, f"algo.wire_dtype must be one of {WIRE_DTYPES}, got {self.wire_dtype!r}")
         check(self.optimizer in OPTIMIZERS, f"algo.optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         check(self.lr > 0, "algo.lr must be > 0")

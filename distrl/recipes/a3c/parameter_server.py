@@ -27,6 +27,7 @@ statistics, frozen parameters, reach every worker inside the next published vect
 in a gradient are ignored and the optimizer does not hold them. Keep ``algo.wire_dtype`` float32
 then: bfloat16 would round the mean to 2^-8 of its size, a lot when the mean dwarfs the spread.
 """
+
 from __future__ import annotations
 
 import queue
@@ -119,9 +120,14 @@ class ParameterServer(Learner):
             grad = msg[keys.GRADIENT]
             moments = msg.get(keys.OBS_MOMENTS, None)
             if grad.shape != (self.num_params,) or grad.dtype != self.wire_dtype:
-                self._reject(rank, f"gradient {tuple(grad.shape)} {grad.dtype}, expected [{self.num_params}] {self.wire_dtype}")
+                self._reject(
+                    rank, f"gradient {tuple(grad.shape)} {grad.dtype}, expected [{self.num_params}] {self.wire_dtype}"
+                )
             elif (None if moments is None else tuple(moments.shape)) != self.moments_shape:
-                self._reject(rank, f"obs_moments {None if moments is None else tuple(moments.shape)}, expected {self.moments_shape}")
+                self._reject(
+                    rank,
+                    f"obs_moments {None if moments is None else tuple(moments.shape)}, expected {self.moments_shape}",
+                )
             else:
                 try:
                     self.queue.put(msg, timeout=self.algo.put_timeout_s)
@@ -200,7 +206,7 @@ class ParameterServer(Learner):
         offset = 0
         for p in self.params:
             if p.requires_grad:  # a frozen statistic's slot is ignored: it keeps no .grad
-                p.grad = grad[offset:offset + p.numel()].view_as(p)
+                p.grad = grad[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
         grad_norm = self.apply_loss(None)  # the gradients are in .grad
         if grad_norm is None:
@@ -210,9 +216,13 @@ class ParameterServer(Learner):
         tracker.add_frames(frames)
         self.publish()
         tracker.add_lag(torch.tensor(staleness))
-        tracker.observe({"parameter_server/grad_norm": float(grad_norm),
-                         "parameter_server/staleness": sum(staleness) / len(staleness),
-                         "parameter_server/bytes_per_env_step": self.wire.bytes_per_env_step})
+        tracker.observe(
+            {
+                "parameter_server/grad_norm": float(grad_norm),
+                "parameter_server/staleness": sum(staleness) / len(staleness),
+                "parameter_server/bytes_per_env_step": self.wire.bytes_per_env_step,
+            }
+        )
 
     def publish(self) -> None:
         self.board.publish(self.version)
@@ -223,8 +233,13 @@ class ParameterServer(Learner):
     def summary_extra(self) -> dict:
         """``summary.json``'s A3C figures: staleness of the applied gradients, drops, update rate."""
         t = self.tracker
-        return {"staleness_mean": round(t.lag_mean, 4), "staleness_max": t.lag_max,
-                "staleness_hist": {str(k): v for k, v in sorted(t.lag_hist.items())},
-                "gradients_applied": t.lag_count, "dropped_stale_gradients": t.counters["dropped_stale_gradients"],
-                "updates_per_s": round(t.updates / max(t.wall_s, 1e-9), 2), "sync": self.algo.sync,
-                "bytes_per_env_step": round(self.wire.bytes_per_env_step, 2)}
+        return {
+            "staleness_mean": round(t.lag_mean, 4),
+            "staleness_max": t.lag_max,
+            "staleness_hist": {str(k): v for k, v in sorted(t.lag_hist.items())},
+            "gradients_applied": t.lag_count,
+            "dropped_stale_gradients": t.counters["dropped_stale_gradients"],
+            "updates_per_s": round(t.updates / max(t.wall_s, 1e-9), 2),
+            "sync": self.algo.sync,
+            "bytes_per_env_step": round(self.wire.bytes_per_env_step, 2),
+        }

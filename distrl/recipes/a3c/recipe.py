@@ -6,16 +6,19 @@ Rank 0 is the parameter server, every other rank a worker. At world size 1 the s
 hands tensors over by reference: no copy, no serialisation).
 
 Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds;
-``a2c`` and ``debug_a2c`` are the same with the synchronous switch on, for side-by-side runs; ``minatar`` learns MinAtar Breakout
+``a2c`` and ``debug_a2c`` are the same with the synchronous switch on, for side-by-side runs; ``minatar`` learns
+MinAtar Breakout
 from its ``[4, 10, 10]`` bool images; ``mujoco`` serves every MuJoCo id (a Gaussian policy over
 normalised observations, whose statistics the server merges from the moments workers push).
 """
+
 from __future__ import annotations
 
 
 from distrl.config import Config, RunConfig, override
 from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_AC, Recipe, role, check_action_space
 from distrl.recipes.a3c.config import OPTIMIZERS, WIRE_DTYPES, A3CConfig  # noqa: F401 (cfg.algo's class, here as before)
+
 
 # The presets are tables of settings, kept dense as tables (ruff's formatter would give each its line).
 # fmt: off
@@ -48,7 +51,8 @@ def minatar() -> Config:
         **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 1200.0,
            "run.target_return": 10.0, "run.eval_episodes": 10, "algo.envs_per_worker": 64, "algo.t_max": 20,
            "algo.wire_dtype": "bfloat16", "algo.reward_scale": 1.0, "algo.entropy_coef": 0.05,
-           "algo.optimizer": "adam", "algo.lr": 6e-4, "algo.optim_eps": 1e-5, "algo.max_grad_norm": 1.0, "algo.normalize_advantage": True},
+           "algo.optimizer": "adam", "algo.lr": 6e-4, "algo.optim_eps": 1e-5, "algo.max_grad_norm": 1.0,
+           "algo.normalize_advantage": True},
     )
 
 
@@ -112,18 +116,23 @@ def _check_config(cfg: Config) -> None:
         info = env_info(cfg.run.env)
         if wants_obs_norm(info.shape, info.num_actions is None, cfg.net):
             # the statistics travel inside the parameter vector: bfloat16 keeps 3 significant digits
-            raise ValueError(f"algo.wire_dtype={cfg.algo.wire_dtype} would round the observation statistics that travel "
-                             "with the parameters: use algo.wire_dtype=float32 or net.obs_norm=off")
+            raise ValueError(
+                f"algo.wire_dtype={cfg.algo.wire_dtype} would round the observation statistics that travel "
+                "with the parameters: use algo.wire_dtype=float32 or net.obs_norm=off"
+            )
 
 
 RECIPE = Recipe(
     name="a3c",
-    description="A3C: workers push actor-critic gradients, a parameter server applies them as they come (algo.sync=true: A2C)",
+    description="A3C: workers push actor-critic gradients, a parameter server applies them as they come "
+    "(algo.sync=true: A2C)",
     layout="rank 0 parameter server, ranks 1..N-1 workers",
     min_world_size=2,
     roles_for=lambda n: ["parameter_server"] + ["worker"] * (n - 1),
-    builders={"parameter_server": role("distrl.recipes.a3c.parameter_server:ParameterServer"),
-              "worker": role("distrl.recipes.a3c.worker:A3CWorker")},
+    builders={
+        "parameter_server": role("distrl.recipes.a3c.parameter_server:ParameterServer"),
+        "worker": role("distrl.recipes.a3c.worker:A3CWorker"),
+    },
     default_config=default,
     local_world_size=lambda cfg: 1 + cfg.algo.local_workers,
     check_config=_check_config,

@@ -22,6 +22,7 @@ it sends the moments of the segment's observations with the gradient (``obs_mome
 merges every worker's, and they come back inside the parameter vector like any weight: a worker's
 data counts once, at the server, and every worker normalises with the same statistics.
 """
+
 from __future__ import annotations
 
 import time
@@ -56,8 +57,9 @@ class A3CWorker:
         self.wire_dtype = getattr(torch, self.algo.wire_dtype)
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
-        self.runner = EnvRunner(self.cfg.run.env, self.algo.envs_per_worker, seed, ctx.rank, self.cfg.run.env_max_failures,
-                                self.cfg.atari)
+        self.runner = EnvRunner(
+            self.cfg.run.env, self.algo.envs_per_worker, seed, ctx.rank, self.cfg.run.env_max_failures, self.cfg.atari
+        )
 
     def _load(self, reply: TensorDict) -> bool:
         """Take the reply's parameters if it has any; ``True`` when the server says stop."""
@@ -78,8 +80,9 @@ class A3CWorker:
     def flat_gradient(self) -> torch.Tensor:
         """``[P]`` float32 over every parameter in ``parameters()`` order, zeros in the slots of frozen
         ones (ObsNorm's statistics have no gradient; the server's vector keeps their place)."""
-        return torch.cat([p.new_zeros(p.numel()) if frozen else p.grad.reshape(-1)
-                          for p, frozen in zip(self.params, self.frozen)])
+        return torch.cat(
+            [p.new_zeros(p.numel()) if frozen else p.grad.reshape(-1) for p, frozen in zip(self.params, self.frozen)]
+        )
 
     def gradient(self, traj: TensorDict, returns: list[float], lengths: list[int]) -> TensorDict:
         """The push message of segment ``traj``: the flat gradient ``[P]`` (in ``algo.wire_dtype``),
@@ -90,19 +93,25 @@ class A3CWorker:
         self.model.zero_grad(set_to_none=True)
         out[keys.LOSS].backward()
         grad = self.flat_gradient().to(self.wire_dtype)
-        msg = TensorDict({
-            keys.GRADIENT: grad, keys.POLICY_VERSION: torch.tensor(self.version),
-            keys.FRAMES: torch.tensor(traj.numel()), keys.WORKER_RANK: torch.tensor(self.ctx.rank),
-            keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
-            keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
-            keys.WORKER_STATS: TensorDict({k: v.detach() for k, v in out.items()}),
-        })
+        msg = TensorDict(
+            {
+                keys.GRADIENT: grad,
+                keys.POLICY_VERSION: torch.tensor(self.version),
+                keys.FRAMES: torch.tensor(traj.numel()),
+                keys.WORKER_RANK: torch.tensor(self.ctx.rank),
+                keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
+                keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
+                keys.WORKER_STATS: TensorDict({k: v.detach() for k, v in out.items()}),
+            }
+        )
         if self.model.obs_norm is not None:  # only then: a discrete model's message is what it always was
             msg[keys.OBS_MOMENTS] = batch_moments(traj[keys.OBSERVATION])
         return msg
 
     def _pull(self) -> bool:
-        msg = TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank), keys.POLICY_VERSION: torch.tensor(self.version)})
+        msg = TensorDict(
+            {keys.WORKER_RANK: torch.tensor(self.ctx.rank), keys.POLICY_VERSION: torch.tensor(self.version)}
+        )
         return self._load(self.ctx.transport.call_sync(self.server, "pull", msg, self.cfg.transport.call_timeout_s))
 
     def _await_round(self, version: int) -> bool:

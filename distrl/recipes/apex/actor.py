@@ -14,6 +14,7 @@ taken ``algo.params_interval_frames`` env steps since it last asked: a pull of t
 is 528 KB, which only that many steps make small per step. Until its first pull it acts with its
 own initial network (the learner sends none untrained).
 """
+
 from __future__ import annotations
 
 import time
@@ -44,8 +45,9 @@ class ApexActor:
         actors, self.shards = ctx.ranks_of("actor"), ctx.ranks_of("replay")
         self.index = actors.index(ctx.rank)
         self.epsilon = epsilon_ladder(len(actors), a.eps_base, a.eps_alpha)[self.index]
-        self.inserter = Inserter(ctx.transport, self.shards, self.cfg.transport.call_timeout_s, a.hold_sleep_s,
-                                 first=self.index, paced=True)  # shard i mod R first
+        self.inserter = Inserter(
+            ctx.transport, self.shards, self.cfg.transport.call_timeout_s, a.hold_sleep_s, first=self.index, paced=True
+        )  # shard i mod R first
         info = env_info(self.cfg.run.env)
         self.num_actions = info.num_actions
         self.frames = info.frame_stack > 0  # Atari: each frame of the stacks crosses once
@@ -53,8 +55,17 @@ class ApexActor:
         self.version = -1
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
-        self.runner = make_env_runner(self.cfg.run.env, a.envs_per_actor, seed, ctx.rank, self.model, self._act,
-                                      a.unroll_length, self.cfg.run.env_max_failures, self.cfg.atari)
+        self.runner = make_env_runner(
+            self.cfg.run.env,
+            a.envs_per_actor,
+            seed,
+            ctx.rank,
+            self.model,
+            self._act,
+            a.unroll_length,
+            self.cfg.run.env_max_failures,
+            self.cfg.atari,
+        )
         self.carry: TensorDict | None = None  # the last n - 1 steps, [B, n-1]
         self.stats = {"frames": 0, "returns": []}  # not yet sent to the learner
         self._held_sent = 0.0  # of inserter.held_s
@@ -81,10 +92,11 @@ class ApexActor:
         raw priorities."""
         n, gamma = self.algo.n_step, self.algo.gamma
         window = traj if self.carry is None else torch.cat([self.carry, traj], dim=1)
-        self.carry = window[:, window.shape[1] - (n - 1):] if n > 1 else None
+        self.carry = window[:, window.shape[1] - (n - 1) :] if n > 1 else None
         nxt = window[keys.NEXT]
-        G, discount, last = nstep_returns(nxt[keys.STEP_REWARD][..., 0], nxt[keys.STEP_TERMINATED][..., 0],
-                                          nxt[keys.STEP_TRUNCATED][..., 0], gamma, n)
+        G, discount, last = nstep_returns(
+            nxt[keys.STEP_REWARD][..., 0], nxt[keys.STEP_TERMINATED][..., 0], nxt[keys.STEP_TRUNCATED][..., 0], gamma, n
+        )
         Tp = G.shape[1]
         rows = torch.arange(last.shape[0])[:, None]  # [B, 1]: with last [B, T'], any observation shape
         bootstrap = nxt[keys.OBSERVATION][rows, last]  # [B, T', *F]
@@ -101,10 +113,17 @@ class ApexActor:
     def _params_request(self) -> TensorDict:
         s, self.stats = self.stats, {"frames": 0, "returns": []}
         held, self._held_sent = self.inserter.held_s - self._held_sent, self.inserter.held_s
-        return TensorDict({keys.ACTOR_RANK: torch.tensor(self.ctx.rank), keys.PARAMS_VERSION: torch.tensor(self.version),
-                           keys.FRAMES: torch.tensor(s["frames"]), keys.HELD_S: torch.tensor(held),
-                           keys.EPSILON: torch.tensor(self.epsilon), keys.ENV_ERRORS: torch.tensor(self.runner.env_errors),
-                           keys.EPISODE_RETURNS: torch.tensor(s["returns"], dtype=torch.float32)})
+        return TensorDict(
+            {
+                keys.ACTOR_RANK: torch.tensor(self.ctx.rank),
+                keys.PARAMS_VERSION: torch.tensor(self.version),
+                keys.FRAMES: torch.tensor(s["frames"]),
+                keys.HELD_S: torch.tensor(held),
+                keys.EPSILON: torch.tensor(self.epsilon),
+                keys.ENV_ERRORS: torch.tensor(self.runner.env_errors),
+                keys.EPISODE_RETURNS: torch.tensor(s["returns"], dtype=torch.float32),
+            }
+        )
 
     def _goodbye(self, timeout: float) -> None:
         """Told to stop by a shard: hand the learner the last statistics, and let it know we heard."""
@@ -118,7 +137,9 @@ class ApexActor:
         timeout = self.cfg.transport.call_timeout_s
         T = self.algo.unroll_length
         try:
-            reply = t.call_sync(self.learner, "hello", TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank)}), timeout)
+            reply = t.call_sync(
+                self.learner, "hello", TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank)}), timeout
+            )
             self._load(reply)
             pending, last_ask = None, time.monotonic()
             while not bool(reply[keys.STOP]):

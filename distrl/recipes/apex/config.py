@@ -1,5 +1,6 @@
 """Ape-X's algorithm settings, ``cfg.algo``: the typed fields ``--set algo.NAME=VALUE`` takes, each with its
 doc and its checks. The presets and the rank table are in ``recipe.py``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ class ApexConfig:
     envs_per_actor: int = 16  #: gymnasium envs each actor steps as one vector
     unroll_length: int = 16  #: steps per insert message (T); each message carries about B * T transitions
     n_step: int = 3  #: steps of reward in a transition's return before it bootstraps
-    dueling: bool = True  #: the Q-network's head: V + A - mean A (Wang et al., 2016), as Ape-X's (distrl.nn.models.DuelingHead)
+    #: the Q-network's head: V + A - mean A (Wang et al., 2016), as Ape-X's (distrl.nn.models.DuelingHead)
+    dueling: bool = True
     gamma: float = 0.99  #: discount
     eps_base: float = 0.4  #: epsilon ladder base: actor i of N explores with eps_base^(1 + eps_alpha i / (N - 1))
     eps_alpha: float = 7.0  #: epsilon ladder exponent
@@ -39,7 +41,8 @@ class ApexConfig:
     huber_delta: float = 1.0  #: Huber loss threshold
     max_grad_norm: float = 10.0  #: global gradient-norm clip
     samples_per_insert: float = 4.0  #: target sampled/inserted ratio of each shard (0: no rate limit)
-    spi_tolerance: float = 20_000.0  #: how far (in sampled items) a shard may drift from that ratio before it holds one side
+    #: how far (in sampled items) a shard may drift from that ratio before it holds one side
+    spi_tolerance: float = 20_000.0
     insert_queue_size: int = 8  #: insert messages a shard queues before it tells actors to hold
     hold_sleep_s: float = 0.05  #: how long a held actor or learner waits before it tries again
     params_interval_s: float = 0.2  #: how often an actor reports its statistics to the learner (never waiting)
@@ -53,35 +56,66 @@ class ApexConfig:
     report_max_eps: float = 0.05
 
     def __post_init__(self):
-        for name in ("shards", "local_actors", "envs_per_actor", "unroll_length", "n_step", "capacity",
-                     "batch_size", "target_update_interval", "insert_queue_size", "beta_anneal_updates"):
+        for name in (
+            "shards",
+            "local_actors",
+            "envs_per_actor",
+            "unroll_length",
+            "n_step",
+            "capacity",
+            "batch_size",
+            "target_update_interval",
+            "insert_queue_size",
+            "beta_anneal_updates",
+        ):
             check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
-        check(self.n_step <= self.unroll_length, f"algo.n_step ({self.n_step}) must be <= algo.unroll_length "
-               f"({self.unroll_length})")
+        check(
+            self.n_step <= self.unroll_length,
+            f"algo.n_step ({self.n_step}) must be <= algo.unroll_length ({self.unroll_length})",
+        )
         check(0 < self.gamma <= 1, "algo.gamma must be in (0, 1]")
         check(0 < self.eps_base <= 1 and self.eps_alpha >= 0, "algo.eps_base must be in (0, 1], algo.eps_alpha >= 0")
         check(0 <= self.min_replay_size <= self.capacity, "algo.min_replay_size must be in [0, algo.capacity]")
         check(self.alpha >= 0 and 0 <= self.beta0 <= 1, "algo.alpha must be >= 0 and algo.beta0 in [0, 1]")
         check(self.priority_eps > 0, "algo.priority_eps must be > 0")
-        check(self.weight_norm in ("batch", "buffer"), f"algo.weight_norm must be batch or buffer, got {self.weight_norm!r}")
+        check(
+            self.weight_norm in ("batch", "buffer"),
+            f"algo.weight_norm must be batch or buffer, got {self.weight_norm!r}",
+        )
         check(self.adam_eps > 0, f"algo.adam_eps must be > 0, got {self.adam_eps}")
-        check(self.lr > 0 and self.huber_delta > 0 and self.max_grad_norm > 0,
-               "algo.lr, algo.huber_delta and algo.max_grad_norm must be > 0")
+        check(
+            self.lr > 0 and self.huber_delta > 0 and self.max_grad_norm > 0,
+            "algo.lr, algo.huber_delta and algo.max_grad_norm must be > 0",
+        )
         check(self.samples_per_insert >= 0, "algo.samples_per_insert must be >= 0")
         need = self.batch_size + self.samples_per_insert * self.transitions_per_insert
-        check(self.samples_per_insert == 0 or 2 * self.spi_tolerance >= need,
-               f"algo.spi_tolerance ({self.spi_tolerance:g}) must be at least half of batch_size + samples_per_insert "
-               f"* envs_per_actor * unroll_length ({need:g}), or a shard can hold both sides at once")
-        check(self.hold_sleep_s > 0 and self.params_interval_s > 0, "algo.hold_sleep_s and algo.params_interval_s must be > 0")
-        check(self.params_interval_frames >= 0, f"algo.params_interval_frames must be >= 0, got {self.params_interval_frames}")
+        check(
+            self.samples_per_insert == 0 or 2 * self.spi_tolerance >= need,
+            f"algo.spi_tolerance ({self.spi_tolerance:g}) must be at least half of batch_size + samples_per_insert "
+            f"* envs_per_actor * unroll_length ({need:g}), or a shard can hold both sides at once",
+        )
+        check(
+            self.hold_sleep_s > 0 and self.params_interval_s > 0,
+            "algo.hold_sleep_s and algo.params_interval_s must be > 0",
+        )
+        check(
+            self.params_interval_frames >= 0,
+            f"algo.params_interval_frames must be >= 0, got {self.params_interval_frames}",
+        )
         check(0 <= self.report_max_eps <= 1, "algo.report_max_eps must be in [0, 1]")
 
     @property
     def replay(self) -> ReplayConfig:
         """What each replay shard (ranks 1..R) is built with."""
-        return ReplayConfig(capacity=self.capacity, alpha=self.alpha, priority_eps=self.priority_eps,
-                            min_size=self.min_replay_size, samples_per_insert=self.samples_per_insert,
-                            spi_tolerance=self.spi_tolerance, queue_size=self.insert_queue_size)
+        return ReplayConfig(
+            capacity=self.capacity,
+            alpha=self.alpha,
+            priority_eps=self.priority_eps,
+            min_size=self.min_replay_size,
+            samples_per_insert=self.samples_per_insert,
+            spi_tolerance=self.spi_tolerance,
+            queue_size=self.insert_queue_size,
+        )
 
     @property
     def transitions_per_insert(self) -> int:

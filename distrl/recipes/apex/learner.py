@@ -14,6 +14,7 @@ Bytes on the wire (``bytes_per_env_step``): what an actor puts there per env ste
 per env frame the actors report). What the learner samples from replay is reported beside it
 (``sample_bytes_per_env_step``), not in it: ``samples_per_insert`` transitions per step, inherent.
 """
+
 from __future__ import annotations
 
 import collections
@@ -50,8 +51,14 @@ class ApexLearner(Learner):
         state = self.setup(model, torch.optim.Adam(model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps))
         self.target = copy.deepcopy(self.model).requires_grad_(False)  # of the restored weights
         self._restored_replay = (state or {}).get("extra", {}).get("replay")
-        self.replay = ShardedReplayClient(ctx.transport, ctx.ranks_of("replay"), self.cfg.transport.call_timeout_s,
-                                          self.cfg.run.seed, self.session.peers.lose, self.cfg.run.log_interval_s / 2)
+        self.replay = ShardedReplayClient(
+            ctx.transport,
+            ctx.ranks_of("replay"),
+            self.cfg.transport.call_timeout_s,
+            self.cfg.run.seed,
+            self.session.peers.lose,
+            self.cfg.run.log_interval_s / 2,
+        )
         self.session.extra_state = lambda: {"replay": self.replay.states()}
         self._request: Optional[list] = None
         self.held_s = 0.0  # the learner's own wait on held samples
@@ -129,8 +136,12 @@ class ApexLearner(Learner):
         inserted, frames, sampled = self.replay.wire_totals()
         insert = inserted / frames if frames else 0.0
         params = self.wire.bytes_per_env_step
-        return {"bytes_per_env_step": insert + params, "insert_bytes_per_env_step": insert,
-                "params_bytes_per_env_step": params, "sample_bytes_per_env_step": sampled / frames if frames else 0.0}
+        return {
+            "bytes_per_env_step": insert + params,
+            "insert_bytes_per_env_step": insert,
+            "params_bytes_per_env_step": params,
+            "sample_bytes_per_env_step": sampled / frames if frames else 0.0,
+        }
 
     # ---- the loop: a prioritized sample, a double-DQN step, new priorities, parameters published ---
     def start(self) -> None:
@@ -194,12 +205,20 @@ class ApexLearner(Learner):
         self.publish()
         td = out[keys.TD_ERROR].abs()
         self.replay.update_priorities(batch, td)
-        tracker.observe({"learner/loss": float(out[keys.LOSS].detach()), "learner/grad_norm": float(grad_norm),
-                         "learner/q_mean": float(out[keys.Q_MEAN]), "learner/td_abs": float(td.mean()),
-                         "learner/sample_age": float((tracker.updates - batch[keys.POLICY_VERSION]).float().mean()),
-                         "learner/weight_mean": float(batch[keys.PRIORITY_WEIGHT].mean()),
-                         "learner/batch": batch.shape[0], "learner/held_s": self.held_s,
-                         "learner/wait_sample_s": self.times["wait_sample_s"], "learner/update_s": self.times["update_s"]})
+        tracker.observe(
+            {
+                "learner/loss": float(out[keys.LOSS].detach()),
+                "learner/grad_norm": float(grad_norm),
+                "learner/q_mean": float(out[keys.Q_MEAN]),
+                "learner/td_abs": float(td.mean()),
+                "learner/sample_age": float((tracker.updates - batch[keys.POLICY_VERSION]).float().mean()),
+                "learner/weight_mean": float(batch[keys.PRIORITY_WEIGHT].mean()),
+                "learner/batch": batch.shape[0],
+                "learner/held_s": self.held_s,
+                "learner/wait_sample_s": self.times["wait_sample_s"],
+                "learner/update_s": self.times["update_s"],
+            }
+        )
 
     def publish(self) -> None:
         self.board.publish(self.tracker.updates)
@@ -217,12 +236,15 @@ class ApexLearner(Learner):
     def summary_extra(self) -> dict:
         stats = self.replay.stats_now()  # the shards' final wire totals and store sizes
         store_bytes = sum(int(s["store_bytes"]) for s in stats.values())  # allocated, for a full replay
-        return {**{k: round(v, 2) for k, v in self.wire_bytes().items()},
-                "replay_bytes_per_slot": round(store_bytes / (self.algo.capacity * max(len(stats), 1)), 1),
-                "replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
-                "actor_held_s": round(self.actor_held_s, 3),
-                "replay_size": sum(self.replay.sizes.values()),
-                **{f"learner_{k}": round(v, 3) for k, v in self.times.items()}}
+        return {
+            **{k: round(v, 2) for k, v in self.wire_bytes().items()},
+            "replay_bytes_per_slot": round(store_bytes / (self.algo.capacity * max(len(stats), 1)), 1),
+            "replay_sampled": self.replay.sampled,
+            "learner_held_s": round(self.held_s, 3),
+            "actor_held_s": round(self.actor_held_s, 3),
+            "replay_size": sum(self.replay.sizes.values()),
+            **{f"learner_{k}": round(v, 3) for k, v in self.times.items()},
+        }
 
     def run(self) -> dict:
         summary = super().run()

@@ -4,15 +4,18 @@ n-step transitions; one learner samples it by priority and trains a double DQN.
 Rank 0 is the learner, ranks 1..R the replay shards (``algo.shards``), every other rank an actor.
 At world size 1 the learner, the R shards and ``algo.local_actors`` actors share one process.
 
-Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds; ``minatar`` learns MinAtar Breakout
+Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds; ``minatar`` learns
+MinAtar Breakout
 from its ``[4, 10, 10]`` bool images.
 """
+
 from __future__ import annotations
 
 
 from distrl.config import Config, NetConfig, RunConfig, override
 from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, Recipe, role, require_discrete_actions
 from distrl.recipes.apex.config import ApexConfig  # noqa: F401 (cfg.algo's class, here as before)
+
 
 # The presets are tables of settings, kept dense as tables (ruff's formatter would give each its line).
 # fmt: off
@@ -79,9 +82,11 @@ RECIPE = Recipe(
     layout="rank 0 learner, ranks 1..R replay shards (algo.shards), the rest actors",
     min_world_size=3,
     roles_for=lambda n: _roles(n, default()),
-    builders={"learner": role("distrl.recipes.apex.learner:ApexLearner"),
-              "replay": role("distrl.replay.server:ReplayServer"),
-              "actor": role("distrl.recipes.apex.actor:ApexActor")},
+    builders={
+        "learner": role("distrl.recipes.apex.learner:ApexLearner"),
+        "replay": role("distrl.replay.server:ReplayServer"),
+        "actor": role("distrl.recipes.apex.actor:ApexActor"),
+    },
     default_config=default,
     local_world_size=lambda cfg: 1 + cfg.algo.shards + cfg.algo.local_actors,
     check_config=_check_config,

@@ -12,6 +12,7 @@ discrete space (uint8 on the wire), or float32 ``[B, T, A]`` draws of a Gaussian
 stepped unclipped (the env clips them) and shipped as they are. A Gaussian policy (its ObsNorm and
 GaussianParams) never runs on the numpy path: :meth:`NumpyPolicy.supports` refuses it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,7 +31,8 @@ from distrl.transport.base import TransportError
 
 def wire_message(msg: TensorDict, frames: FrameSender | None = None, acked: int = -1) -> TensorDict:
     """``msg`` as it crosses the wire: its ``traj [B, T]`` packed (each observation once, uint8
-    discrete actions, float32 ``[B, T, A]`` continuous ones as they are, one policy version; :func:`distrl.data.compact.pack_trajectory`), other keys as they are.
+    discrete actions, float32 ``[B, T, A]`` continuous ones as they are, one policy version;
+    :func:`distrl.data.compact.pack_trajectory`), other keys as they are.
     With ``frames`` (frame-stack observations: Atari) each frame once, chained to the previous
     message's when the learner's last reply acknowledged it (``acked``), and the message numbered."""
     out = msg.exclude(keys.TRAJ)
@@ -61,8 +63,17 @@ class ImpalaActor:
         # (distrl/nn/numpy_policy.py); a network it cannot run keeps the torch path
         self.fast = NumpyPolicy(self.policy, self.seed) if NumpyPolicy.supports(self.policy) else None
         # gymnasium vector envs, or a TorchRL Collector over the user's env factory (--env module:function)
-        self.runner = make_env_runner(self.cfg.run.env, self.num_envs, self.seed, ctx.rank, self.model, self._act, self.T,
-                                     self.cfg.run.env_max_failures, self.cfg.atari)
+        self.runner = make_env_runner(
+            self.cfg.run.env,
+            self.num_envs,
+            self.seed,
+            ctx.rank,
+            self.model,
+            self._act,
+            self.T,
+            self.cfg.run.env_max_failures,
+            self.cfg.atari,
+        )
 
     def _load(self, reply: TensorDict) -> None:
         if keys.PARAMS in reply.keys():
@@ -87,19 +98,24 @@ class ImpalaActor:
             # both observations, so that the packed parts still fit and the learner's check names the fault
             bad = torch.zeros(B, T, traj[keys.OBSERVATION].shape[-1] + 1, dtype=torch.float64)
             traj[keys.OBSERVATION], traj[keys.NEXT_OBSERVATION] = bad, bad.clone()
-        return TensorDict({
-            keys.TRAJ: traj, keys.PARAMS_VERSION: torch.tensor(self.version),
-            keys.ENV_ERRORS: torch.tensor(self.runner.env_errors),
-            keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
-            keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
-            keys.ACTOR_RANK: torch.tensor(self.ctx.rank),
-        })
+        return TensorDict(
+            {
+                keys.TRAJ: traj,
+                keys.PARAMS_VERSION: torch.tensor(self.version),
+                keys.ENV_ERRORS: torch.tensor(self.runner.env_errors),
+                keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
+                keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
+                keys.ACTOR_RANK: torch.tensor(self.ctx.rank),
+            }
+        )
 
     def run(self) -> None:
         t = self.ctx.transport
         timeout = self.cfg.transport.call_timeout_s
         try:
-            self._load(t.call_sync(self.learner, "hello", TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank)}), timeout))
+            self._load(
+                t.call_sync(self.learner, "hello", TensorDict({keys.WORKER_RANK: torch.tensor(self.ctx.rank)}), timeout)
+            )
             pending = None
             while True:
                 faults.maybe_signal(self.ctx.rank, self.runner.unrolls)
@@ -120,7 +136,9 @@ class ImpalaActor:
                 # have the learner send the same parameters again
                 msg[keys.PARAMS_VERSION] = torch.tensor(self.version)
                 with budget("send"):
-                    pending = t.call(self.learner, "put_trajectory", wire_message(msg, self.frames, self.acked), timeout)
+                    pending = t.call(
+                        self.learner, "put_trajectory", wire_message(msg, self.frames, self.acked), timeout
+                    )
                 budget.maybe_send(t, self.learner, self.ctx.rank)
         except TransportError as e:
             # The learner is gone or told us nothing in time: it owns the run, so we end.

@@ -9,6 +9,7 @@ learner is the one place that sees every actor's data, so it merges the statisti
 (:meth:`~distrl.roles.learner.Learner.learned`); they are parameters, so they reach the actors inside
 the published state dict, with the weights of the same version.
 """
+
 from __future__ import annotations
 
 import queue
@@ -38,7 +39,8 @@ class ImpalaLearner(Learner):
         info = env_info(self.cfg.run.env)
         self.obs_spec = (info.shape, info.obs_dtype or torch.float32)  # what every trajectory must hold
         self.setup(ActorCritic.for_env(info, self.cfg.net))  # a Gaussian head for a Box
-        self.action_spec = (self.model.head.action_shape, self.model.head.action_dtype)  # int64 [B, T] or float32 [B, T, A]
+        # int64 [B, T] or float32 [B, T, A]
+        self.action_spec = (self.model.head.action_shape, self.model.head.action_dtype)
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
         self.stopping = self.session.stopping
         self.board = ParameterBoard(self.model)
@@ -72,7 +74,9 @@ class ImpalaLearner(Learner):
             self.tracker.set_count("env_errors", sum(self._env_errors.values()))
         seq = int(msg.get(FRAMES_SEQ, -1))
         try:  # a frame-stack trajectory first gets the frames its previous message sent
-            traj, problem = receive_trajectory(self.frames.attach(rank, seq, msg[keys.TRAJ]), *self.obs_spec, self.action_spec)
+            traj, problem = receive_trajectory(
+                self.frames.attach(rank, seq, msg[keys.TRAJ]), *self.obs_spec, self.action_spec
+            )
         except ValueError as e:  # it chains to frames this learner does not hold
             traj, problem = None, str(e)
         if problem:
@@ -112,8 +116,9 @@ class ImpalaLearner(Learner):
         out = impala_loss(self.model, batch, self.algo)
         grad_norm = self.apply_loss(out[keys.LOSS])
         if grad_norm is not None:  # the learner thread alone reads the model (handlers read the board)
-            self.learned(out, grad_norm, batch[keys.OBSERVATION],
-                         **{"learner/bytes_per_env_step": self.wire.bytes_per_env_step})
+            self.learned(
+                out, grad_norm, batch[keys.OBSERVATION], **{"learner/bytes_per_env_step": self.wire.bytes_per_env_step}
+            )
 
     def publish(self) -> None:
         self.board.publish(self.tracker.updates)

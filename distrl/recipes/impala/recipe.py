@@ -8,12 +8,14 @@ Presets (``--experiment NAME``): ``default`` is the README's CartPole run; ``deb
 seconds; ``minatar`` learns MinAtar Breakout from its ``[4, 10, 10]`` bool images; ``mujoco``
 (every MuJoCo id picks it) is continuous control: a Gaussian policy over normalised observations.
 """
+
 from __future__ import annotations
 
 
 from distrl.config import Config, RunConfig, override
 from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_AC, Recipe, role, check_action_space
 from distrl.recipes.impala.config import ImpalaConfig  # noqa: F401 (cfg.algo's class, here as before)
+
 
 # The presets are tables of settings, kept dense as tables (ruff's formatter would give each its line).
 # fmt: off
@@ -51,12 +53,14 @@ def minatar() -> Config:
 
 def atari() -> Config:
     """``ALE/*`` games (Pong by default; the Nature encoder): Espeholt et al.'s unrolls of 20 steps
-    and entropy bonus 0.01, learning rate 6e-4 (Adam here, RMSProp in the paper), clipped rewards unscaled. Advantages normalised per batch, as
+    and entropy bonus 0.01, learning rate 6e-4 (Adam here, RMSProp in the paper), clipped rewards unscaled. Advantages
+    normalised per batch, as
     sf's preset (docs/atari.md: raw ones left sf's policy uniform on Breakout)."""
     return override(
         default(),
         **{**ATARI_RUN, "algo.envs_per_actor": 16, "algo.unroll_length": 20, "algo.batch_trajectories": 1,
-           "algo.params_every": 4, "algo.reward_scale": 1.0, "algo.lr": 6e-4, "algo.entropy_coef": 0.01, "algo.normalize_advantage": True},
+           "algo.params_every": 4, "algo.reward_scale": 1.0, "algo.lr": 6e-4, "algo.entropy_coef": 0.01,
+           "algo.normalize_advantage": True},
     )
 
 
@@ -90,8 +94,10 @@ RECIPE = Recipe(
     layout="rank 0 learner, ranks 1..N-1 actors",
     min_world_size=2,
     roles_for=lambda n: ["learner"] + ["actor"] * (n - 1),
-    builders={"learner": role("distrl.recipes.impala.learner:ImpalaLearner"),
-              "actor": role("distrl.recipes.impala.actor:ImpalaActor")},
+    builders={
+        "learner": role("distrl.recipes.impala.learner:ImpalaLearner"),
+        "actor": role("distrl.recipes.impala.actor:ImpalaActor"),
+    },
     default_config=default,
     local_world_size=lambda cfg: 1 + cfg.algo.local_actors,
     check_config=_check_config,

@@ -1,5 +1,6 @@
 """SEED RL's algorithm settings, ``cfg.algo``: the typed fields ``--set algo.NAME=VALUE`` takes, each with its
 doc and its checks. The presets and the rank table are in ``recipe.py``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,19 +32,31 @@ class SeedConfig:
     gamma: float = 0.99  #: discount
     rho_bar: float = 1.0  #: V-trace truncation of the importance weight in the advantage
     c_bar: float = 1.0  #: V-trace truncation of the trace coefficients
-    reward_scale: float = 0.1  #: rewards are multiplied by this in the loss: values in scaled units the critic reaches sooner
+    #: rewards are multiplied by this in the loss: values in scaled units the critic reaches sooner
+    reward_scale: float = 0.1
     value_coef: float = 0.5  #: weight of the value loss
     entropy_coef: float = 0.003  #: weight of the entropy bonus (lower than impala's: see docs/seed.md)
     max_grad_norm: float = 1.0  #: gradient-norm clip (global; per tower for the LSTM core)
     normalize_advantage: bool = False  #: rescale each batch's advantages to unit variance (impala's option)
 
     def __post_init__(self):
-        for name in ("envs_per_worker", "groups_per_worker", "local_workers", "unroll_length", "batch_size",
-                     "queue_size", "max_batch_envs", "core_size", "learner_threads"):
+        for name in (
+            "envs_per_worker",
+            "groups_per_worker",
+            "local_workers",
+            "unroll_length",
+            "batch_size",
+            "queue_size",
+            "max_batch_envs",
+            "core_size",
+            "learner_threads",
+        ):
             check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
-        check(self.envs_per_worker % self.groups_per_worker == 0,
-               f"algo.envs_per_worker ({self.envs_per_worker}) must be a multiple of algo.groups_per_worker "
-               f"({self.groups_per_worker})")
+        check(
+            self.envs_per_worker % self.groups_per_worker == 0,
+            f"algo.envs_per_worker ({self.envs_per_worker}) must be a multiple of algo.groups_per_worker "
+            f"({self.groups_per_worker})",
+        )
         check(self.max_wait_ms >= 0, "algo.max_wait_ms must be >= 0")
         check(self.put_timeout_s > 0 and self.request_timeout_s > 0, "algo timeouts must be > 0")
         check(self.core in CORES, f"algo.core must be one of {CORES}, got {self.core!r}")

@@ -3,7 +3,8 @@
 No model lives here. The worker's ``algo.envs_per_worker`` envs are split into
 ``algo.groups_per_worker`` groups (each a ``SyncVectorEnv``), stepped in turn: while one group
 steps, the other groups' requests are in flight, so stepping hides the round trip (0.3-2.6 ms on
-these machines, idle to loaded, for a tiny ``rpc_sync`` on loopback) as long as a group's step takes about as long. Each request carries a
+these machines, idle to loaded, for a tiny ``rpc_sync`` on loopback) as long as a group's step takes about as long.
+Each request carries a
 whole group: its observations, and the reward, termination and truncation of its previous step
 (plus the true final observations of envs whose episode just ended, for V-trace's bootstrap).
 Trajectories are assembled on the server from this stream and never cross the wire again. A
@@ -19,6 +20,7 @@ one line, backoff, give up after ``run.env_max_failures`` in a row): the fresh g
 run id of its own and sends its first observation, so the server drops the group's partial unroll
 and starts it over, while the worker's other groups go on.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,9 +36,7 @@ from distrl.runtime.context import RoleContext
 from distrl.envs.gym import as_obs, env_info, final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget
 from distrl.roles.env_recovery import EnvRecovery
-from distrl.roles.batcher import (
-    ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED,
-)
+from distrl.roles.batcher import ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED
 from distrl.transport.base import TransportError
 
 
@@ -55,7 +55,9 @@ class SeedEnvWorker:
         self.run_id = _fresh_id()  # fresh per start: tells the server we restarted
         self.run_ids = [self.run_id] * self.K  # per group: a recreated group takes a fresh one
         self.seed = self.cfg.run.seed + 1000 * ctx.rank
-        self.envs = [make_vector_env(self.cfg.run.env, self.B, self.seed + g * self.B, self.cfg.atari) for g in range(self.K)]
+        self.envs = [
+            make_vector_env(self.cfg.run.env, self.B, self.seed + g * self.B, self.cfg.atari) for g in range(self.K)
+        ]
         self.first_obs = [as_obs(e.reset(seed=self.seed + g * self.B)[0]) for g, e in enumerate(self.envs)]
         # the failures in a row are forgotten after one unroll's worth of good group steps
         self.recovery = EnvRecovery(self.cfg.run.env, self.cfg.run.env_max_failures, reset_after=algo.unroll_length)
@@ -63,25 +65,45 @@ class SeedEnvWorker:
         #: env (stepping + building the message), wait (for the server's actions), send (the call)
         self.budget = TimeBudget()
 
-    def _message(self, group: int, obs: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
-                 truncated: torch.Tensor, final_obs: torch.Tensor) -> TensorDict:
+    def _message(
+        self,
+        group: int,
+        obs: torch.Tensor,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        final_obs: torch.Tensor,
+    ) -> TensorDict:
         """One step message: ``obs [B, *F]``, ``reward/terminated/truncated [B]``, ``final_obs [D, *F]``
         (frame stacks: their new frames, ``frame_stream.py``)."""
         if self.senders is None:
             images = {OBS: obs, FINAL_OBS: final_obs}
         else:
             images = self.senders[group].encode(obs, terminated | truncated, final_obs)
-        return TensorDict({
-            **images, REWARD: reward, TERMINATED: terminated, TRUNCATED: truncated,
-            RANK: torch.tensor(self.ctx.rank), GROUP: torch.tensor(group), RUN_ID: torch.tensor(self.run_ids[group]),
-        })
+        return TensorDict(
+            {
+                **images,
+                REWARD: reward,
+                TERMINATED: terminated,
+                TRUNCATED: truncated,
+                RANK: torch.tensor(self.ctx.rank),
+                GROUP: torch.tensor(group),
+                RUN_ID: torch.tensor(self.run_ids[group]),
+            }
+        )
 
     def _first_message(self, group: int) -> TensorDict:
         B = self.B
         if self.senders is not None:
             self.senders[group].reset()  # a new stream: every stack whole
-        return self._message(group, self.first_obs[group], torch.zeros(B), torch.zeros(B, dtype=torch.bool),
-                             torch.zeros(B, dtype=torch.bool), torch.zeros(0, *self.obs_shape, dtype=self.obs_dtype))
+        return self._message(
+            group,
+            self.first_obs[group],
+            torch.zeros(B),
+            torch.zeros(B, dtype=torch.bool),
+            torch.zeros(B, dtype=torch.bool),
+            torch.zeros(0, *self.obs_shape, dtype=self.obs_dtype),
+        )
 
     def _step(self, group: int, action: torch.Tensor) -> TensorDict:
         """Step one group with the server's actions (``[B]`` int32, or ``[B, A]`` float32 for a Box,
@@ -91,8 +113,14 @@ class SeedEnvWorker:
         obs, reward, term, trunc, info = self.envs[group].step(action.numpy())
         done = term | trunc
         final = final_observations(obs, info, done)[done]  # [D, *F]: only the ended envs cross the wire
-        return self._message(group, as_obs(obs), torch.from_numpy(reward.astype(np.float32)), torch.from_numpy(term),
-                             torch.from_numpy(trunc), as_obs(final))
+        return self._message(
+            group,
+            as_obs(obs),
+            torch.from_numpy(reward.astype(np.float32)),
+            torch.from_numpy(term),
+            torch.from_numpy(trunc),
+            as_obs(final),
+        )
 
     def _recover(self, group: int, error: Exception) -> TensorDict:
         """After group ``group``'s env raised: count, back off (or give up: ``EnvFailedError``),
@@ -115,8 +143,9 @@ class SeedEnvWorker:
         try:
             if bool(t.call_sync(self.learner, "hello", hello, timeout)[STOP]):
                 return
-            inflight: list[Future] = [t.call(self.learner, "infer", self._first_message(g), timeout)
-                                      for g in range(self.K)]
+            inflight: list[Future] = [
+                t.call(self.learner, "infer", self._first_message(g), timeout) for g in range(self.K)
+            ]
             while True:
                 faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/runtime/faults.py)
                 self.steps += 1

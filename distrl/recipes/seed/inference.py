@@ -12,6 +12,7 @@ batches get smaller, but nothing blocks for good (the inference thread needs no 
 
 The batching policy and the request parsing are in :mod:`distrl.roles.batcher`.
 """
+
 from __future__ import annotations
 
 import collections
@@ -26,7 +27,18 @@ from tensordict import TensorDict
 from distrl.data.frame_stream import FRAME, KEYS as STREAM_KEYS, StackReceiver
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.roles.batcher import (
-    ACTION, FINAL_OBS, GROUP, OBS, RANK, RUN_ID, STOP, TERMINATED, TRUNCATED, DynamicBatcher, InferenceStats, Request,
+    ACTION,
+    FINAL_OBS,
+    GROUP,
+    OBS,
+    RANK,
+    RUN_ID,
+    STOP,
+    TERMINATED,
+    TRUNCATED,
+    DynamicBatcher,
+    InferenceStats,
+    Request,
 )
 from distrl.data.unrolls import GroupTrajectories
 
@@ -43,21 +55,37 @@ class InferenceServer:
         is_lost: whether a rank was declared lost (its requests are then answered with stop).
     """
 
-    def __init__(self, model: torch.nn.Module, lock: threading.Lock, version, cfg, worker_ranks: list[int],
-                 obs_shape: int | tuple[int, ...], device: torch.device, out: queue.Queue, is_lost=lambda rank: False,
-                 stopping: Optional[threading.Event] = None, obs_dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        lock: threading.Lock,
+        version,
+        cfg,
+        worker_ranks: list[int],
+        obs_shape: int | tuple[int, ...],
+        device: torch.device,
+        out: queue.Queue,
+        is_lost=lambda rank: False,
+        stopping: Optional[threading.Event] = None,
+        obs_dtype: torch.dtype = torch.float32,
+    ):
         algo = cfg.algo
         self.model, self.lock, self.version, self.out, self.device = model, lock, version, out, device
         self.is_lost = is_lost
         self.algo, self.obs_shape, self.obs_dtype, self.B = algo, obs_shape, obs_dtype, algo.envs_per_group
         self.recurrent = algo.core == "lstm"
-        self.batcher = DynamicBatcher(algo.max_batch_envs, algo.max_wait_ms / 1e3,
-                                      capacity=max(1, len(worker_ranks)) * algo.groups_per_worker)
+        self.batcher = DynamicBatcher(
+            algo.max_batch_envs, algo.max_wait_ms / 1e3, capacity=max(1, len(worker_ranks)) * algo.groups_per_worker
+        )
         shape = tuple(model.initial_state(1).shape[1:]) if self.recurrent else None
         head = self.head = model.head  # how the policy's output becomes actions (distrl/nn/heads.py)
-        self.groups = {(r, g): GroupTrajectories(self.B, obs_shape, algo.unroll_length, shape, device, obs_dtype,
-                                                 head.action_shape, head.action_dtype)
-                       for r in worker_ranks for g in range(algo.groups_per_worker)}
+        self.groups = {
+            (r, g): GroupTrajectories(
+                self.B, obs_shape, algo.unroll_length, shape, device, obs_dtype, head.action_shape, head.action_dtype
+            )
+            for r in worker_ranks
+            for g in range(algo.groups_per_worker)
+        }
         # int32 on the wire for discrete actions: half the bytes of int64, and every discrete space
         # here fits; a Gaussian's float32 [B, A] as sampled (the env clips it: distrl/nn/heads.py)
         self.wire_dtype = torch.float32 if head.continuous else torch.int32
@@ -172,8 +200,11 @@ class InferenceServer:
             if g.run_id is not None and r.run_id not in (g.run_id, self.run_ids.get(r.key[0])):
                 self._count("env_errors")
         # Fold in the last step's outcomes first: episode ends reset core states before this forward.
-        chunks = [c for g, r in zip(groups, batch)
-                  if (c := g.observe(r.run_id, r.obs, r.reward, r.terminated, r.truncated, r.final_obs)) is not None]
+        chunks = [
+            c
+            for g, r in zip(groups, batch)
+            if (c := g.observe(r.run_id, r.obs, r.reward, r.terminated, r.truncated, r.final_obs)) is not None
+        ]
         sizes = [r.size for r in batch]
         obs = torch.cat([r.obs for r in batch]).to(self.device)
         with self.lock:

@@ -13,6 +13,7 @@ or continuous actions) are merged here from every worker's data: each trained ba
 are folded in after the step that trained on them, under the same lock, so inference, which reads
 this very model, sees them from its next batch on, and never a forward half-way through a merge.
 """
+
 from __future__ import annotations
 
 import collections
@@ -46,23 +47,38 @@ class SeedLearner(Learner):
         info = env_info(self.cfg.run.env)
         self.recurrent = self.algo.core == "lstm"
         # discrete ids: a categorical head; continuous ones: a Gaussian (and ObsNorm, net.obs_norm)
-        self.setup(RecurrentActorCritic.for_env(info, self.cfg.net, self.algo.core_size) if self.recurrent
-                   else ActorCritic.for_env(info, self.cfg.net))
+        self.setup(
+            RecurrentActorCritic.for_env(info, self.cfg.net, self.algo.core_size)
+            if self.recurrent
+            else ActorCritic.for_env(info, self.cfg.net)
+        )
         self.lock = threading.Lock()
         self.queue: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
         self.workers = ctx.ranks_of("env_worker")
         self._counted: collections.Counter = collections.Counter()
         self.rows = RowQueue()  # chunk rows not yet trained on
-        self.server = InferenceServer(self.model, self.lock, lambda: self.session.tracker.updates, self.cfg,
-                                      self.workers, info.shape, self.device, self.queue,
-                                      is_lost=lambda rank: rank in ctx.transport.lost_peers(),
-                                      stopping=self.session.stopping, obs_dtype=info.obs_dtype or torch.float32)
+        self.server = InferenceServer(
+            self.model,
+            self.lock,
+            lambda: self.session.tracker.updates,
+            self.cfg,
+            self.workers,
+            info.shape,
+            self.device,
+            self.queue,
+            is_lost=lambda rank: rank in ctx.transport.lost_peers(),
+            stopping=self.session.stopping,
+            obs_dtype=info.obs_dtype or torch.float32,
+        )
         ctx.transport.serve("hello", self.server.hello)
         ctx.transport.serve("infer", self.server.infer)
         needed = len(self.workers) * self.algo.groups_per_worker + 2
         if self.cfg.transport.num_threads < needed:  # degrades batching, never deadlocks: say it once
-            print(f"[learner] transport.num_threads={self.cfg.transport.num_threads} < {needed} (env groups in "
-                  f"flight + 2): requests will queue in the transport and batches shrink", flush=True)
+            print(
+                f"[learner] transport.num_threads={self.cfg.transport.num_threads} < {needed} (env groups in "
+                f"flight + 2): requests will queue in the transport and batches shrink",
+                flush=True,
+            )
 
     # ---- the loop --------------------------------------------------------------------------
     def next_batch(self) -> Optional[TensorDict]:
@@ -87,7 +103,9 @@ class SeedLearner(Learner):
     def update(self, batch: TensorDict) -> None:
         traj = batch[keys.TRAJ]
         self.tracker.add_lag(self.tracker.updates - traj[keys.POLICY_VERSION])
-        model = UnrolledCore(self.model, batch[keys.CORE_STATE], traj[keys.DONE][..., 0]) if self.recurrent else self.model
+        model = (
+            UnrolledCore(self.model, batch[keys.CORE_STATE], traj[keys.DONE][..., 0]) if self.recurrent else self.model
+        )
         out = impala_loss(model, traj, self.algo)
         # the lock: the step (and the statistics' fold) are the only writes to what inference reads
         grad_norm = self.apply_loss(out[keys.LOSS], lock=self.lock)
@@ -97,8 +115,14 @@ class SeedLearner(Learner):
         for name, n in (counts - self._counted).items():
             self.tracker.count(name, n)
         self._counted = counts
-        self.learned(out, grad_norm, traj[keys.OBSERVATION], lock=self.lock,
-                     **{"learner/bytes_per_env_step": self.server.wire.bytes_per_env_step}, **self.server.stats.window())
+        self.learned(
+            out,
+            grad_norm,
+            traj[keys.OBSERVATION],
+            lock=self.lock,
+            **{"learner/bytes_per_env_step": self.server.wire.bytes_per_env_step},
+            **self.server.stats.window(),
+        )
 
     def start(self) -> None:
         self.server.start()
@@ -114,7 +138,6 @@ class SeedLearner(Learner):
 
     def evaluate(self) -> list[float]:
         return self.session.greedy_returns(self._eval_policy(), head=self.model.head)  # a Gaussian plays its mean
-
 
     def _eval_policy(self):
         """``obs [B, F] -> out [B, head.width]`` (logits, or a Gaussian's mean and log-std); a recurrent

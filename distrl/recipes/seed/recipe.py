@@ -7,10 +7,12 @@ other rank is an env worker that steps vectors of gymnasium envs and does no inf
 world size 1, the learner and ``algo.local_workers`` env workers share one process.
 
 Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds;
-``lstm_cartpole`` learns CartPole with the velocities hidden, with an LSTM core on the server; ``minatar`` learns MinAtar Breakout
+``lstm_cartpole`` learns CartPole with the velocities hidden, with an LSTM core on the server; ``minatar`` learns
+MinAtar Breakout
 from its ``[4, 10, 10]`` bool images; ``mujoco`` serves gymnasium's MuJoCo ids (a Gaussian policy: the
 server replies float32 ``[B, A]`` actions, which the env workers' vector envs clip to the box).
 """
+
 from __future__ import annotations
 
 
@@ -18,6 +20,7 @@ from distrl.config import Config, RunConfig, override
 from distrl.envs import partial  # noqa: F401  (registers distrl/CartPoleNoVel-v1)
 from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_AC, Recipe, role, check_action_space
 from distrl.recipes.seed.config import CORES, SeedConfig  # noqa: F401 (cfg.algo's class, here as before)
+
 
 # The presets are tables of settings, kept dense as tables (ruff's formatter would give each its line).
 # fmt: off
@@ -38,12 +41,14 @@ def minatar() -> Config:
 
 def atari() -> Config:
     """``ALE/*`` games (Pong by default; the Nature encoder): SEED's Atari settings where they fit two
-    cores (unrolls of 20, entropy bonus 0.01), 2 groups of 16 envs per env worker, batches of 16 unrolls. Advantages normalised per batch, as
+    cores (unrolls of 20, entropy bonus 0.01), 2 groups of 16 envs per env worker, batches of 16 unrolls. Advantages
+    normalised per batch, as
     sf's preset (docs/atari.md: raw ones left sf's policy uniform on Breakout)."""
     return override(
         default(),
         **{**ATARI_RUN, "algo.envs_per_worker": 32, "algo.unroll_length": 20, "algo.batch_size": 16,
-           "algo.max_batch_envs": 64, "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01, "algo.lr": 6e-4, "algo.normalize_advantage": True},
+           "algo.max_batch_envs": 64, "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01, "algo.lr": 6e-4,
+           "algo.normalize_advantage": True},
     )
 
 
@@ -112,8 +117,10 @@ def lstm_cartpole() -> Config:
 def _check_config(cfg: Config) -> None:
     check_action_space(cfg)
     if cfg.algo.request_timeout_s >= cfg.transport.call_timeout_s:
-        raise ValueError(f"algo.request_timeout_s ({cfg.algo.request_timeout_s}) must be below "
-                         f"transport.call_timeout_s ({cfg.transport.call_timeout_s}) so the server answers first")
+        raise ValueError(
+            f"algo.request_timeout_s ({cfg.algo.request_timeout_s}) must be below "
+            f"transport.call_timeout_s ({cfg.transport.call_timeout_s}) so the server answers first"
+        )
 
 
 RECIPE = Recipe(
@@ -122,13 +129,21 @@ RECIPE = Recipe(
     layout="rank 0 learner + inference server, ranks 1..N-1 env workers",
     min_world_size=2,
     roles_for=lambda n: ["learner"] + ["env_worker"] * (n - 1),
-    builders={"learner": role("distrl.recipes.seed.learner:SeedLearner"),
-              "env_worker": role("distrl.recipes.seed.env_worker:SeedEnvWorker")},
+    builders={
+        "learner": role("distrl.recipes.seed.learner:SeedLearner"),
+        "env_worker": role("distrl.recipes.seed.env_worker:SeedEnvWorker"),
+    },
     default_config=default,
     local_world_size=lambda cfg: 1 + cfg.algo.local_workers,
     check_config=_check_config,
     takes_env_factory=True,
     compare_nproc=4,
-    table_row=("SEED RL", "2020", "CPU (envs only); inference on the learner", "GPU/TPU", "async",
-               "large models, high throughput"),
+    table_row=(
+        "SEED RL",
+        "2020",
+        "CPU (envs only); inference on the learner",
+        "GPU/TPU",
+        "async",
+        "large models, high throughput",
+    ),
 )

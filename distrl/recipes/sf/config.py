@@ -1,5 +1,6 @@
 """Sample Factory's algorithm settings, ``cfg.algo``: the typed fields ``--set algo.NAME=VALUE`` takes, each with its
 doc and its checks. The presets and the rank table are in ``recipe.py``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,10 @@ class SFConfig:
     max_policy_lag: int = 20  #: rows whose oldest step is more updates old than this are dropped (counted)
     max_batch_envs: int = 1024  #: an inference batch closes once it holds this many observations...
     max_wait_ms: float = 0.5  #: ...or this long after its first request arrived
-    request_timeout_s: float = 10.0  #: how long a rollout worker waits for one request's actions; below the call timeout
-    slot_timeout_s: float = 10.0  #: how long a worker waits for a free slot before it pings the learner (and waits on if it answers)
+    #: how long a rollout worker waits for one request's actions; below the call timeout
+    request_timeout_s: float = 10.0
+    #: how long a worker waits for a free slot before it pings the learner (and waits on if it answers)
+    slot_timeout_s: float = 10.0
     lr: float = 5e-4  #: Adam learning rate (impala's and seed's)
     gamma: float = 0.99  #: discount
     vtrace: bool = True  #: V-trace value targets (off: GAE on the lagged data)
@@ -38,26 +41,43 @@ class SFConfig:
     num_epochs: int = 1  #: passes over each batch (Sample Factory's num_epochs; 1: one step per batch, APPO)
     num_minibatches: int = 1  #: steps per pass, each on a shuffled share of the batch's rows
     learner_threads: int = 1  #: torch threads of the learner's process (at world size > 1)
-    learner_cores: int = 0  #: cores for the learner alone at world size > 1, every other rank on the rest (0: no pinning)
+    #: cores for the learner alone at world size > 1, every other rank on the rest (0: no pinning)
+    learner_cores: int = 0
 
     def __post_init__(self):
-        for name in ("envs_per_worker", "groups_per_worker", "inference_ranks", "local_workers", "unroll_length",
-                     "slots_per_group", "batch_size", "max_batch_envs", "num_epochs", "num_minibatches"):
+        for name in (
+            "envs_per_worker",
+            "groups_per_worker",
+            "inference_ranks",
+            "local_workers",
+            "unroll_length",
+            "slots_per_group",
+            "batch_size",
+            "max_batch_envs",
+            "num_epochs",
+            "num_minibatches",
+        ):
             check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
-        check(self.envs_per_worker % self.groups_per_worker == 0,
-               f"algo.envs_per_worker ({self.envs_per_worker}) must be a multiple of algo.groups_per_worker "
-               f"({self.groups_per_worker})")
-        check(self.num_minibatches <= self.batch_size,
-               f"algo.num_minibatches ({self.num_minibatches}) must be <= algo.batch_size ({self.batch_size}): "
-               "a minibatch holds whole rows")
+        check(
+            self.envs_per_worker % self.groups_per_worker == 0,
+            f"algo.envs_per_worker ({self.envs_per_worker}) must be a multiple of algo.groups_per_worker "
+            f"({self.groups_per_worker})",
+        )
+        check(
+            self.num_minibatches <= self.batch_size,
+            f"algo.num_minibatches ({self.num_minibatches}) must be <= algo.batch_size ({self.batch_size}): "
+            "a minibatch holds whole rows",
+        )
         check(self.slots_per_group >= 2, "algo.slots_per_group must be >= 2 (one filling, one spare)")
         for name in ("max_policy_lag", "learner_cores", "max_wait_ms"):
             check(getattr(self, name) >= 0, f"algo.{name} must be >= 0, got {getattr(self, name)}")
         check(self.request_timeout_s > 0 and self.slot_timeout_s > 0, "algo timeouts must be > 0")
         check(self.lr > 0 and 0 < self.gamma <= 1, "algo.lr must be > 0 and algo.gamma in (0, 1]")
         check(0 <= self.gae_lambda <= 1 and self.clip_eps > 0, "algo.gae_lambda in [0, 1], algo.clip_eps > 0")
-        check(self.reward_scale > 0 and self.rho_bar > 0 and self.c_bar > 0,
-               "algo.reward_scale, algo.rho_bar and algo.c_bar must be > 0")
+        check(
+            self.reward_scale > 0 and self.rho_bar > 0 and self.c_bar > 0,
+            "algo.reward_scale, algo.rho_bar and algo.c_bar must be > 0",
+        )
 
     @property
     def envs_per_group(self) -> int:

@@ -27,6 +27,7 @@ Every end is opened read-write and non-blocking: on Linux a FIFO opened so never
 What it does not give, the recipe has already: a dead inference rank ends the job (it is a
 critical role), a dead worker's slots are reclaimed by the learner, and every wait is bounded.
 """
+
 from __future__ import annotations
 
 import collections

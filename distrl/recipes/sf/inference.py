@@ -17,6 +17,7 @@ checked before each batch, copied only when the learner published new ones. The 
 ``parameters_to_vector(model.parameters())``, so it carries the observation-normalisation
 statistics too (frozen parameters: ``distrl/nn/obs_norm.py``).
 """
+
 from __future__ import annotations
 
 import queue
@@ -73,12 +74,18 @@ class SFInference:
         self.flat = torch.nn.utils.parameters_to_vector(self.model.parameters()).detach().clone()
         torch.nn.utils.vector_to_parameters(self.flat, self.model.parameters())  # views of flat from here on
         self.staging = self.flat.clone()  # read_params copies here: a torn copy never reaches the policy
-        self.fast = NumpyPolicy(self.model.policy, self.cfg.run.seed + ctx.rank) if NumpyPolicy.supports(
-            self.model.policy) else None
+        self.fast = (
+            NumpyPolicy(self.model.policy, self.cfg.run.seed + ctx.rank)
+            if NumpyPolicy.supports(self.model.policy)
+            else None
+        )
         self.served = [w for w in ctx.ranks_of("rollout_worker") if inference_rank_of(ctx, w) == ctx.rank]
-        self.batcher = DynamicBatcher(self.algo.max_batch_envs, self.algo.max_wait_ms / 1e3,
-                                      capacity=max(1, len(self.served)) * self.algo.groups_per_worker,
-                                      pull=self._pull)
+        self.batcher = DynamicBatcher(
+            self.algo.max_batch_envs,
+            self.algo.max_wait_ms / 1e3,
+            capacity=max(1, len(self.served)) * self.algo.groups_per_worker,
+            pull=self._pull,
+        )
         self.generator = torch.Generator().manual_seed(self.cfg.run.seed + ctx.rank)
         self.stats, self.budget = InferenceStats(), TimeBudget()
         self.shared: Optional[TensorDict] = None
@@ -91,8 +98,9 @@ class SFInference:
         batcher calls it when its queue is empty); a malformed one is refused at once."""
         slots, T = self.shared[keys.TRAJ].shape[0], self.algo.unroll_length
         for rank, group, slot, t in self.bell.requests(timeout_s):
-            well_formed = (rank in self.served and 0 <= group < self.algo.groups_per_worker
-                           and 0 <= slot < slots and 0 <= t < T)
+            well_formed = (
+                rank in self.served and 0 <= group < self.algo.groups_per_worker and 0 <= slot < slots and 0 <= t < T
+            )
             if not (well_formed and self._enqueue(SlotRequest(rank, group, slot, t, self.algo.envs_per_group))):
                 self.bell.answer(rank, group, bell.ERROR)  # the worker exits, saying why
 
@@ -133,10 +141,11 @@ class SFInference:
             self.bell.close()
 
     def _loop(self) -> None:
-        stop, traj = self.shared[keys.CONTROL].numpy()[STOP_FLAG:STOP_FLAG + 1], self.shared[keys.TRAJ]
+        stop, traj = self.shared[keys.CONTROL].numpy()[STOP_FLAG : STOP_FLAG + 1], self.shared[keys.TRAJ]
         # numpy views, taken once: a torch indexed read or write costs 3.5 us, numpy's under 1 us
-        traj = {key: traj[key].numpy()
-                for key in (keys.OBSERVATION, keys.ACTION, keys.ACTION_LOG_PROB, keys.POLICY_VERSION)}
+        traj = {
+            key: traj[key].numpy() for key in (keys.OBSERVATION, keys.ACTION, keys.ACTION_LOG_PROB, keys.POLICY_VERSION)
+        }
         last_stats = time.monotonic()
         with torch.no_grad():
             while not stop[0]:

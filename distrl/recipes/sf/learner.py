@@ -21,6 +21,7 @@ and the network's :class:`~distrl.nn.obs_norm.ObsNorm` statistics are merged her
 rows (each trained batch folded in after its step) and reach inference inside the published
 parameter vector, with the weights of the same version.
 """
+
 from __future__ import annotations
 
 import collections
@@ -77,14 +78,25 @@ class SFLearner(Learner):
         G = self.algo.groups_per_worker
         #: rank -> [G, 2] (slot, spare): reserved now, so that no worker attaching late finds them taken
         self.first_slots = {w: torch.tensor(self.pool.reserve(w, 2 * G)).view(G, 2) for w in self.workers}
-        layout = rollout_layout(num_slots, self.algo.envs_per_group, self.algo.unroll_length, info.shape,
-                                sum(p.numel() for p in self.model.parameters()), len(ctx.roles),
-                                info.obs_dtype or torch.float32, self.model.head.action_shape,
-                                self.model.head.action_dtype)
+        layout = rollout_layout(
+            num_slots,
+            self.algo.envs_per_group,
+            self.algo.unroll_length,
+            info.shape,
+            sum(p.numel() for p in self.model.parameters()),
+            len(ctx.roles),
+            info.obs_dtype or torch.float32,
+            self.model.head.action_shape,
+            self.model.head.action_dtype,
+        )
         self.shared, self.shm_path = shm.create(layout, "sf")
         doorbells.make(self.shm_path, ctx.rank, ctx.ranks_of("inference"), self.workers)  # unlinked with the rest
         self.bell = doorbells.ServerBell(self.shm_path, ctx.rank, self.workers, doorbells.SLOT)
-        self.traj, self.control, self.evicted = self.shared[keys.TRAJ], self.shared[keys.CONTROL], self.shared[keys.EVICTED]
+        self.traj, self.control, self.evicted = (
+            self.shared[keys.TRAJ],
+            self.shared[keys.CONTROL],
+            self.shared[keys.EVICTED],
+        )
         self.publish()
         self.handed: collections.deque[int] = collections.deque()  # slots handed in, not yet copied out
         self.owed: collections.deque[tuple[int, int]] = collections.deque()  # (rank, group) owed a spare
@@ -99,8 +111,12 @@ class SFLearner(Learner):
         # What crosses rpc: these handlers' requests and replies, none of them per env step
         # (trajectories, actions and parameters go through shared memory); summary.json's bytes_per_env_step
         self.wire = WireMeter()
-        for name, handler in (("hello", self._hello), ("attached", self._attached),
-                              ("inference_stats", self._inference_stats), ("bye", self._bye)):
+        for name, handler in (
+            ("hello", self._hello),
+            ("attached", self._attached),
+            ("inference_stats", self._inference_stats),
+            ("bye", self._bye),
+        ):
             ctx.transport.serve(name, self._metered(handler))
 
     def _metered(self, handler):
@@ -108,6 +124,7 @@ class SFLearner(Learner):
             reply = handler(td)
             self.wire.add(payload_nbytes(td) + payload_nbytes(reply), 0)
             return reply
+
         return serve
 
     # ---- handlers --------------------------------------------------------------------------------
@@ -264,13 +281,23 @@ class SFLearner(Learner):
         self.bell.close()
 
     def summary_extra(self) -> dict:
-        out = {"slots": len(self.pool.owner), "slots_reclaimed": self.pool.reclaimed,
-               "slot_waits": self.spares_late, "hand_ins_refused": self.hand_ins_refused,
-               "samples_dropped_for_lag": self.tracker.counters["samples_dropped_for_lag"],
-               "bytes_per_env_step": round(self.wire.bytes / max(self.tracker.env_frames, 1), 4)}
+        out = {
+            "slots": len(self.pool.owner),
+            "slots_reclaimed": self.pool.reclaimed,
+            "slot_waits": self.spares_late,
+            "hand_ins_refused": self.hand_ins_refused,
+            "samples_dropped_for_lag": self.tracker.counters["samples_dropped_for_lag"],
+            "bytes_per_env_step": round(self.wire.bytes / max(self.tracker.env_frames, 1), 4),
+        }
         per_rank = list(self.inference_summary.values())
-        for k in ("inference_batch_fill_mean", "inference_batch_envs_mean", "inference_latency_ms_mean",
-                  "inference_latency_ms_p95", "inference_compute_ms_mean", "inference_batches"):
+        for k in (
+            "inference_batch_fill_mean",
+            "inference_batch_envs_mean",
+            "inference_latency_ms_mean",
+            "inference_latency_ms_p95",
+            "inference_compute_ms_mean",
+            "inference_batches",
+        ):
             vals = [s[k] for s in per_rank if k in s]
             out[k] = round(sum(vals) / len(vals), 4) if vals else None
         return out

@@ -13,12 +13,14 @@ Presets (``--experiment NAME``): ``default`` (CartPole), ``debug`` (seconds), ``
 ``mujoco``: a Gaussian head (``distrl/nn/heads.py``) over normalised observations (``distrl/nn/obs_norm.py``),
 float32 ``[A]`` actions in the slots, the statistics in the parameter vector inference reads.
 """
+
 from __future__ import annotations
 
 
 from distrl.config import Config, RunConfig, override
 from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_AC, Recipe, role, check_action_space
 from distrl.recipes.sf.config import SFConfig  # noqa: F401 (cfg.algo's class, here as before)
+
 
 # The presets are tables of settings, kept dense as tables (ruff's formatter would give each its line).
 # fmt: off
@@ -105,7 +107,9 @@ def debug() -> Config:
 
 
 def _roles(n: int, cfg: Config) -> list[str]:
-    return ["learner"] + ["inference"] * cfg.algo.inference_ranks + ["rollout_worker"] * (n - 1 - cfg.algo.inference_ranks)
+    return (
+        ["learner"] + ["inference"] * cfg.algo.inference_ranks + ["rollout_worker"] * (n - 1 - cfg.algo.inference_ranks)
+    )
 
 
 def _check_config(cfg: Config) -> None:
@@ -114,12 +118,16 @@ def _check_config(cfg: Config) -> None:
     # batch from the others even with a single worker, or both would wait on each other.
     spare_rows = a.groups_per_worker * (a.slots_per_group - 1) * a.envs_per_group
     if a.batch_size > spare_rows:
-        raise ValueError(f"algo.batch_size ({a.batch_size}) must be at most groups_per_worker x (slots_per_group - 1)"
-                         f" x envs_per_group ({spare_rows}): the rows one worker hands in while filling its next slots")
+        raise ValueError(
+            f"algo.batch_size ({a.batch_size}) must be at most groups_per_worker x (slots_per_group - 1)"
+            f" x envs_per_group ({spare_rows}): the rows one worker hands in while filling its next slots"
+        )
     check_action_space(cfg)
     if max(cfg.algo.request_timeout_s, cfg.algo.slot_timeout_s) >= cfg.transport.call_timeout_s:
-        raise ValueError(f"algo.request_timeout_s and algo.slot_timeout_s must be below transport.call_timeout_s "
-                         f"({cfg.transport.call_timeout_s})")
+        raise ValueError(
+            f"algo.request_timeout_s and algo.slot_timeout_s must be below transport.call_timeout_s "
+            f"({cfg.transport.call_timeout_s})"
+        )
 
 
 RECIPE = Recipe(
@@ -128,9 +136,11 @@ RECIPE = Recipe(
     layout="rank 0 learner, ranks 1..R inference (algo.inference_ranks), the rest rollout workers (at least one)",
     min_world_size=3,
     roles_for=lambda n: _roles(n, default()),
-    builders={"learner": role("distrl.recipes.sf.learner:SFLearner"),
-              "inference": role("distrl.recipes.sf.inference:SFInference"),
-              "rollout_worker": role("distrl.recipes.sf.rollout_worker:SFRolloutWorker")},
+    builders={
+        "learner": role("distrl.recipes.sf.learner:SFLearner"),
+        "inference": role("distrl.recipes.sf.inference:SFInference"),
+        "rollout_worker": role("distrl.recipes.sf.rollout_worker:SFRolloutWorker"),
+    },
     default_config=default,
     local_world_size=lambda cfg: 1 + cfg.algo.inference_ranks + cfg.algo.local_workers,
     check_config=_check_config,

@@ -29,6 +29,7 @@ A group whose env raises is recreated (``distrl/roles/env_recovery.py``: count, 
 give up after ``run.env_max_failures`` in a row) and starts its slot over at step 0: the slot's
 partial unroll is dropped by being overwritten, and inference keeps no per-env state to reset.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -76,8 +77,9 @@ class SFRolloutWorker:
         self.steps = 0
         self.stopped = False
         # the failures in a row are forgotten after one unroll's worth of good group steps
-        self.recovery = EnvRecovery(self.cfg.run.env, self.cfg.run.env_max_failures,
-                                    reset_after=self.algo.unroll_length)
+        self.recovery = EnvRecovery(
+            self.cfg.run.env, self.cfg.run.env_max_failures, reset_after=self.algo.unroll_length
+        )
 
     # ---- set-up ------------------------------------------------------------------------------
     def _attach(self) -> bool:
@@ -90,22 +92,39 @@ class SFRolloutWorker:
         # both channels' ends before "attached": then the files go
         self.bell = bell.WorkerBell(path, self.server, self.ctx.rank, bell.ACT)
         self.slot_bell = bell.WorkerBell(path, self.learner, self.ctx.rank, bell.SLOT)
-        self.traj, self.control, self.evicted = self.shared[keys.TRAJ], self.shared[keys.CONTROL], self.shared[keys.EVICTED]
+        self.traj, self.control, self.evicted = (
+            self.shared[keys.TRAJ],
+            self.shared[keys.CONTROL],
+            self.shared[keys.EVICTED],
+        )
         # numpy views of the shared tensors, taken once: a nested TensorDict lookup costs about
         # 5 us and a torch indexed write 3.5 us against numpy's 0.4-0.9 us, and a group step makes
         # eight of each (about 5% of a 128-env CartPole step in torch)
         nxt = self.traj[keys.NEXT]
-        self.buf = {keys.OBSERVATION: self.traj[keys.OBSERVATION].numpy(), keys.ACTION: self.traj[keys.ACTION].numpy(),
-                    keys.NEXT_OBSERVATION: nxt[keys.OBSERVATION].numpy(),
-                    **{k: nxt[k].numpy()[..., 0]
-                       for k in (keys.STEP_REWARD, keys.STEP_TERMINATED, keys.STEP_TRUNCATED, keys.STEP_DONE,
-                                 keys.EPISODE_RETURN)}}
-        self.stop_flag, self.evicted_flag = self.control.numpy()[STOP_FLAG:STOP_FLAG + 1], self.evicted.numpy()
+        self.buf = {
+            keys.OBSERVATION: self.traj[keys.OBSERVATION].numpy(),
+            keys.ACTION: self.traj[keys.ACTION].numpy(),
+            keys.NEXT_OBSERVATION: nxt[keys.OBSERVATION].numpy(),
+            **{
+                k: nxt[k].numpy()[..., 0]
+                for k in (
+                    keys.STEP_REWARD,
+                    keys.STEP_TERMINATED,
+                    keys.STEP_TRUNCATED,
+                    keys.STEP_DONE,
+                    keys.EPISODE_RETURN,
+                )
+            },
+        }
+        self.stop_flag, self.evicted_flag = self.control.numpy()[STOP_FLAG : STOP_FLAG + 1], self.evicted.numpy()
         slots = t.call_sync(self.learner, "attached", self.me, timeout)[keys.SLOT]  # [G, 2]: slot, spare
         self.num_slots = self.traj.shape[0]
         if slots.shape != (self.algo.groups_per_worker, 2) or not all(map(self._valid, slots.flatten().tolist())):
-            print(f"[rollout_worker {self.ctx.rank}] no trajectory slots from the learner ({slots.tolist()}): "
-                  "evicted before it attached, exiting", flush=True)
+            print(
+                f"[rollout_worker {self.ctx.rank}] no trajectory slots from the learner ({slots.tolist()}): "
+                "evicted before it attached, exiting",
+                flush=True,
+            )
             return False
         B, seed = self.algo.envs_per_group, self.cfg.run.seed + 1000 * self.ctx.rank
         self.seed = seed
@@ -151,7 +170,8 @@ class SFRolloutWorker:
             self._recover(g, e)
             return True
         self.recovery.succeeded()
-        faults.maybe_signal(self.ctx.rank, self.steps)  # fault injection (distrl/runtime/faults.py): mid-step, slots held
+        # fault injection (distrl/runtime/faults.py): mid-step, slots held
+        faults.maybe_signal(self.ctx.rank, self.steps)
         self._own(s)  # the env step is the long wait: it may have been evicted meanwhile
         done = term | trunc
         buf[keys.NEXT_OBSERVATION][s, :, t] = final_observations(obs, info, done)
@@ -229,8 +249,9 @@ class SFRolloutWorker:
                         self._request(g)
                 self.budget.maybe_send(self.ctx.transport, self.learner, self.ctx.rank)
         except _Evicted as e:  # declared lost (it was stopped): nothing more is written
-            print(f"[rollout_worker {self.ctx.rank}] evicted by the learner: {e}, exiting before writing it",
-                  flush=True)
+            print(
+                f"[rollout_worker {self.ctx.rank}] evicted by the learner: {e}, exiting before writing it", flush=True
+            )
         except (TransportError, TimeoutError) as e:
             print(f"[rollout_worker {self.ctx.rank}] exiting: {e}", flush=True)
         finally:

@@ -39,6 +39,7 @@ Ownership, and why a worker never writes a slot that is not its own (no lock on 
   ``hand_ins_refused``) a hand-in from a rank it evicted: that slot is retired, its rows may be
   partly stale. Inference's late writes for an evicted worker land in retired slots too.
 """
+
 from __future__ import annotations
 
 import threading
@@ -52,9 +53,17 @@ from distrl.data import keys
 STOP, PARAM_SEQ, PARAM_VERSION = 0, 1, 2  # indices into control
 
 
-def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_shape: int | tuple[int, ...],
-                   num_params: int, world_size: int = 1, obs_dtype: torch.dtype = torch.float32,
-                   action_shape: tuple[int, ...] = (), action_dtype: torch.dtype = torch.int64) -> TensorDict:
+def rollout_layout(
+    num_slots: int,
+    envs_per_slot: int,
+    unroll_length: int,
+    obs_shape: int | tuple[int, ...],
+    num_params: int,
+    world_size: int = 1,
+    obs_dtype: torch.dtype = torch.float32,
+    action_shape: tuple[int, ...] = (),
+    action_dtype: torch.dtype = torch.int64,
+) -> TensorDict:
     """Zeros of the shared layout above: ``traj [S, B, T]``, ``params [P]``, ``control [3]``,
     ``evicted [W]`` (1 for a rank whose slots were reclaimed: it must not write any more).
     Observations are ``[*obs_shape]`` of ``obs_dtype`` (an image stays uint8/bool: a quarter or less
@@ -64,19 +73,34 @@ def rollout_layout(num_slots: int, envs_per_slot: int, unroll_length: int, obs_s
     S, B, T = num_slots, envs_per_slot, unroll_length
     F = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
     z = lambda *shape, dtype=torch.float32: torch.zeros(S, B, T, *shape, dtype=dtype)  # noqa: E731
-    traj = TensorDict({
-        keys.OBSERVATION: z(*F, dtype=obs_dtype), keys.ACTION: z(*action_shape, dtype=action_dtype),
-        keys.ACTION_LOG_PROB: z(),
-        keys.POLICY_VERSION: z(dtype=torch.int64),
-        keys.NEXT: TensorDict({
-            keys.OBSERVATION: z(*F, dtype=obs_dtype), keys.STEP_REWARD: z(1), keys.STEP_DONE: z(1, dtype=torch.bool),
-            keys.STEP_TERMINATED: z(1, dtype=torch.bool), keys.STEP_TRUNCATED: z(1, dtype=torch.bool),
-            keys.EPISODE_RETURN: z(1),
-        }, batch_size=[S, B, T]),
-    }, batch_size=[S, B, T])
-    return TensorDict({keys.TRAJ: traj, keys.PARAMS: torch.zeros(num_params),
-                       keys.CONTROL: torch.zeros(3, dtype=torch.int64),
-                       keys.EVICTED: torch.zeros(world_size, dtype=torch.int64)})
+    traj = TensorDict(
+        {
+            keys.OBSERVATION: z(*F, dtype=obs_dtype),
+            keys.ACTION: z(*action_shape, dtype=action_dtype),
+            keys.ACTION_LOG_PROB: z(),
+            keys.POLICY_VERSION: z(dtype=torch.int64),
+            keys.NEXT: TensorDict(
+                {
+                    keys.OBSERVATION: z(*F, dtype=obs_dtype),
+                    keys.STEP_REWARD: z(1),
+                    keys.STEP_DONE: z(1, dtype=torch.bool),
+                    keys.STEP_TERMINATED: z(1, dtype=torch.bool),
+                    keys.STEP_TRUNCATED: z(1, dtype=torch.bool),
+                    keys.EPISODE_RETURN: z(1),
+                },
+                batch_size=[S, B, T],
+            ),
+        },
+        batch_size=[S, B, T],
+    )
+    return TensorDict(
+        {
+            keys.TRAJ: traj,
+            keys.PARAMS: torch.zeros(num_params),
+            keys.CONTROL: torch.zeros(3, dtype=torch.int64),
+            keys.EVICTED: torch.zeros(world_size, dtype=torch.int64),
+        }
+    )
 
 
 def publish_params(shared: TensorDict, flat: torch.Tensor, version: int) -> None:

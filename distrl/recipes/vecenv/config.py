@@ -1,5 +1,6 @@
 """vecenv's algorithm settings, ``cfg.algo``: the typed fields ``--set algo.NAME=VALUE`` takes, each with its
 doc and its checks. The presets and the rank table are in ``recipe.py``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,9 +37,11 @@ class VecEnvConfig:
     def __post_init__(self):
         for name in ("num_envs", "rollout_length", "epochs", "num_minibatches"):
             check(getattr(self, name) >= 1, f"algo.{name} must be >= 1, got {getattr(self, name)}")
-        check(self.frames_per_rank % self.num_minibatches == 0,
-               f"algo.num_minibatches ({self.num_minibatches}) must divide num_envs * rollout_length "
-               f"({self.frames_per_rank})")
+        check(
+            self.frames_per_rank % self.num_minibatches == 0,
+            f"algo.num_minibatches ({self.num_minibatches}) must divide num_envs * rollout_length "
+            f"({self.frames_per_rank})",
+        )
         check(self.lr > 0, "algo.lr must be > 0")
         check(0 < self.gamma <= 1, "algo.gamma must be in (0, 1]")
         check(0 <= self.gae_lambda <= 1, "algo.gae_lambda must be in [0, 1]")
@@ -46,10 +49,14 @@ class VecEnvConfig:
         check(self.value_coef >= 0 and self.entropy_coef >= 0, "algo.value_coef and algo.entropy_coef must be >= 0")
         check(self.max_grad_norm > 0, "algo.max_grad_norm must be > 0")
         check(self.reward_scale > 0, "algo.reward_scale must be > 0")
-        check(self.allreduce_dtype in ALLREDUCE_DTYPES,
-               f"algo.allreduce_dtype must be one of {ALLREDUCE_DTYPES}, got {self.allreduce_dtype!r}")
-        check(self.env_factory == "" or ":" in self.env_factory,
-               f"algo.env_factory must be 'module:function', got {self.env_factory!r}")
+        check(
+            self.allreduce_dtype in ALLREDUCE_DTYPES,
+            f"algo.allreduce_dtype must be one of {ALLREDUCE_DTYPES}, got {self.allreduce_dtype!r}",
+        )
+        check(
+            self.env_factory == "" or ":" in self.env_factory,
+            f"algo.env_factory must be 'module:function', got {self.env_factory!r}",
+        )
 
     @property
     def frames_per_rank(self) -> int:

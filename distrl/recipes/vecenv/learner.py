@@ -17,6 +17,7 @@ gradient each rank all-reduces once per minibatch, per env frame of an update ov
 world size 1. The per-update statistics collectives (advantage moments, episode rows, the stop
 flag: well under 1 KB a rank) are left out, as ``distrl/data/wire.py`` leaves out headers.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,7 +61,6 @@ def seeds(base: int, rank: int) -> tuple[int, int]:
     return base * 10_000 + 2 * rank, base * 10_000 + 2 * rank + 1
 
 
-
 def reuse_lag(frames: int, epochs: int, num_minibatches: int) -> torch.Tensor:
     """The policy lag of every use of a rollout's ``frames`` samples (docs/concepts.md): a sample in
     minibatch ``m`` of epoch ``e`` is used after ``e * num_minibatches + m`` optimizer steps since
@@ -80,17 +80,20 @@ class VecEnvLearner:
         env_seed, torch_seed = seeds(self.cfg.run.seed, self.rank)
         torch.manual_seed(torch_seed)
         a = self.algo
-        self.env = make_batched_env(self.cfg.run.env, a.num_envs, self.device, env_seed, a.env_factory, a.obs_key,
-                                    self.cfg.atari)
+        self.env = make_batched_env(
+            self.cfg.run.env, a.num_envs, self.device, env_seed, a.env_factory, a.obs_key, self.cfg.atari
+        )
         env = self.env
         # observations normalised as net.obs_norm says (auto: flat observations with continuous actions)
         self.model = ActorCritic(env.obs_shape, env.num_actions, self.cfg.net, env.action_dim).to(self.device)
         # fused: one kernel for all parameters; the per-tensor loop cost 5x more per step (318 vs
         # 64 us on these CPUs), a tenth of a minibatch's whole cost for CartPole's small MLPs.
         # trainable parameters only: ObsNorm's statistics are frozen parameters (distrl/nn/obs_norm.py)
-        self.optim = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=a.lr, eps=1e-5,
-                                      fused=True)
-        #: bytes of the flat gradient ``allreduce_gradients`` all-reduces (every trained parameter's, in algo.allreduce_dtype)
+        self.optim = torch.optim.Adam(
+            [p for p in self.model.parameters() if p.requires_grad], lr=a.lr, eps=1e-5, fused=True
+        )
+        #: bytes of the flat gradient ``allreduce_gradients`` all-reduces (every trained parameter's, in
+        #: algo.allreduce_dtype)
         wire_size = torch.empty((), dtype=getattr(torch, a.allreduce_dtype)).element_size()
         self.grad_bytes = sum(p.numel() * wire_size for p in self.model.parameters() if p.requires_grad)
         # rank 0 keeps the books; its session's evaluation confirms --target-return before stopping
@@ -105,8 +108,9 @@ class VecEnvLearner:
         if self.session is not None:
             self.session.restore(self.model, self.optim)
         self._sync_replicas()
-        self.buf = Rollout.allocate(a.rollout_length, a.num_envs, env.obs_shape, env.num_actions, env.action_dim,
-                                    self.device, env.obs_dtype)
+        self.buf = Rollout.allocate(
+            a.rollout_length, a.num_envs, env.obs_shape, env.num_actions, env.action_dim, self.device, env.obs_dtype
+        )
         self.episodes = EpisodeStats(a.rollout_length, a.num_envs, self.device)
         self._act, self._step = self.model.act, self.env.step
         self._obs: torch.Tensor | None = None  # where the envs are: the next policy input [B, *F]
@@ -175,8 +179,15 @@ class VecEnvLearner:
         # forward costs 3x more per row (measured: 130 ns a row at 4096, 370-470 ns at 8192-32768).
         obs = torch.stack([b.obs, b.next_obs]).reshape(-1, *b.obs.shape[2:])
         values = torch.cat([self.model.value(c) for c in obs.split(VALUE_CHUNK)]).reshape(2, *b.reward.shape)
-        adv, target = gae(a.gamma, a.gae_lambda, values[0], values[1], b.reward * a.reward_scale,
-                          b.terminated | b.truncated, b.terminated)
+        adv, target = gae(
+            a.gamma,
+            a.gae_lambda,
+            values[0],
+            values[1],
+            b.reward * a.reward_scale,
+            b.terminated | b.truncated,
+            b.terminated,
+        )
         return b.flat(normalize_advantage(adv), target)
 
     def _agree_to_stop(self, stats: torch.Tensor) -> bool:
@@ -261,8 +272,13 @@ class VecEnvLearner:
         self.env.close()
         if self.session is None:
             return None
-        return self.session.finish(self.session.stop_reason, self.evaluate(), self.model, self.optim,
-                                   extra={"bytes_per_env_step": round(self.bytes_per_env_step, 2)})
+        return self.session.finish(
+            self.session.stop_reason,
+            self.evaluate(),
+            self.model,
+            self.optim,
+            extra={"bytes_per_env_step": round(self.bytes_per_env_step, 2)},
+        )
 
     def evaluate(self) -> list[float]:
         """Greedy returns of ``run.eval_episodes`` episodes on a fresh batch of the same env."""
@@ -272,10 +288,12 @@ class VecEnvLearner:
         a = self.algo
         # Atari: the full game, unclipped (the same frames as gymnasium's path, tests/test_atari.py)
         full_game = dataclasses.replace(self.cfg.atari, episodic_life=False, reward_clipping=False)
-        env = make_batched_env(self.cfg.run.env, n, self.device, self.cfg.run.seed + 10_000, a.env_factory, a.obs_key,
-                               full_game)
+        env = make_batched_env(
+            self.cfg.run.env, n, self.device, self.cfg.run.seed + 10_000, a.env_factory, a.obs_key, full_game
+        )
         try:
-            return evaluate_greedy(env, self.model.greedy, epsilon=eval_epsilon(self.cfg.run.env, self.cfg.atari),
-                                   seed=self.cfg.run.seed)
+            return evaluate_greedy(
+                env, self.model.greedy, epsilon=eval_epsilon(self.cfg.run.env, self.cfg.atari), seed=self.cfg.run.seed
+            )
         finally:
             env.close()

@@ -10,12 +10,14 @@ Presets (``--experiment NAME``): ``default`` is torch CartPole to 475; ``pendulu
 continuous-action run; ``minatar`` torch MinAtar Breakout from ``[4, 10, 10]`` bool images;
 ``debug`` finishes in seconds on CPU; ``gym_serial`` runs the same PPO through the generic TorchRL path.
 """
+
 from __future__ import annotations
 
 
 from distrl.config import Config, NetConfig, RunConfig, override
 from distrl.recipes.base import ATARI_RUN, MUJOCO_RUN, Recipe, role
 from distrl.recipes.vecenv.config import ALLREDUCE_DTYPES, VecEnvConfig  # noqa: F401 (cfg.algo's class, here as before)
+
 
 # The presets are tables of settings, kept dense as tables (ruff's formatter would give each its line).
 # fmt: off
@@ -125,8 +127,10 @@ def _check_config(cfg: Config) -> None:
             env_info(cfg.run.env)  # builds one env: a missing dependency (Box2D, mujoco) is one line here
         except Exception as e:
             why = (str(e).strip().splitlines() or [""])[0]
-            raise ValueError(f"vecenv cannot make {cfg.run.env!r} ({type(e).__name__}: {why}); install what it needs, "
-                             "or bring a batched TorchRL env with --set algo.env_factory=module:function") from None
+            raise ValueError(
+                f"vecenv cannot make {cfg.run.env!r} ({type(e).__name__}: {why}); install what it needs, "
+                "or bring a batched TorchRL env with --set algo.env_factory=module:function"
+            ) from None
 
 
 RECIPE = Recipe(

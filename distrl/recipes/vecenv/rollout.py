@@ -4,6 +4,7 @@ Nothing here reads a tensor on the host: a rollout step is a handful of kernel l
 same code runs on CUDA without a synchronisation per step. Storage is time-major ``[T, B]``:
 each step writes one contiguous row per field (GAE is then told ``time_dim=0``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,25 +28,48 @@ class Rollout:
     truncated: torch.Tensor  # [T, B] bool
 
     @classmethod
-    def allocate(cls, t: int, b: int, obs_shape: tuple[int, ...], num_actions: int | None, action_dim: int,
-                 device: torch.device, obs_dtype: torch.dtype = torch.float32) -> "Rollout":
+    def allocate(
+        cls,
+        t: int,
+        b: int,
+        obs_shape: tuple[int, ...],
+        num_actions: int | None,
+        action_dim: int,
+        device: torch.device,
+        obs_dtype: torch.dtype = torch.float32,
+    ) -> "Rollout":
         f32 = dict(dtype=torch.float32, device=device)
-        action = (torch.zeros(t, b, dtype=torch.int64, device=device) if num_actions is not None
-                  else torch.zeros(t, b, action_dim, **f32))
+        action = (
+            torch.zeros(t, b, dtype=torch.int64, device=device)
+            if num_actions is not None
+            else torch.zeros(t, b, action_dim, **f32)
+        )
         flag = dict(dtype=torch.bool, device=device)
         obs = dict(dtype=obs_dtype, device=device)
-        return cls(torch.zeros(t, b, *obs_shape, **obs), action, torch.zeros(t, b, **f32),
-                   torch.zeros(t, b, *obs_shape, **obs), torch.zeros(t, b, **f32), torch.zeros(t, b, **flag),
-                   torch.zeros(t, b, **flag))
+        return cls(
+            torch.zeros(t, b, *obs_shape, **obs),
+            action,
+            torch.zeros(t, b, **f32),
+            torch.zeros(t, b, *obs_shape, **obs),
+            torch.zeros(t, b, **f32),
+            torch.zeros(t, b, **flag),
+            torch.zeros(t, b, **flag),
+        )
 
     def flat(self, advantage: torch.Tensor, value_target: torch.Tensor) -> TensorDict:
         """The ``[T * B]`` batch a PPO update reads (:data:`distrl.data.keys.PPO_IN_KEYS`); views, no copies."""
         n = self.reward.numel()
-        return TensorDict({
-            keys.OBSERVATION: self.obs.reshape(n, *self.obs.shape[2:]), keys.ACTION: self.action.reshape(n, *self.action.shape[2:]),
-            keys.ACTION_LOG_PROB: self.log_prob.reshape(n), keys.ADVANTAGE: advantage.reshape(n),
-            keys.VALUE_TARGET: value_target.reshape(n),
-        }, batch_size=[n], device=self.obs.device)
+        return TensorDict(
+            {
+                keys.OBSERVATION: self.obs.reshape(n, *self.obs.shape[2:]),
+                keys.ACTION: self.action.reshape(n, *self.action.shape[2:]),
+                keys.ACTION_LOG_PROB: self.log_prob.reshape(n),
+                keys.ADVANTAGE: advantage.reshape(n),
+                keys.VALUE_TARGET: value_target.reshape(n),
+            },
+            batch_size=[n],
+            device=self.obs.device,
+        )
 
 
 class EpisodeStats:

@@ -9,6 +9,7 @@ would take on ``W * N`` (``tests/test_vecenv_ddp.py`` checks it on 2 gloo ranks)
 The math is the algorithms': PPO's clipped loss and epoch loop (:mod:`distrl.algorithms.ppo`), GAE
 (:mod:`distrl.algorithms.estimators`); what lives here is what the ranks do together.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional, Protocol
@@ -44,7 +45,9 @@ def world_size() -> int:
 
 def normalize_advantage(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """``(adv - mean) / (std + eps)`` of ``adv [*N]`` with mean and (population) std over every rank's samples."""
-    moments = torch.stack([adv.sum(), adv.square().sum(), torch.tensor(adv.numel(), dtype=adv.dtype, device=adv.device)])
+    moments = torch.stack(
+        [adv.sum(), adv.square().sum(), torch.tensor(adv.numel(), dtype=adv.dtype, device=adv.device)]
+    )
     if world_size() > 1:
         dist.all_reduce(moments)
     mean = moments[0] / moments[2]
@@ -78,12 +81,17 @@ def allreduce_gradients(params: list[nn.Parameter], dtype: torch.dtype = torch.f
     flat.div_(n)
     offset = 0
     for p, g in zip(params, grads):
-        p.grad = flat[offset:offset + g.numel()].view_as(g)
+        p.grad = flat[offset : offset + g.numel()].view_as(g)
         offset += g.numel()
 
 
-def ppo_update(model: nn.Module, optim: torch.optim.Optimizer, batch: TensorDict, hp: PPOHyper,
-               is_finite: Optional[Callable[[torch.Tensor], bool]] = None) -> torch.Tensor:
+def ppo_update(
+    model: nn.Module,
+    optim: torch.optim.Optimizer,
+    batch: TensorDict,
+    hp: PPOHyper,
+    is_finite: Optional[Callable[[torch.Tensor], bool]] = None,
+) -> torch.Tensor:
     """``hp.epochs`` passes of ``hp.num_minibatches`` shuffled minibatches over a flat batch
     (:func:`distrl.algorithms.ppo.minibatches`), each step's gradient all-reduced before the clip.
 
@@ -104,8 +112,17 @@ def ppo_update(model: nn.Module, optim: torch.optim.Optimizer, batch: TensorDict
     stats = []
     for mb in minibatches(batch, hp.epochs, hp.num_minibatches):
         log_prob, entropy, value = model.evaluate(mb[keys.OBSERVATION], mb[keys.ACTION])
-        out = ppo_loss(log_prob, mb[keys.ACTION_LOG_PROB], mb[keys.ADVANTAGE], value,
-                       mb[keys.VALUE_TARGET], entropy, hp.clip_eps, hp.value_coef, hp.entropy_coef)
+        out = ppo_loss(
+            log_prob,
+            mb[keys.ACTION_LOG_PROB],
+            mb[keys.ADVANTAGE],
+            value,
+            mb[keys.VALUE_TARGET],
+            entropy,
+            hp.clip_eps,
+            hp.value_coef,
+            hp.entropy_coef,
+        )
         optim.zero_grad(set_to_none=True)
         out[keys.LOSS].backward()
         allreduce_gradients(params, wire_dtype)

@@ -19,6 +19,7 @@ Four kinds of thread share the one process and the one Q-network:
 The optimizer step holds the lock that inference holds around its forward (hooks on the
 optimizer), so a batch is never served from half-updated parameters; no parameter is copied.
 """
+
 from __future__ import annotations
 
 import collections
@@ -46,11 +47,25 @@ class EpsilonGreedyServer(InferenceServer):
     def __init__(self, model: QNetwork, lock: threading.Lock, version, cfg, workers: list[int], device, out, **kw):
         info, algo = env_info(cfg.run.env), cfg.algo
         obs_dtype = info.obs_dtype or torch.float32
-        super().__init__(QPolicy(model, EpsilonGreedyHead(info.num_actions)), lock, version, cfg, workers, info.shape,
-                         device, out, obs_dtype=obs_dtype, **kw)
+        super().__init__(
+            QPolicy(model, EpsilonGreedyHead(info.num_actions)),
+            lock,
+            version,
+            cfg,
+            workers,
+            info.shape,
+            device,
+            out,
+            obs_dtype=obs_dtype,
+            **kw,
+        )
         ladder = env_ladder(sorted(self.groups), self.B, algo.eps_base, algo.eps_alpha)
-        self.groups = {key: NStepTrajectories(self.B, info.shape, algo.unroll_length, None, device, obs_dtype,
-                                              n_step=algo.n_step, epsilon=ladder[key]) for key in self.groups}
+        self.groups = {
+            key: NStepTrajectories(
+                self.B, info.shape, algo.unroll_length, None, device, obs_dtype, n_step=algo.n_step, epsilon=ladder[key]
+            )
+            for key in self.groups
+        }
 
     def _serve(self, batch) -> None:
         self.head.epsilon = torch.cat([self.groups[r.key].epsilon for r in batch]).to(self.device)
@@ -64,8 +79,9 @@ class TransitionWriter:
     def __init__(self, ctx: RoleContext, model: QNetwork, lock: threading.Lock, windows: queue.Queue):
         self.cfg, self.algo, self.model, self.lock, self.windows = ctx.cfg, ctx.cfg.algo, model, lock, windows
         self.device = next(model.parameters()).device
-        self.inserter = Inserter(ctx.transport, ctx.ranks_of("replay"), ctx.cfg.transport.call_timeout_s,
-                                 self.algo.hold_sleep_s, paced=True)
+        self.inserter = Inserter(
+            ctx.transport, ctx.ranks_of("replay"), ctx.cfg.transport.call_timeout_s, self.algo.hold_sleep_s, paced=True
+        )
         self.frames = env_info(self.cfg.run.env).frame_stack > 0
         self.failure: Optional[BaseException] = None
         self._stats_lock = threading.Lock()
@@ -107,8 +123,13 @@ class TransitionWriter:
         """Insert one window; ``False`` once the replay service stopped or every shard is gone."""
         window, T = chunk[keys.TRAJ].cpu(), self.algo.unroll_length  # inserts leave from the CPU (rpc)
         with torch.no_grad(), self.lock:
-            msg = nstep_insert(window, lambda obs: self.model(obs.to(self.device)).cpu(), self.algo.gamma,
-                               self.algo.n_step, self.frames)
+            msg = nstep_insert(
+                window,
+                lambda obs: self.model(obs.to(self.device)).cpu(),
+                self.algo.gamma,
+                self.algo.n_step,
+                self.frames,
+            )
         eps = chunk[keys.EPSILON].cpu()[ended_envs(window, T)].tolist()
         with self._stats_lock:
             s = self._stats
@@ -137,9 +158,17 @@ class SeedApexLearner(ApexLearner):
         self.optim.register_step_post_hook(lambda *_: self.lock.release())
         self.workers = ctx.ranks_of("env_worker")
         windows: queue.Queue = queue.Queue(maxsize=self.algo.queue_size)
-        self.server = EpsilonGreedyServer(self.model, self.lock, lambda: self.tracker.updates, self.cfg,
-                                          self.workers, self.device, windows, stopping=self.session.stopping,
-                                          is_lost=lambda rank: rank in ctx.transport.lost_peers())
+        self.server = EpsilonGreedyServer(
+            self.model,
+            self.lock,
+            lambda: self.tracker.updates,
+            self.cfg,
+            self.workers,
+            self.device,
+            windows,
+            stopping=self.session.stopping,
+            is_lost=lambda rank: rank in ctx.transport.lost_peers(),
+        )
         self.writer = TransitionWriter(ctx, self.model, self.lock, windows)
         self._counted: collections.Counter = collections.Counter()
         self._explore = collections.deque(maxlen=100)  # returns of envs exploring more than report_max_eps
@@ -180,8 +209,12 @@ class SeedApexLearner(ApexLearner):
         beside it, not in it, what the learner samples (``sample_bytes_per_env_step``)."""
         inserted, frames, sampled = self.replay.wire_totals()
         infer, insert = self.server.wire.bytes_per_env_step, inserted / frames if frames else 0.0
-        return {"bytes_per_env_step": infer + insert, "inference_bytes_per_env_step": infer,
-                "insert_bytes_per_env_step": insert, "sample_bytes_per_env_step": sampled / frames if frames else 0.0}
+        return {
+            "bytes_per_env_step": infer + insert,
+            "inference_bytes_per_env_step": infer,
+            "insert_bytes_per_env_step": insert,
+            "sample_bytes_per_env_step": sampled / frames if frames else 0.0,
+        }
 
     def wind_down(self) -> None:
         # the writer heard stop from its shard (ApexLearner.stopped), the env workers hear it in replies
@@ -193,7 +226,11 @@ class SeedApexLearner(ApexLearner):
 
     def summary_extra(self) -> dict:
         stats = self.replay.stats_now()
-        return {**{k: round(v, 2) for k, v in self.wire_bytes().items()}, **self.server.stats.summary(),
-                "replay_sampled": self.replay.sampled, "learner_held_s": round(self.held_s, 3),
-                "replay_size": sum(int(s[keys.SHARD_SIZE]) for s in stats.values()),
-                **{f"learner_{k}": round(v, 3) for k, v in self.times.items()}}
+        return {
+            **{k: round(v, 2) for k, v in self.wire_bytes().items()},
+            **self.server.stats.summary(),
+            "replay_sampled": self.replay.sampled,
+            "learner_held_s": round(self.held_s, 3),
+            "replay_size": sum(int(s[keys.SHARD_SIZE]) for s in stats.values()),
+            **{f"learner_{k}": round(v, 3) for k, v in self.times.items()},
+        }
