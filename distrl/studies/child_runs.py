@@ -22,7 +22,7 @@ STOP_GRACE_S = 30.0
 def child_env() -> dict[str, str]:
     """This environment for a run: unbuffered output (progress lines as they come), and this
     distrl first on ``PYTHONPATH`` (a checkout's, installed or not, as ``--nproc``'s ranks get it)."""
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds distrl/
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
