@@ -27,7 +27,8 @@ from distrl.runtime.checkpoint import DamagedCheckpoints
 from distrl.runtime.context import Recipe, RoleContext
 from distrl.config import Config, override
 from distrl.recipes import RECIPE_NAMES
-from distrl.envs.gym import check_env_id, is_factory
+from distrl.envs.gym import check_env_id, env_info, is_factory
+from distrl.envs.info import EnvInfo
 from distrl.runtime.job import job_id
 from distrl.runtime.network import prefer_loopback
 from distrl.runtime import faults
@@ -44,16 +45,17 @@ class Plan:
     roles: dict[int, str]
     world_size: int  #: processes (1 = everything in this one)
     job: str = ""  #: this launch's id (distrl.runtime.job), written to the run directory's job_id
+    env: Optional[EnvInfo] = None  #: ``--env`` resolved once: every role of this process receives it
 
     @property
     def run_dir(self) -> Path:
         return Path(self.cfg.run.run_dir)
 
 
-def default_run_dir(cfg: Config, job: str) -> str:
+def default_run_dir(cfg: Config, job: str, recipe: Recipe) -> str:
     """``runs/<recipe>-<env>-<job id>``: new for every job, the same on every rank of one. A recipe
     given by path (``path/to/file.py:NAME``) is named by its ``Recipe.name``, not its path."""
-    name, env = (re.sub(r"[^A-Za-z0-9_.-]+", "_", s) for s in (get_recipe(cfg.recipe).name, cfg.run.env))
+    name, env = (re.sub(r"[^A-Za-z0-9_.-]+", "_", s) for s in (recipe.name, cfg.run.env))
     return str(Path("runs") / f"{name}-{env}-{job}")
 
 
@@ -66,8 +68,10 @@ def plan(cfg: Config, world_size: int) -> Plan:
             f"{recipe.name} cannot step a TorchRL env factory (--env {cfg.run.env}); {able} can, and "
             "vecenv takes a batched one through --set algo.env_factory=module:function"
         )
+    env = None
     if not getattr(cfg.algo, "env_factory", ""):  # a user env factory (vecenv) names envs gymnasium may not know
         check_env_id(cfg.run.env)
+        env = env_info(cfg.run.env)  # once: the recipe's checks and every role then read this description
     recipe.check_config(cfg)
     backend = cfg.transport.backend
     if backend == "local" and world_size > 1:
@@ -77,11 +81,11 @@ def plan(cfg: Config, world_size: int) -> Plan:
     roles = recipe.rank_table(world_size, cfg)
     job = job_id(cfg.transport.init_timeout_s)
     if not cfg.run.run_dir:
-        cfg = override(cfg, **{"run.run_dir": default_run_dir(cfg, job)})
+        cfg = override(cfg, **{"run.run_dir": default_run_dir(cfg, job, recipe)})
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0 and not cfg.run.resume:
         # torchrun restarted the group after a failure: continue from the last checkpoint.
         cfg = override(cfg, **{"run.resume": True})
-    return Plan(recipe, cfg, roles, world_size, job)
+    return Plan(recipe, cfg, roles, world_size, job, env)
 
 
 def check_run_dir(p: Plan) -> None:
@@ -154,7 +158,9 @@ def _run_local(p: Plan) -> Optional[dict]:
     roles = []
     for rank, name in p.roles.items():
         endpoints[rank].serve("ping", _ping)
-        roles.append(p.recipe.builders[name](RoleContext(p.cfg, endpoints[rank], rank, p.roles, p.run_dir, p.recipe)))
+        roles.append(
+            p.recipe.builders[name](RoleContext(p.cfg, endpoints[rank], rank, p.roles, p.run_dir, p.recipe, p.env))
+        )
     errors: dict[int, BaseException] = {}
 
     def body(rank: int) -> None:
@@ -195,7 +201,7 @@ def run_rpc(p: Plan, rank: int) -> Optional[dict]:
         timeout=t.call_timeout_s, init_timeout=t.init_timeout_s, num_threads=t.num_threads, role_names=p.roles
     )
     transport.serve("ping", _ping)
-    role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, transport, rank, p.roles, p.run_dir, p.recipe))
+    role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, transport, rank, p.roles, p.run_dir, p.recipe, p.env))
     try:
         if faults.due("never_start", rank, 0):
             faults.record("never_start", rank, 0)
@@ -222,7 +228,7 @@ def _run_collective(p: Plan, rank: int) -> Optional[dict]:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=p.cfg.transport.init_timeout_s))
     try:
-        role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, None, rank, p.roles, p.run_dir, p.recipe))
+        role = p.recipe.builders[p.roles[rank]](RoleContext(p.cfg, None, rank, p.roles, p.run_dir, p.recipe, p.env))
         return role.run()
     finally:
         dist.destroy_process_group()

@@ -16,7 +16,9 @@ every path to the network (the encoder makes it float). ``MinAtar/*`` ids come f
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import functools
 
 import gymnasium as gym
 import numpy as np
@@ -92,7 +94,34 @@ def check_env_id(env_id: str) -> None:
         raise ValueError(f"unknown env id {env_id!r}{hint}") from None
 
 
+def env_kind(env_id: str) -> str:
+    """What ``env_id`` names, one of :data:`~distrl.envs.info.KINDS` (a gymnasium id must be registered)."""
+    if is_factory(env_id):
+        return "torchrl"
+    if atari.is_atari(env_id):
+        return "ale"
+    if env_id.startswith("MinAtar/"):
+        return "minatar"
+    if env_id.startswith("distrl/"):
+        return "distrl"
+    entry = gym.spec(env_id).entry_point
+    return (
+        "mujoco" if "mujoco" in (entry if isinstance(entry, str) else getattr(entry, "__module__", "")) else "gymnasium"
+    )
+
+
+@functools.lru_cache(maxsize=None)
 def env_info(env_id: str) -> EnvInfo:
+    """What ``--env`` names, resolved once per process (the plan asks first; every role of the process then
+    gets the same description through ``RoleContext.env``): kind, observation and action sizes, the backend
+    vecenv steps it in. Builds one env and closes it, or checks a factory's env."""
+    from distrl.envs.torch_envs import TORCH_ENV_IDS
+
+    kind = env_kind(env_id)
+    return dataclasses.replace(_spaces(env_id), kind=kind, torch_native=kind != "ale" and env_id in TORCH_ENV_IDS)
+
+
+def _spaces(env_id: str) -> EnvInfo:
     """Observation and action sizes of ``env_id`` (builds one env and closes it), or of a factory's env."""
     if is_factory(env_id):
         from distrl.envs.torchrl_env import check_factory

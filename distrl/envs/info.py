@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 
+#: the kinds of env an ``--env`` names (:attr:`EnvInfo.kind`)
+KINDS = ("gymnasium", "minatar", "ale", "mujoco", "distrl", "torchrl")
+
+
 @dataclass(frozen=True)
 class EnvInfo:
     """Shapes of one env: ``obs_shape`` (``[F]`` or an image ``[C, H, W]``; ``obs_dim`` its
@@ -31,6 +35,12 @@ class EnvInfo:
     frame_stack: int = 0
     #: emulator frames per agent step (Atari: 4), for ``frames_per_s``; 1 elsewhere
     frame_skip: int = 1
+    #: what the id names (:data:`KINDS`): a plain gymnasium id, ``minatar``, ``ale``, ``mujoco``, one of
+    #: distrl's own toy envs (``distrl``) or a TorchRL env factory (``torchrl``)
+    kind: str = "gymnasium"
+    #: whether ``vecenv`` steps it in the torch-native suite (distrl/envs/torch_envs/) rather than in
+    #: gymnasium's vector env on the CPU; every other recipe steps gymnasium's (or the factory's) env
+    torch_native: bool = False
 
     @property
     def shape(self) -> tuple[int, ...]:

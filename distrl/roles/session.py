@@ -85,8 +85,8 @@ class LearnerSession:
         #: how the training env takes discrete actions ("one_hot" or "categorical" for a TorchRL env,
         #: None for a gymnasium id), saved in every checkpoint so ``load_policy`` writes actions the
         #: same way; from ``--env module:function`` here, set by a learner whose env it builds (vecenv)
-        env = self.cfg.run.env
-        self.action_encoding: Optional[str] = env_info(env).action_encoding if is_factory(env) else None
+        env = ctx.env or (env_info(self.cfg.run.env) if is_factory(self.cfg.run.env) else None)
+        self.action_encoding: Optional[str] = env.action_encoding if env is not None else None
         self._previous_sigterm = None  # the caller's handler, given back by finish()
         if threading.current_thread() is threading.main_thread():
             # Preemption: checkpoint at the next tick, then stop (the handler itself only flags).

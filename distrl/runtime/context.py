@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol
 
 from distrl.config import Config
 
-if TYPE_CHECKING:  # an annotation only: the command line (--help, --print-config, one-line errors) needs
-    from distrl.transport.base import Transport  # no transport, and importing one costs torch and tensordict
+if TYPE_CHECKING:  # annotations only: the command line (--help, --print-config, one-line errors) needs
+    from distrl.envs.info import EnvInfo  # no transport, and importing one costs torch and tensordict
+    from distrl.transport.base import Transport
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ class RoleContext:
     #: the recipe resolved once by the runner (its name, source roles...); lower layers read it here
     #: instead of looking the recipe up again. ``None`` where a test or a TorchRL user builds a role alone.
     recipe: Optional[Recipe] = None
+    #: ``--env`` resolved once by the plan (:func:`distrl.envs.gym.env_info`: kind, spaces, backend); ``None``
+    #: for an id only a user's factory knows (vecenv's ``algo.env_factory``) or a role built alone
+    env: Optional[EnvInfo] = None
 
     @property
     def recipe_name(self) -> str:
