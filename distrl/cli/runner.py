@@ -68,11 +68,11 @@ def plan(cfg: Config, world_size: int) -> Plan:
             f"{recipe.name} cannot step a TorchRL env factory (--env {cfg.run.env}); {able} can, and "
             "vecenv takes a batched one through --set algo.env_factory=module:function"
         )
-    env = None
-    if not getattr(cfg.algo, "env_factory", ""):  # a user env factory (vecenv) names envs gymnasium may not know
+    factory_ids = getattr(cfg.algo, "env_factory", "")  # a user env factory (vecenv) names envs gymnasium may not know
+    if not factory_ids:
         check_env_id(cfg.run.env)
-        env = env_info(cfg.run.env)  # once: the recipe's checks and every role then read this description
-    recipe.check_config(cfg)
+    recipe.check_config(cfg)  # first: a recipe's own one-line reasons (vecenv: what to install or bring)
+    env = None if factory_ids else _resolve_env(cfg.run.env)
     backend = cfg.transport.backend
     if backend == "local" and world_size > 1:
         raise ValueError("transport.backend=local runs in one process; launch without torchrun or use rpc")
@@ -86,6 +86,16 @@ def plan(cfg: Config, world_size: int) -> Plan:
         # torchrun restarted the group after a failure: continue from the last checkpoint.
         cfg = override(cfg, **{"run.resume": True})
     return Plan(recipe, cfg, roles, world_size, job, env)
+
+
+def _resolve_env(env_id: str) -> EnvInfo:
+    """``env_id`` described once (the recipe's checks and every role then read this); an env gymnasium
+    knows but cannot make here (a missing Box2D or MuJoCo) is a one-line ``ValueError``."""
+    try:
+        return env_info(env_id)
+    except Exception as e:
+        why = (str(e).strip().splitlines() or [""])[0]
+        raise ValueError(f"cannot make {env_id!r} ({type(e).__name__}: {why}): install what it needs") from None
 
 
 def check_run_dir(p: Plan) -> None:
