@@ -24,18 +24,7 @@ from distrl.algorithms.a3c import a3c_loss
 from distrl.algorithms.estimators import n_step_advantage
 from distrl.data import keys
 from distrl.nn.models import ActorCritic
-
-
-def slow_returns(gamma, V_next, r, done, term):
-    """R_i of one env's segment, by Algorithm S3's backward loop; lists of length T."""
-    T = len(r)
-    R, out = None, [0.0] * T
-    for i in reversed(range(T)):
-        if i == T - 1 or done[i]:  # the bootstrap: end of the segment, or an episode end at i
-            R = 0.0 if term[i] else V_next[i]
-        R = r[i] + gamma * R
-        out[i] = R
-    return out
+from references import slow_n_step_returns
 
 
 def random_segments(B=4, T=9, seed=0):
@@ -53,7 +42,7 @@ def test_n_step_advantage_matches_the_papers_loop(gamma):
     assert adv.shape == ret.shape == (4, 9, 1)
     for b in range(V.shape[0]):
         col = lambda x: x[b, :, 0].tolist()  # noqa: E731
-        R = torch.tensor(slow_returns(gamma, col(V_next), col(r), col(done), col(term)))
+        R = torch.tensor(slow_n_step_returns(gamma, col(V_next), col(r), col(done), col(term)))
         torch.testing.assert_close(ret[b, :, 0], R, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(adv[b, :, 0], R - V[b, :, 0], atol=1e-5, rtol=1e-5)
 
@@ -128,7 +117,9 @@ def test_loss_gradient_is_algorithm_s3(reward_scale):
         with torch.no_grad():
             V_next = model.value(batch[keys.NEXT_OBSERVATION][b])[:, 0].tolist()
         r = (reward_scale * batch[keys.REWARD][b, :, 0]).tolist()
-        R = slow_returns(gamma, V_next, r, batch[keys.DONE][b, :, 0].tolist(), batch[keys.TERMINATED][b, :, 0].tolist())
+        R = slow_n_step_returns(
+            gamma, V_next, r, batch[keys.DONE][b, :, 0].tolist(), batch[keys.TERMINATED][b, :, 0].tolist()
+        )
         for i in range(T):
             log_pi = torch.log_softmax(logits[i], -1)
             H = -(log_pi.exp() * log_pi).sum()
@@ -159,7 +150,9 @@ def slow_a3c_loss(model, batch, gamma, value_coef, beta, normalize, reward_scale
         with torch.no_grad():
             V_next = model.value(batch[keys.NEXT_OBSERVATION][b].double())[:, 0].tolist()
         r = [reward_scale * x for x in batch[keys.REWARD][b, :, 0].tolist()]
-        R = slow_returns(gamma, V_next, r, batch[keys.DONE][b, :, 0].tolist(), batch[keys.TERMINATED][b, :, 0].tolist())
+        R = slow_n_step_returns(
+            gamma, V_next, r, batch[keys.DONE][b, :, 0].tolist(), batch[keys.TERMINATED][b, :, 0].tolist()
+        )
         for i in range(T):
             lp = torch.log_softmax(logits[i], -1)
             log_pi.append(lp[batch[keys.ACTION][b, i]])

@@ -28,7 +28,7 @@ from distrl.recipes.sf import doorbell as bell
 from distrl.recipes.sf.learner import drop_lagged
 from distrl.recipes.sf.slots import PARAM_SEQ, STOP, SlotError, SlotPool, publish_params, read_params, rollout_layout
 from distrl.transport.local import LocalHub
-from references import slow_vtrace_targets
+from references import slow_gae, slow_vtrace_targets
 
 
 # ---------------------------------------------------------------- shared-memory files
@@ -155,23 +155,6 @@ def test_next_values_equal_the_critic_on_every_next_observation_of_a_real_unroll
         want = model.value(next_obs)
     # the same float32 rows through the same layers; only the matmul's blocking may differ
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
-
-
-def slow_gae(gamma, lam, V, V_next, r, done, term):
-    """GAE (Schulman et al., 2016) of one env's ``[T]`` lists: ``A_t = sum_{l>=0} (gamma lambda)^l
-    delta_{t+l}``, ``delta_t = r_t + gamma V(x_{t+1}) - V(x_t)`` (no ``V(x_{t+1})`` after a
-    termination), the sum stopped after an episode end; the value target is ``A_t + V(x_t)``."""
-    T = len(r)
-    delta = [r[t] + gamma * (0.0 if term[t] else V_next[t]) - V[t] for t in range(T)]
-    adv = []
-    for t in range(T):
-        total = 0.0
-        for k in range(t, T):
-            total += (gamma * lam) ** (k - t) * delta[k]
-            if done[k]:
-                break
-        adv.append(total)
-    return adv, [adv[t] + V[t] for t in range(T)]
 
 
 def _f64(x: float) -> torch.Tensor:
