@@ -6,7 +6,7 @@ its own for a fixed wall time, its throughput read back from its log.
 
 SF2 2.1.1 needs gymnasium < 1.0 and numpy < 2, so it cannot live in distrl's environment; make the
 venv once (:data:`MAKE_VENV`; ale-py 0.8.1 is what resolves beside gymnasium 0.29, and it ships no
-ROMs, so Pong's is imported from the ale-py of distrl's environment).
+ROMs, so Pong's and Breakout's are imported from the ale-py of distrl's environment).
 
 What is run: ``atari_pong`` is ``PongNoFrameskip-v4`` (no sticky actions) behind SF2's wrappers
 (30 no-ops, max-and-skip 4, episodic life, FIRE at reset, clipped rewards, 84x84 grayscale,
@@ -20,11 +20,11 @@ once, as distrl's ``sf`` does, instead of the Atari preset's 4).
 
 Timing: SF2 2.1.1's ``--train_for_seconds`` is never checked (``total_train_seconds`` stays 0
 in its runner), so the run gets SIGINT ``--seconds`` after its first trained batch shows in its
-log, and SIGKILL 10 s later (:func:`run`). SF2 logs ``Fps is (...). Total num frames: N`` every 5 s, N the *trained*
-env frames
-(agent steps x frameskip 4, ``summaries_use_frameskip``); the figure kept is the rate from the
-first report with trained frames to the last report where N grew, as distrl's ``fps_running``
-is timed from the learner's first batch to its last (:func:`rate_from_log`).
+log, and SIGKILL 10 s later (:func:`supervise`). SF2 logs ``Fps is (...). Total num frames: N``
+every 5 s, N the *trained* env frames (agent steps x frameskip 4, ``summaries_use_frameskip``);
+the figure kept is the rate from the first report with trained frames to the last report where N
+grew, as distrl's ``fps_running`` is timed from the learner's first batch to its last
+(:func:`rate_from_log`).
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_VENV = ROOT / ".venv-sf2"
 FRAMESKIP = 4  #: SF2's Atari env_frameskip: its frame counts are agent steps x 4
 PACKAGES = 'torch==2.13.0 sample-factory==2.1.1 "gymnasium[atari]<1.0" ale-py opencv-python-headless "numpy<2"'
-MAKE_VENV = (
+MAKE_VENV = (  # Pong's and Breakout's ROMs, from the ale-py of distrl's environment
     f"python -m venv {{venv}} && {{venv}}/bin/pip install {PACKAGES} && mkdir -p /tmp/sf2roms && "
-    "cp \"$(python -c 'import ale_py, os; print(os.path.dirname(ale_py.__file__))')/roms/pong.bin\" "
-    "/tmp/sf2roms/ && {venv}/bin/ale-import-roms /tmp/sf2roms"
+    "d=\"$(python -c 'import ale_py, os; print(os.path.dirname(ale_py.__file__))')/roms\" && "
+    'cp "$d/pong.bin" "$d/breakout.bin" /tmp/sf2roms/ && {venv}/bin/ale-import-roms /tmp/sf2roms'
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -59,37 +59,51 @@ _REPORT = re.compile(
 )
 
 
-def missing(venv: Path) -> str | None:
-    """``None`` when ``venv`` can run SF2's Atari example, else one line saying how to make it."""
+def missing(venv: Path, rom: str = "Pong") -> str | None:
+    """``None`` when ``venv`` can run SF2's Atari example on the game whose ROM ale-py 0.8.1 names
+    ``rom`` (``Pong``, ``Breakout``), else one line saying how to make it."""
     py = venv / "bin" / "python"
     if not py.exists():
         return f"Sample Factory 2 venv {venv} is missing; make it with: {MAKE_VENV.format(venv=venv)}"
     probe = subprocess.run(
-        [str(py), "-c", "import sf_examples.atari.train_atari, ale_py.roms as r; assert r.Pong"],
+        [str(py), "-c", f"import sf_examples.atari.train_atari, ale_py.roms as r; assert r.{rom}"],
         check=False,
         capture_output=True,
         text=True,
     )
     if probe.returncode:
         return (
-            f"Sample Factory 2 venv {venv} cannot run atari_pong ({probe.stderr.strip().splitlines()[-1:]}); "
+            f"Sample Factory 2 venv {venv} cannot run {rom} ({probe.stderr.strip().splitlines()[-1:]}); "
             f"remake it with: {MAKE_VENV.format(venv=venv)}"
         )
     return None
 
 
 def command(
-    venv: Path, train_dir: Path, workers: int, envs_per_worker: int, splits: int, extra: tuple[str, ...] = ()
+    venv: Path,
+    train_dir: Path,
+    workers: int,
+    envs_per_worker: int,
+    splits: int,
+    extra: tuple[str, ...] = (),
+    *,
+    module: str = "sf_examples.atari.train_atari",
+    env: str = "atari_pong",
+    experiment: str = "bench",
+    save_every_s: int = 100_000,
+    keep_checkpoints: int = 1,
 ) -> list[str]:
-    """SF2's Atari example on ``atari_pong``, CPU only, its Atari defaults but this layout."""
+    """SF2's Atari example on ``atari_pong``, CPU only, its Atari defaults but this layout; a
+    benchmark saves no checkpoint. ``module`` and ``env``: another entry point that parses SF2's
+    Atari arguments (``experiments/sf2_child.py``)."""
     return [
         str(venv / "bin" / "python"),
         "-m",
-        "sf_examples.atari.train_atari",
+        module,
         "--env",
-        "atari_pong",
+        env,
         "--experiment",
-        "bench",
+        experiment,
         "--train_dir",
         str(train_dir),
         "--device",
@@ -105,9 +119,9 @@ def command(
         "--with_wandb",
         "False",
         "--save_every_sec",
-        "100000",
+        str(save_every_s),
         "--keep_checkpoints",
-        "1",
+        str(keep_checkpoints),
         *extra,
     ]
 
@@ -142,6 +156,41 @@ def rate_from_log(log: str) -> dict:
     return out
 
 
+def supervise(cmd: list[str], log_file: Path, seconds: float, startup_s: float = 300.0, grace_s: float = 10.0) -> float:
+    """Run SF2's ``cmd``, one OpenMP thread a process, its output into ``log_file``, for ``seconds``
+    of wall time from its first trained batch in its log, at most ``startup_s`` waiting for that
+    batch; then SIGINT, and SIGKILL ``grace_s`` later. Returns the wall seconds from its start to
+    its end."""
+    start = time.perf_counter()
+    first_batch = None
+    with open(log_file, "w") as f:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            # a shell's background job (``cmd &``) ignores SIGINT, and Python keeps an ignored SIGINT
+            # ignored: SF2 would never see the one that ends it
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        while proc.poll() is None:
+            now = time.perf_counter()
+            if first_batch is None and any(n for _, n, _ in parse_reports(log_file.read_text(errors="replace"))):
+                first_batch = now
+            if now >= (first_batch + seconds if first_batch else start + startup_s):
+                break
+            time.sleep(1.0)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C would do: SF2's runner stops, its learner saves
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return time.perf_counter() - start
+
+
 def run(
     seconds: float,
     workers: int,
@@ -152,44 +201,19 @@ def run(
     log_path: Path | None = None,
     startup_s: float = 300.0,
 ) -> dict:
-    """Run SF2 on Pong, one OpenMP thread a process, for ``seconds`` of wall time from its first
-    trained batch in its log (its start took 20-50 s on a loaded 2-core machine, over 120 s with
-    16 envs a worker: each env steps 128 x its index random steps first, SF2's decorrelation;
-    distrl's ``--max-time-s`` counts from its learner's start, so this gives SF2 the
-    same time or more), at most ``startup_s`` waiting for that batch; then SIGINT, and SIGKILL
-    10 s later. Returns :func:`rate_from_log` of its log plus ``wall_s`` and ``command``; raises
-    ``RuntimeError`` when the venv is missing (the message says how to make it)."""
+    """Run SF2 on Pong for ``seconds`` of wall time from its first trained batch in its log (its
+    start took 20-50 s on a loaded 2-core machine, over 120 s with 16 envs a worker: each env steps
+    128 x its index random steps first, SF2's decorrelation; distrl's ``--max-time-s`` counts from
+    its learner's start, so this gives SF2 the same time or more), at most ``startup_s`` waiting for
+    that batch (:func:`supervise`). Returns :func:`rate_from_log` of its log plus ``wall_s`` and
+    ``command``; raises ``RuntimeError`` when the venv is missing (the message says how to make it)."""
     why = missing(venv)
     if why:
         raise RuntimeError(why)
     with tempfile.TemporaryDirectory() as tmp:
         cmd = command(venv, Path(tmp), workers, envs_per_worker, splits, extra)
         log_file = Path(log_path or Path(tmp) / "sf2.log")
-        start = time.perf_counter()
-        first_batch = None
-        with open(log_file, "w") as f:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**os.environ, "OMP_NUM_THREADS": "1"},
-            )
-            while proc.poll() is None:
-                now = time.perf_counter()
-                if first_batch is None and any(n for _, n, _ in parse_reports(log_file.read_text(errors="replace"))):
-                    first_batch = now
-                if now >= (first_batch + seconds if first_batch else start + startup_s):
-                    break
-                time.sleep(1.0)
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C would do; it often does not stop it
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-        wall = time.perf_counter() - start
+        wall = supervise(cmd, log_file, seconds, startup_s)
         log = log_file.read_text(errors="replace")
         out = rate_from_log(log)
         if not math.isfinite(out["frames_per_s"]):  # it failed, or trained fewer than two batches: say why
