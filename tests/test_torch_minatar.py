@@ -1,19 +1,39 @@
 """The torch-native MinAtar games against the ``minatar`` package, and against TorchRL.
 
 Lockstep replay. A torch env draws all its randomness from one stream (``grid.py``): per step
-``u = last_draws`` ``[B, 1 + R]`` float32, column 0 the step's sticky-action draw, columns 1..R
-the draws of the reset that follows if the env finishes (after ``reset_all``: that reset's).
-Each package env (``minatar.gym.BaseEnv``, the ``-v1`` minimal action set) gets a
+``u = last_draws`` ``[B, 1 + G + R]`` float32, column 0 the step's sticky-action draw, columns
+1..G the draws the game may make in the step (each potential draw its own column, used or not),
+the last R columns the draws of the reset that follows if the env finishes (after ``reset_all``:
+that reset's). Each package env (``minatar.gym.BaseEnv``, the ``-v1`` minimal action set) gets a
 :class:`ReplayRandom` in place of its numpy ``RandomState``, as ``Environment.random`` (sticky
 actions) and as the game's ``Env.random`` (its own draws), one object for both. It answers the
-package's calls for env ``i`` from the torch env's draws of env ``i`` at that step:
+package's calls for env ``i`` from the torch env's draws of env ``i`` at that step (``n *`` and
+``k + n *`` are computed in float64 and truncated, as the package's ``int(n * u)``; a call with
+``size=n`` takes ``n`` consecutive columns):
 
     Environment.act:   random.rand()      -> u[i, 0]               (sticky iff < 0.1)
     Breakout.reset:    random.randint(2)  -> int(2 * u[i, 1])      (0: ball on the left wall)
-    SpaceInvaders:     draws nothing of its own (R = 0)
+    SpaceInvaders:     draws nothing of its own (G = R = 0)
+    Asterix.act, when spawn_timer == 0 (G = 3, R = 0):
+                       random.rand()      -> u[i, 1]               (from the left iff < 1/2)
+                       random.rand()      -> u[i, 2]               (gold iff < 1/3)
+                       random.randint(n)  -> int(n * u[i, 3])      (only if n, the free slots, > 0)
+    Freeway.act, on the step that reaches the top (G = 16, R = 16):
+                       random.randint(1, 6, 8) -> 1 + int(5 * u[i, 1:9])   (car speeds)
+                       random.rand(8)     -> u[i, 9:17]            (direction: sign(u - 1/2))
+    Freeway.reset:     the same two calls -> u[i, 17:25], u[i, 25:33]
+    Seaquest.act (G = 5, R = 0), when e_spawn_timer == 0:
+                       random.rand()      -> u[i, 1]               (from the left iff < 1/2)
+                       random.rand()      -> u[i, 2]               (a sub iff < 1/3, else a fish)
+                       random.randint(1, 9) -> 1 + int(8 * u[i, 3])  (the row)
+                       and when d_spawn_timer == 0 (a diver):
+                       random.rand()      -> u[i, 4]               (from the left iff < 1/2)
+                       random.randint(1, 9) -> 1 + int(8 * u[i, 5])  (the row)
 
 (``u`` is float32; the package gets it as a Python float, exactly, and compares it with 0.1 in
-float64, which the torch env reproduces exactly; ``2 * u`` is exact in both.)
+float64, which the torch env reproduces exactly; ``2 * u`` is exact in both. The test decides
+from the package's state before the step, and the executed action, which of a step's potential
+draws the package makes: ``Game.step_calls``.)
 
 The replay is strict: the test queues each answer with the method that must ask for it, right
 before the package call that must consume it, and checks the queue is empty afterwards: a draw
@@ -42,7 +62,9 @@ from distrl.envs.torch_envs.minatar_space_invaders import SpaceInvadersState
 minatar_gym = pytest.importorskip("minatar.gym")
 
 BREAKOUT, SPACE_INVADERS = "MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1"
-IDS = (BREAKOUT, SPACE_INVADERS)
+IDS = (BREAKOUT, SPACE_INVADERS)  # replayed here; test_torch_minatar_more.py replays the other three
+# every game: (channels, minimal actions)
+SHAPES = {BREAKOUT: (4, 3), SPACE_INVADERS: (6, 4), "MinAtar/Asterix-v1": (4, 5)}
 # The package's ball_dir 0..3 as (dx, dy), and back.
 DIRS = ((-1, -1), (1, -1), (1, 1), (-1, 1))
 
@@ -71,11 +93,16 @@ class ReplayRandom:
         assert want == method, f"the package called random.{method}() where the torch env drew for {want}"
         return u
 
-    def rand(self) -> float:
-        return self._next("rand")
+    def rand(self, size: int | None = None) -> float | np.ndarray:
+        if size is None:
+            return self._next("rand")
+        return np.array([self._next("rand") for _ in range(size)])
 
-    def randint(self, n: int) -> int:
-        return int(n * self._next("randint"))
+    def randint(self, low: int, high: int | None = None, size: int | None = None) -> int | np.ndarray:
+        low, high = (0, low) if high is None else (low, high)
+        if size is None:
+            return low + int((high - low) * self._next("randint"))
+        return np.array([low + int((high - low) * self._next("randint")) for _ in range(size)])
 
 
 # ---- the games' states, both ways (counters are [K, B], maps [B, ...]) ---------------------------
@@ -130,7 +157,8 @@ def space_invaders_to_package(s: SpaceInvadersState, i: int, g) -> None:
 
 
 def batch_dim(field: str) -> int:
-    return 1 if field == "counters" else 0
+    """The batch dimension of a game state's field: first in ``maps``, last in the others."""
+    return 0 if field == "maps" else -1
 
 
 def random_breakout(n: int, gen: torch.Generator) -> BreakoutState:
@@ -197,27 +225,45 @@ def space_invaders_policy(obs: torch.Tensor) -> torch.Tensor:
     return score.argmin(1)
 
 
+def no_draws(g, executed: int) -> list[tuple[str, int]]:
+    return []
+
+
 @dataclass(frozen=True)
 class Game:
+    env_id: str
     package: str  # minatar.environments module
-    reset_calls: tuple[str, ...]  # the package's draws in one reset, in order (columns 1..R)
-    from_package: Callable
-    to_package: Callable
+    reset_calls: tuple[str, ...]  # the package's draws in one reset, in order (the last R columns)
+    from_package: Callable  # the package's game -> the torch state of one env
+    to_package: Callable  # (torch state, env i, the package's game) -> None
     random_state: Callable[[int, torch.Generator], tuple]
     policy: Callable[[torch.Tensor], torch.Tensor]
+    progress: Callable  # the package's game -> a number that grows at a refill / ramp
+    # (the package's game before a step, the executed action) -> [(method, column)]: its draws
+    step_calls: Callable[[object, int], list[tuple[str, int]]] = no_draws
+    canon: Callable = lambda state: state  # a state in a canonical form (entity slots sorted)
 
 
 GAMES = {
     BREAKOUT: Game(
-        "breakout", ("randint",), breakout_from_package, breakout_to_package, random_breakout, breakout_policy
+        BREAKOUT,
+        "breakout",
+        ("randint",),
+        breakout_from_package,
+        breakout_to_package,
+        random_breakout,
+        breakout_policy,
+        lambda g: g.brick_map.sum(),
     ),
     SPACE_INVADERS: Game(
+        SPACE_INVADERS,
         "space_invaders",
         (),
         space_invaders_from_package,
         space_invaders_to_package,
         random_space_invaders,
         space_invaders_policy,
+        lambda g: g.ramp_index,
     ),
 }
 
@@ -226,23 +272,15 @@ class Lockstep:
     """A torch env and ``B`` package envs driven with the same actions and draws, compared on
     every step (see the module docstring); counts what happened for coverage checks."""
 
-    def __init__(self, env_id: str, num_envs: int, limit: int, seed: int):
-        self.game, self.limit = GAMES[env_id], limit
-        self.env = make_torch_env(env_id, num_envs, seed=seed, max_episode_steps=limit)
+    def __init__(self, game: Game, num_envs: int, limit: int, seed: int):
+        self.game, self.limit = game, limit
+        self.env = make_torch_env(game.env_id, num_envs, seed=seed, max_episode_steps=limit)
         self.pkg = [minatar_gym.BaseEnv(self.game.package, use_minimal_action_set=True) for _ in range(num_envs)]
         self.replay = [ReplayRandom() for _ in range(num_envs)]
         for p, rnd in zip(self.pkg, self.replay):
             p.game.random = p.game.env.random = rnd
         self.elapsed = [0] * num_envs
-        self.counts = {
-            "steps": 0,
-            "terminated": 0,
-            "truncated": 0,
-            "reward": 0.0,
-            "sticky": 0,
-            "refills": 0,
-            "ramps": 0,
-        }
+        self.counts = dict.fromkeys(("steps", "terminated", "truncated", "reward", "sticky", "progress"), 0)
         self.obs = self.env.reset_all()
         u = self.env.last_draws
         for i in range(num_envs):
@@ -250,7 +288,7 @@ class Lockstep:
         self._check_state(self.obs)
 
     def _reset_package(self, i: int, u: torch.Tensor) -> None:
-        for method, value in zip(self.game.reset_calls, u[1:].tolist(), strict=True):
+        for method, value in zip(self.game.reset_calls, u[1 + self.env.step_draws :].tolist(), strict=True):
             self.replay[i].push(method, value)
         self.pkg[i].reset()
         assert not self.replay[i].queue, "the torch env drew for a reset more than the package"
@@ -261,29 +299,36 @@ class Lockstep:
 
     def _check_state(self, obs: torch.Tensor) -> None:
         assert_same("observation", obs, self._package_obs())
-        ours = self.env.game_state
-        theirs = zip(*(self.game.from_package(p.game.env) for p in self.pkg))
+        ours = self.game.canon(self.env.game_state)
+        theirs = self.game.canon(
+            type(ours)(*(torch.cat(f, batch_dim(name)) for name, f in zip(ours._fields, zip(*self._package_states()))))
+        )
         for name, a, b in zip(ours._fields, ours, theirs):
-            assert_same(f"state {name}", a, torch.cat(b, batch_dim(name)), batch_dim(name))
+            assert_same(f"state {name}", a, b, batch_dim(name))
         assert_same("elapsed steps", self.env.elapsed_steps, torch.tensor(self.elapsed))
 
+    def _package_states(self) -> list[tuple]:
+        return [self.game.from_package(p.game.env) for p in self.pkg]
+
     def step(self, action: torch.Tensor) -> None:
-        before = [
-            (p.game.env.brick_map.sum() if self.game.package == "breakout" else p.game.env.ramp_index) for p in self.pkg
-        ]
+        before = [self.game.progress(p.game.env) for p in self.pkg]
         next_obs, reward, terminated, truncated, self.obs = self.env.step_autoreset(action)
         u = self.env.last_draws
         ref_reward, ref_term = [], []
         for i, p in enumerate(self.pkg):
-            self.replay[i].push("rand", u[i, 0].item())
+            sticky = u[i, 0].item()
+            executed = p.game.last_action if sticky < p.game.sticky_action_prob else p.action_set[int(action[i])]
+            self.replay[i].push("rand", sticky)
+            for method, column in self.game.step_calls(p.game.env, executed):
+                self.replay[i].push(method, u[i, column].item())
             _, r, term, trunc, _ = p.step(int(action[i]))
             assert not self.replay[i].queue and not trunc
+            assert p.game.last_action == executed
             ref_reward.append(float(r))
             ref_term.append(bool(term))
             self.elapsed[i] += 1
-            after = p.game.env.brick_map.sum() if self.game.package == "breakout" else p.game.env.ramp_index
-            self.counts["refills" if self.game.package == "breakout" else "ramps"] += int(after > before[i])
-            self.counts["sticky"] += int(p.game.last_action != p.action_set[int(action[i])])
+            self.counts["progress"] += int(self.game.progress(p.game.env) > before[i])
+            self.counts["sticky"] += int(executed != p.action_set[int(action[i])])
         assert_same("next observation", next_obs, self._package_obs())
         assert_same("reward", reward[:, 0], torch.tensor(ref_reward))
         assert_same("terminated", terminated[:, 0], torch.tensor(ref_term))
@@ -307,8 +352,9 @@ class Lockstep:
         self._check_state(self.env.observe(self.env.game_state))
 
 
-def _play(env_id: str, num_envs: int, steps: int, limit: int, jump_prob: float, seed: int) -> dict:
-    run = Lockstep(env_id, num_envs, limit, seed)
+def play(game: Game, num_envs: int, steps: int, limit: int, jump_prob: float, seed: int) -> dict:
+    """``steps`` lockstep steps of ``num_envs`` envs (see ``Lockstep``); returns its counts."""
+    run = Lockstep(game, num_envs, limit, seed)
     gen = torch.Generator().manual_seed(seed)
     # env i plays at random with probability (i / (B - 1)) ** 2: a few long episodes, many short
     eps = torch.linspace(0, 1, num_envs) ** 2
@@ -324,7 +370,7 @@ def _play(env_id: str, num_envs: int, steps: int, limit: int, jump_prob: float, 
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_step_for_step_against_the_package(env_id: str):
-    counts = _play(env_id, num_envs=16, steps=640, limit=250, jump_prob=0.0, seed=0)
+    counts = play(GAMES[env_id], num_envs=16, steps=640, limit=250, jump_prob=0.0, seed=0)
     assert counts["steps"] >= 10_000
     assert counts["terminated"] >= 30 and counts["truncated"] >= 2, counts
     assert counts["sticky"] >= 100 and counts["reward"] >= 300, counts
@@ -334,24 +380,23 @@ def test_step_for_step_against_the_package(env_id: str):
 def test_step_for_step_against_the_package_from_random_states(env_id: str):
     # Jumps reach what short play rarely does: a cleared wall or wave, the fastest aliens,
     # aliens turning on the bottom row, a ball passing through a brick.
-    counts = _play(env_id, num_envs=16, steps=200, limit=100, jump_prob=0.05, seed=1)
-    key = "refills" if env_id == BREAKOUT else "ramps"
-    assert counts[key] >= 3 and counts["terminated"] >= 20, counts
+    counts = play(GAMES[env_id], num_envs=16, steps=200, limit=100, jump_prob=0.05, seed=1)
+    assert counts["progress"] >= 3 and counts["terminated"] >= 20, counts
 
 
 # ---- TorchRL, resets, seeding, dtypes, devices -------------------------------------------------
 
 
-@pytest.mark.parametrize("env_id", IDS)
+@pytest.mark.parametrize("env_id", SHAPES)
 def test_check_env_specs_and_dtypes(env_id: str):
     env = make_torch_env(env_id, 5, seed=0)
     check_env_specs(env, seed=0)
-    channels = {BREAKOUT: 4, SPACE_INVADERS: 6}[env_id]
+    channels, actions = SHAPES[env_id]
     spec = env.observation_spec["observation"]
     assert spec.shape == (5, channels, 10, 10) and spec.dtype == torch.bool
     assert env.reward_spec.shape == (5, 1) and env.reward_spec.dtype == torch.float32
     assert env.action_spec.shape == (5,) and env.action_spec.dtype == torch.int64
-    assert env.action_spec.space.n == {BREAKOUT: 3, SPACE_INVADERS: 4}[env_id]
+    assert env.action_spec.space.n == actions
     for key in ("done", "terminated", "truncated"):
         assert env.full_done_spec[key].shape == (5, 1) and env.full_done_spec[key].dtype == torch.bool
     data = env.rollout(30, break_when_any_done=False)
@@ -364,7 +409,7 @@ def test_check_env_specs_and_dtypes(env_id: str):
     assert env_id in TORCH_ENV_IDS and env.max_episode_steps == 10_000
 
 
-@pytest.mark.parametrize("env_id", IDS)
+@pytest.mark.parametrize("env_id", SHAPES)
 def test_step_autoreset_equals_step_and_maybe_reset(env_id: str):
     num_envs = 16
     torchrl_env = make_torch_env(env_id, num_envs, seed=11, max_episode_steps=40)
@@ -388,7 +433,7 @@ def test_step_autoreset_equals_step_and_maybe_reset(env_id: str):
     assert n_terminated > 0 and n_truncated > 0
 
 
-@pytest.mark.parametrize("env_id", IDS)
+@pytest.mark.parametrize("env_id", SHAPES)
 def test_partial_reset_mask_through_reset(env_id: str):
     env = make_torch_env(env_id, 6, seed=0)
     td = env.reset()
@@ -405,7 +450,7 @@ def test_partial_reset_mask_through_reset(env_id: str):
     for name, a, b, f in zip(after._fields, after, state, fresh):
         a, b, f = (t.movedim(batch_dim(name), 0) for t in (a, b, f))
         assert torch.equal(a[~mask], b[~mask])  # the others go on untouched
-        if env_id == SPACE_INVADERS:  # its resets are deterministic
+        if env.num_initial_states == 1:  # deterministic resets
             assert torch.equal(a[mask], f[mask])
     assert not torch.equal(after.counters[:, mask], state.counters[:, mask])
     assert torch.equal(env.elapsed_steps, torch.where(mask, 0, elapsed))
@@ -471,14 +516,17 @@ def test_time_limit_and_arguments():
         make_torch_env(BREAKOUT, 0)
 
 
-@pytest.mark.parametrize("env_id", IDS)
+@pytest.mark.parametrize("env_id", SHAPES)
 def test_dynamics_trace_without_graph_breaks(env_id: str):
     # fullgraph=True fails on any data-dependent Python branch or host read.
     env = make_torch_env(env_id, 64, seed=0)
-    state = GAMES[env_id].random_state(64, torch.Generator().manual_seed(0))
-    action = torch.randint(env.num_actions, (64,), generator=torch.Generator().manual_seed(1))
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(30):  # a state some way into the episodes
+        env.step_autoreset(torch.randint(env.num_actions, (64,), generator=gen))
+    state, action = env.game_state, torch.randint(env.num_actions, (64,), generator=gen)
+    draws = torch.rand(env.step_draws, 64, generator=gen)
     compiled = torch.compile(env.dynamics, fullgraph=True, backend="eager")
-    got, want = compiled(state, action), env.dynamics(state, action)
+    got, want = compiled(state, action, draws), env.dynamics(state, action, draws)
     for a, b in zip([*got[0], *got[1:]], [*want[0], *want[1:]]):
         assert torch.equal(a, b)
 
@@ -487,9 +535,9 @@ def test_the_envs_do_not_import_minatar():
     import ast
     import inspect
 
-    from distrl.envs.torch_envs import grid, minatar_breakout, minatar_space_invaders
+    from distrl.envs.torch_envs import grid, minatar_asterix, minatar_breakout, minatar_space_invaders
 
-    for module in (grid, minatar_breakout, minatar_space_invaders):
+    for module in (grid, minatar_asterix, minatar_breakout, minatar_space_invaders):
         for node in ast.walk(ast.parse(inspect.getsource(module))):
             names = (
                 [a.name for a in node.names]
@@ -503,7 +551,7 @@ def test_the_envs_do_not_import_minatar():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("env_id", IDS)
+@pytest.mark.parametrize("env_id", SHAPES)
 def test_cuda_matches_cpu_without_syncs(env_id: str):
     # No stickiness in the comparison (the devices' random streams differ); it is drawn anyway.
     cpu = make_torch_env(env_id, 256, seed=0, sticky_action_prob=0.0)
@@ -516,19 +564,20 @@ def test_cuda_matches_cpu_without_syncs(env_id: str):
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")  # a host read of a device value in a step raises
     try:
-        states, outs = [], []
+        states, outs, draws = [], [], []
         for a in on_device:
             states.append(cuda.game_state)
             outs.append(cuda.step_autoreset(a))
+            draws.append(cuda.last_draws[:, 1 : 1 + cuda.step_draws].t())
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    for state, a, out in zip(states, actions, outs):
-        ref_state, reward, terminated = cpu.dynamics(type(state)(*(t.cpu() for t in state)), a)
+    for state, a, out, u in zip(states, actions, outs, draws):
+        ref_state, reward, terminated = cpu.dynamics(type(state)(*(t.cpu() for t in state)), a, u.cpu())
         assert all(t.device.type == "cuda" for t in out)
         assert torch.equal(out[0].cpu(), cpu.observe(ref_state))
         assert torch.equal(out[1][:, 0].cpu(), reward)
         assert torch.equal(out[2][:, 0].cpu(), terminated)
-    assert sum(int(out[2].sum()) for out in outs) > 0
+    assert sum(int(out[2].sum()) for out in outs) > 0 or env_id == "MinAtar/Freeway-v1"  # 2,500-step episodes
     moved = make_torch_env(env_id, 8, seed=0).to("cuda")
     check_env_specs(moved)
     moved.reset_all()

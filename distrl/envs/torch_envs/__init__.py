@@ -20,6 +20,7 @@ from distrl.envs.torch_envs.acrobot import TorchAcrobot, acrobot_observation, ac
 from distrl.envs.torch_envs.base import TorchBatchedEnv
 from distrl.envs.torch_envs.cartpole import TorchCartPole, cartpole_observation, cartpole_step
 from distrl.envs.torch_envs.grid import TorchGridEnv
+from distrl.envs.torch_envs.minatar_asterix import TorchMinAtarAsterix
 from distrl.envs.torch_envs.minatar_breakout import TorchMinAtarBreakout
 from distrl.envs.torch_envs.minatar_space_invaders import TorchMinAtarSpaceInvaders
 from distrl.envs.torch_envs.mountain_car import (
@@ -37,6 +38,7 @@ __all__ = [
     "TorchBatchedEnv",
     "TorchCartPole",
     "TorchGridEnv",
+    "TorchMinAtarAsterix",
     "TorchMinAtarBreakout",
     "TorchMinAtarSpaceInvaders",
     "TorchMountainCar",
@@ -64,6 +66,7 @@ _REGISTRY: dict[str, type[TorchBatchedEnv | TorchGridEnv]] = {
         TorchPendulum,
         TorchMinAtarBreakout,
         TorchMinAtarSpaceInvaders,
+        TorchMinAtarAsterix,
     )
 }
 

@@ -8,22 +8,26 @@ A ``TorchGridEnv`` holds ``B`` copies of one MinAtar game as tensors on one devi
   game needs them, bool maps ``[B, ..., 100]`` (cell ``row * 10 + column``);
 * observations are ``[B, C, 10, 10]`` **bool** (the package's ``state()`` ``[10, 10, C]``, channels
   first); floats appear only inside networks;
-* finitely many initial states: an episode's first observation is a row of a precomputed table;
+* initial states numbered by an int64 index (the reset's draws pick it); where there are few of
+  them, an episode's first observation is a row of a precomputed table, else it is observed;
 * sticky actions (``minatar.Environment.act``): with probability ``sticky_action_prob`` an env
   repeats the action it executed last. As in the package, the last action survives episode
   resets (``Environment.reset`` leaves it alone); it is 0 after seeding;
 * an env stepped again after it terminated, without a reset (TorchRL's ``step``), stays as it
   was, pays 0 and reports terminated again, as the package's ``act`` does.
 
-Randomness, one stream: every step draws ``u = rand(1 + R, B)`` float32 from the env's
+Randomness, one stream: every step draws ``u = rand(1 + G + R, B)`` float32 from the env's
 ``torch.Generator``, whatever happens: ``u[0]`` is the step's sticky-action draw (sticky iff
-``u < p``: the package's ``random.rand() < p`` exactly, for ``u`` read as a float64) and ``u[1:]``
-the ``R`` draws of the reset that follows if the env finishes (a game maps the package's
-``random.randint(n)`` to ``int(n * u)``). A full reset (``reset_all``, ``reset()`` without a mask,
-seeding) draws one ``rand(1 + R, B)`` too and uses ``u[1:]``. The stream is consumed on a fixed
-schedule, whichever envs finished and whichever path (``step_autoreset`` or TorchRL's
-``step_and_maybe_reset``) ran the step; ``last_draws`` shows the latest ``u`` (tests replay the
-package with it). Nothing in a step reads a tensor value on the host (no CUDA syncs).
+``u < p``: the package's ``random.rand() < p`` exactly, for ``u`` read as a float64), ``u[1:1+G]``
+the ``G`` draws the game may make during the step (a spawn, say: each potential draw has its own
+row, used or not, so a step draws a fixed number whatever the game does) and ``u[1+G:]`` the ``R``
+draws of the reset that follows if the env finishes (a game maps the package's
+``random.randint(n)`` to ``int(n * u)``, computed in float64 as the package does). A full reset
+(``reset_all``, ``reset()`` without a mask, seeding) draws one ``rand(1 + G + R, B)`` too and uses
+``u[1+G:]``. The stream is consumed on a fixed schedule, whichever envs finished and whichever
+path (``step_autoreset`` or TorchRL's ``step_and_maybe_reset``) ran the step; ``last_draws`` shows
+the latest ``u`` (tests replay the package with it). Nothing in a step reads a tensor value on the
+host (no CUDA syncs).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ class _GridSim:
     last_action: Tensor  # [B] int64, the action each env executed last (sticky actions)
     elapsed: Tensor  # [B] int64, steps since the last reset (the time limit's counter)
     terminal: Tensor  # [B] bool, terminated and not reset since
-    draws: Tensor  # [1 + R, B] float32, the latest draws (see the module docstring)
+    draws: Tensor  # [1 + G + R, B] float32, the latest draws (see the module docstring)
 
 
 class TorchGridEnv(EnvBase):
@@ -75,8 +79,9 @@ class TorchGridEnv(EnvBase):
     * ``reset_index(u [R, B] float32) -> [B] int64``: the initial state ``reset()`` picks;
     * ``initial_state(index [N] int64)``: the initial states numbered ``index``, ``N`` envs;
     * ``select(mask [B] bool, a, b)``: state ``a`` where ``mask`` is set, else ``b``;
-    * ``dynamics(state, action [B] int64) -> (next_state, reward [B] float32, terminated [B]
-      bool)``: the package's ``Env.act`` (the action after stickiness);
+    * ``dynamics(state, action [B] int64, draws [G, B] float32) -> (next_state, reward [B]
+      float32, terminated [B] bool)``: the package's ``Env.act`` (the action after stickiness),
+      its random numbers read from ``draws``;
     * ``observe(state, out=None) -> [N, C, 10, 10] bool``: the package's ``state()``, channels
       first, written into ``out`` (``[N, C * 100]`` bool, contiguous) when given.
 
@@ -95,8 +100,11 @@ class TorchGridEnv(EnvBase):
     gym_id: ClassVar[str]
     channels: ClassVar[tuple[str, ...]]  # observation channel names, in the package's order
     num_actions: ClassVar[int]  # size of the minimal action set (the "-v1" ids)
+    step_draws: ClassVar[int] = 0  # G: uniforms one step of the game may consume
     reset_draws: ClassVar[int]  # R: uniforms one reset consumes
-    num_initial_states: ClassVar[int]
+    # Initial states are numbered 0 .. num_initial_states - 1; None: too many to tabulate their
+    # first observations (a step then observes the envs after their resets too).
+    num_initial_states: ClassVar[int | None]
 
     def __init__(
         self,
@@ -131,9 +139,11 @@ class TorchGridEnv(EnvBase):
         self._build_constants()
         n, dev = self.num_envs, self.device
         self._env_index = torch.arange(n, device=dev)
-        everyone = torch.arange(self.num_initial_states, device=dev)
-        # [I, C * 100]: the first observation of each initial state
-        self._initial_obs = self.observe(self.initial_state(everyone)).view(everyone.numel(), -1)
+        self._initial_obs = None
+        if self.num_initial_states is not None:
+            everyone = torch.arange(self.num_initial_states, device=dev)
+            # [I, C * 100]: the first observation of each initial state
+            self._initial_obs = self.observe(self.initial_state(everyone)).view(everyone.numel(), -1)
 
     def _make_specs(self) -> None:
         n, dev = self.num_envs, self.device
@@ -184,13 +194,14 @@ class TorchGridEnv(EnvBase):
 
     @property
     def last_draws(self) -> Tensor:
-        """The uniforms of the latest step or full reset, ``[B, 1 + R]`` float32 (a copy)."""
+        """The uniforms of the latest step or full reset, ``[B, 1 + G + R]`` float32 (a copy)."""
         return self._sim.draws.t().clone()
 
     # ---- one step, shared by both paths ------------------------------------------------
 
     def _draw(self) -> Tensor:
-        u = torch.rand((1 + self.reset_draws, self.num_envs), generator=self._generator, device=self.device)
+        rows = 1 + self.step_draws + self.reset_draws
+        u = torch.rand((rows, self.num_envs), generator=self._generator, device=self.device)
         self._sim.draws = u
         return u
 
@@ -199,11 +210,11 @@ class TorchGridEnv(EnvBase):
 
         Returns ``(next_state, reward [B] float32, terminated [B], truncated [B])``.
         """
-        sim = self._sim
+        sim, game = self._sim, 1 + self.step_draws
         u = self._draw()
         action = torch.where(u[0] < self._sticky_below, sim.last_action, action)
         sim.last_action = action
-        next_state, reward, terminated = self.dynamics(sim.state, action)
+        next_state, reward, terminated = self.dynamics(sim.state, action, u[1:game])
         if self._maybe_terminal:
             # Stepped past the end (the package's ``if self.terminal: return 0, True``). Only
             # TorchRL's ``step`` leaves envs terminated (a host flag, not a read of the mask).
@@ -213,7 +224,7 @@ class TorchGridEnv(EnvBase):
         sim.terminal = terminated
         sim.elapsed = sim.elapsed + 1
         truncated = sim.elapsed >= self._limit
-        sim.pending = self.reset_index(u[1:])
+        sim.pending = self.reset_index(u[game:])
         return next_state, reward, terminated, truncated
 
     # ---- lean path ---------------------------------------------------------------------
@@ -221,7 +232,7 @@ class TorchGridEnv(EnvBase):
     def reset_all(self) -> Tensor:
         """Resets every env (one draw); returns the observation ``[B, C, 10, 10]`` bool."""
         sim = self._sim
-        sim.pending = self.reset_index(self._draw()[1:])
+        sim.pending = self.reset_index(self._draw()[1 + self.step_draws :])
         sim.state = self.initial_state(sim.pending)
         sim.elapsed = torch.zeros_like(sim.elapsed)
         sim.terminal = torch.zeros_like(sim.terminal)
@@ -248,9 +259,12 @@ class TorchGridEnv(EnvBase):
         sim.elapsed = torch.where(done, 0, sim.elapsed)
         sim.terminal = sim.terminal & ~done
         self._maybe_terminal = False
+        table = self._initial_obs
+        if table is None:
+            next_obs = self.observe(next_state)
+            return (next_obs, *(t.unsqueeze(-1) for t in (reward, terminated, truncated)), self.observe(sim.state))
         # One observation per step: rows [0, B) are next_obs, the rows after them the table of
         # first observations, and obs_after_reset picks its rows from both.
-        table = self._initial_obs
         buffer = torch.empty((n + len(table), table.shape[1]), dtype=torch.bool, device=self.device)
         buffer[n:] = table
         next_obs = self.observe(next_state, out=buffer[:n])

@@ -78,12 +78,13 @@ class TorchMinAtarBreakout(TorchGridEnv):
     def select(self, mask: Tensor, a: BreakoutState, b: BreakoutState) -> BreakoutState:
         return BreakoutState(torch.where(mask, a.counters, b.counters))
 
-    def dynamics(self, state: BreakoutState, action: Tensor) -> tuple[BreakoutState, Tensor, Tensor]:
+    def dynamics(self, state: BreakoutState, action: Tensor, draws: Tensor) -> tuple[BreakoutState, Tensor, Tensor]:
         """The package's ``Env.act``; the comments name its branches.
 
         Args:
             state: ``B`` games.
             action: ``[B]`` int64 in {0: noop, 1: left, 2: right}.
+            draws: ``[0, B]``: the game draws nothing in a step.
 
         Returns:
             ``(next_state, reward [B] float32, terminated [B] bool)``.

@@ -118,12 +118,15 @@ class TorchMinAtarSpaceInvaders(TorchGridEnv):
         maps = b32 ^ ((a32 ^ b32) & -mask.int().unsqueeze(1))
         return SpaceInvadersState(maps.view(torch.bool).view(n, 3, CELLS), torch.where(mask, a.counters, b.counters))
 
-    def dynamics(self, state: SpaceInvadersState, action: Tensor) -> tuple[SpaceInvadersState, Tensor, Tensor]:
+    def dynamics(
+        self, state: SpaceInvadersState, action: Tensor, draws: Tensor
+    ) -> tuple[SpaceInvadersState, Tensor, Tensor]:
         """The package's ``Env.act``, in its order.
 
         Args:
             state: ``B`` games.
             action: ``[B]`` int64 in {0: noop, 1: left, 2: right, 3: fire}.
+            draws: ``[0, B]``: the game draws nothing in a step.
 
         Returns:
             ``(next_state, reward [B] float32, terminated [B] bool)``.
