@@ -223,6 +223,8 @@ def run(
 
 LAYOUTS = {  # name -> (envs per worker, splits, extra flags); workers = the machine's cores
     "atari defaults (1 env a worker)": (1, 1, ()),
+    # the defaults' 8 envs (8 workers x 1) on 2 workers: each iteration the same 1,024 samples
+    "atari defaults, 8 envs on 2 workers (4 a worker)": (4, 1, ()),
     "16 envs a worker, 2 splits, async": (16, 2, ("--async_rl", "True")),
     "16 envs a worker, 2 splits, async, 1 epoch": (16, 2, ("--async_rl", "True", "--num_epochs", "1")),
 }

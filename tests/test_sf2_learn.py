@@ -77,7 +77,8 @@ def test_the_command_is_the_atari_example_through_the_child_saving_every_checkpo
     assert f["--save_every_sec"] == "60" and int(f["--keep_checkpoints"]) >= 10_000
     assert (f["--train_dir"], f["--experiment"]) == ("/t", "learn")
     assert "--async_rl" not in f  # the Atari defaults' sync PPO
-    async_layout = list(sf2_atari.LAYOUTS)[1]
+    async_layout = "16 envs a worker, 2 splits, async"
+    assert async_layout in sf2_atari.LAYOUTS
     f = flags(sf2_learn.train_command(Path("/v"), Path("/t"), "ALE/Pong-v5", 0, 2, async_layout, 0.25, 60))
     assert f["--async_rl"] == "True" and f["--num_envs_per_worker"] == "16"
 
