@@ -230,3 +230,69 @@ def slow_appo_loss(model, batch, algo) -> dict:
         "value_mean": f64(sum(x.item() for x in V) / n),
         "ratios": rho,
     }
+
+
+# ---- SAC (Haarnoja et al., 2018, "Soft Actor-Critic Algorithms and Applications") ------------------
+
+
+def slow_squashed_log_prob(mean, log_std, u, low, high):
+    """``log pi(a|s)`` of ``a_j = (high_j + low_j) / 2 + (high_j - low_j) / 2 tanh(u_j)``, ``u ~ N(mean, sigma)``,
+    dimension by dimension, from the change of variables (appendix C): ``log N(u_j) - log |da_j / du_j|``,
+    ``da_j / du_j = (high_j - low_j) / 2 (1 - tanh(u_j)^2)``. All ``[A]``."""
+    total = 0.0
+    for j in range(len(u)):
+        sigma = torch.exp(log_std[j])
+        log_normal = -((u[j] - mean[j]) ** 2) / (2 * sigma**2) - log_std[j] - LOG_2PI / 2
+        jacobian = (high[j] - low[j]) / 2 * (1 - torch.tanh(u[j]) ** 2)
+        total = total + log_normal - torch.log(jacobian)
+    return total
+
+
+def slow_sac_losses(model, target_q, batch, noise_next, noise, target_entropy):
+    """SAC's three objectives over a batch, one transition at a time, with the policy's draws given
+    as standard-normal ``noise_next [B, A]`` (at ``s'``) and ``noise [B, A]`` (at ``s``):
+
+        y_b     = G_b + d_b (min_i Q'_i(s'_b, a'_b) - alpha log pi(a'_b|s'_b))
+        J_Q     = sum_i (1/B) sum_b w_b (Q_i(s_b, a_b) - y_b)^2 / 2
+        J_pi    = (1/B) sum_b [alpha log pi(a~_b|s_b) - min_i Q_i(s_b, a~_b)]
+        J_alpha = (1/B) sum_b -log alpha (log pi(a~_b|s_b) + H_target)
+
+    ``model`` is a :class:`distrl.nn.sac.SACNetwork` (its towers are evaluated row by row),
+    ``target_q`` its target critic. The returned losses keep their graphs: ``J_Q`` to the critics,
+    ``J_pi`` to the policy and (through ``Q_i``) the critics, ``J_alpha`` to ``log alpha``."""
+    obs, act, G, d, w = (
+        batch[k] for k in ("observation", "action", "nstep_return", "bootstrap_discount", "priority_weight")
+    )
+    next_obs = batch["next", "observation"]
+    alpha = float(torch.exp(model.log_alpha.detach()))
+    scale, bias = model.action_scale, model.action_bias
+    low, high = bias - scale, bias + scale
+
+    def policy(z, eps):
+        out = model.actor(z)
+        A = out.shape[-1] // 2
+        mean, log_std = out[:A], out[A:].clamp(-5.0, 2.0)
+        u = mean + torch.exp(log_std) * eps
+        a = torch.stack([bias[j] + scale[j] * torch.tanh(u[j]) for j in range(A)])
+        return a, slow_squashed_log_prob(mean, log_std, u, low, high)
+
+    def q_min(critic, z, a):
+        x = torch.cat([z, a])
+        return torch.minimum(critic.q1(x)[0], critic.q2(x)[0]), (critic.q1(x)[0], critic.q2(x)[0])
+
+    B = len(G)
+    J_Q = J_pi = J_alpha = 0.0
+    y = []
+    for b in range(B):
+        with torch.no_grad():
+            z_next = model.features(next_obs[b])
+            a_next, lp_next = policy(z_next, noise_next[b])
+            y_b = G[b] + d[b] * (q_min(target_q, z_next, a_next)[0] - alpha * lp_next)
+        y.append(float(y_b))
+        z = model.features(obs[b])
+        _, (q1, q2) = q_min(model.qvalue, z, act[b])
+        J_Q = J_Q + w[b] * ((q1 - y_b) ** 2 / 2 + (q2 - y_b) ** 2 / 2) / B
+        a_new, lp = policy(z, noise[b])
+        J_pi = J_pi + (alpha * lp - q_min(model.qvalue, z, a_new)[0]) / B
+        J_alpha = J_alpha - model.log_alpha * (float(lp) + target_entropy) / B
+    return {"loss_qvalue": J_Q, "loss_actor": J_pi, "loss_alpha": J_alpha, "y": y}
