@@ -294,5 +294,5 @@ def slow_sac_losses(model, target_q, batch, noise_next, noise, target_entropy):
         J_Q = J_Q + w[b] * ((q1 - y_b) ** 2 / 2 + (q2 - y_b) ** 2 / 2) / B
         a_new, lp = policy(z, noise[b])
         J_pi = J_pi + (alpha * lp - q_min(model.qvalue, z, a_new)[0]) / B
-        J_alpha = J_alpha - model.log_alpha * (float(lp) + target_entropy) / B
+        J_alpha = J_alpha - model.log_alpha * (float(lp.detach()) + target_entropy) / B
     return {"loss_qvalue": J_Q, "loss_actor": J_pi, "loss_alpha": J_alpha, "y": y}

@@ -156,3 +156,30 @@ class ActionHead:
     @staticmethod
     def greedy(out: torch.Tensor) -> torch.Tensor:
         return out
+
+
+class LocScale(nn.Module):
+    """``obs [*B, F] -> (loc [*B, A], scale [*B, A])``, the pre-squash Gaussian as TorchRL's ``TanhNormal``
+    reads it (with ``low``/``high`` the box): what :func:`distrl.nn.trained_policy.load_policy` wraps, so
+    its deterministic action is :meth:`SACNetwork.greedy`'s."""
+
+    def __init__(self, model: SACNetwork):
+        super().__init__()
+        self.model = model
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.model.dist_params(self.model.features(obs))
+        return mean, log_std.exp()
+
+
+def sac_from_state(state: dict, net: NetConfig) -> SACNetwork:
+    """A :class:`SACNetwork` with a checkpoint's weights ``state``: the observation size from the policy's
+    first layer, ``A`` from its last, the box from ``action_scale`` and ``action_bias``, normalisation as
+    the checkpoint holds it; widths and activation from the run's ``net``."""
+    weights = [v for k, v in state.items() if k.startswith("actor.") and v.dim() == 2]
+    scale, bias = state["action_scale"], state["action_bias"]
+    obs_norm = "on" if any(k.startswith("obs_norm.") for k in state) else "off"
+    net = NetConfig(**{**net.__dict__, "obs_norm": obs_norm})
+    model = SACNetwork((weights[0].shape[1],), weights[-1].shape[0] // 2, bias - scale, bias + scale, net)
+    model.load_state_dict(state)
+    return model

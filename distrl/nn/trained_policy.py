@@ -16,6 +16,9 @@ Which network a checkpoint holds is its recipe's ``Recipe.policy_network``, save
   (:class:`distrl.nn.heads.LocScale`), projected into a ``Bounded`` spec as distrl's own env
   adapter clips them.
 * ``q_network`` (apex): TorchRL's ``QValueActor`` over the Q-network (greedy; no sampling).
+* ``sac`` (apex on a ``Box``): a ``ProbabilisticActor`` with TorchRL's ``TanhNormal`` over the policy's
+  mean and std, scaled to the action box (:mod:`distrl.nn.sac`): its deterministic action is
+  ``bias + scale tanh(mean)``, what distrl evaluates.
 
 The network is rebuilt from the run's ``net`` config (a config without ``net.encoder``, from before
 encoders, means ``auto``) and an observation shape read from the checkpoint itself, so a run on a
@@ -46,12 +49,13 @@ import torch
 from tensordict.nn import InteractionType, TensorDictModule
 from torch import nn
 from torchrl.data import Bounded, Categorical, Composite, OneHot, TensorSpec, Unbounded
-from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticActor, QValueActor
+from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticActor, QValueActor, TanhNormal
 
 from distrl.runtime.checkpoint import best_checkpoint_path, list_checkpoints, load_checkpoint, load_latest_checkpoint
 from distrl.data import keys
 from distrl.envs import mock, partial  # noqa: F401  (distrl's own env ids resolve in a TorchRL GymEnv too)
 from distrl.nn.heads import LocScale
+from distrl.nn.sac import LocScale as SACLocScale, sac_from_state
 
 CHECKPOINTS = ("best", "last")
 ACTION_ENCODINGS = ("one_hot", "categorical")  #: a checkpoint's ``action_encoding``, when it has one
@@ -150,6 +154,9 @@ def _build_model(cfg: dict, state: dict, network: str) -> tuple[nn.Module, Optio
             f"load_policy supports the mlp core only, not algo.core={algo.get('core')!r} "
             "(its recurrent state needs an env-side primer TorchRL users add themselves)"
         )
+    if network == "sac":
+        model = sac_from_state(state, net)
+        return model.eval(), None, model.action_dim
     if network == "q_network":
         obs_shape, num_actions = _dims(state, "q.")
         model = QNetwork(obs_shape, num_actions, net, bool(algo.get("dueling", False)))
@@ -226,6 +233,18 @@ def load_policy(
             _fail("apex's policy is a Q-network, greedy only: wrap it in torchrl.modules.EGreedyModule to explore")
         return QValueActor(model, in_keys=[obs_key], spec=spec)
     interaction = InteractionType.RANDOM if sample else InteractionType.DETERMINISTIC
+    if network == "sac":
+        box = {"low": model.action_bias - model.action_scale, "high": model.action_bias + model.action_scale}
+        module = TensorDictModule(SACLocScale(model), in_keys=[obs_key], out_keys=[keys.LOC, keys.SCALE])
+        return ProbabilisticActor(
+            module,
+            [keys.LOC, keys.SCALE],
+            spec=spec,
+            distribution_class=TanhNormal,
+            distribution_kwargs=box,
+            default_interaction_type=interaction,
+            return_log_prob=True,
+        )
     if num_actions is not None:
         dist = OneHotCategorical if isinstance(spec, OneHot) else torch.distributions.Categorical
         if not isinstance(spec, (OneHot, Categorical)):

@@ -87,6 +87,9 @@ class LearnerSession:
         #: same way; from ``--env module:function`` here, set by a learner whose env it builds (vecenv)
         env = ctx.env or (env_info(self.cfg.run.env) if is_factory(self.cfg.run.env) else None)
         self.action_encoding: Optional[str] = env.action_encoding if env is not None else None
+        #: what load_policy rebuilds, saved in every checkpoint (nn/ cannot look the recipe up by name):
+        #: ``Recipe.policy_network``, unless the learner trains another network (apex's SAC: ``"sac"``)
+        self.policy_network: Optional[str] = ctx.recipe.policy_network if ctx.recipe is not None else None
         self._previous_sigterm = None  # the caller's handler, given back by finish()
         if threading.current_thread() is threading.main_thread():
             # Preemption: checkpoint at the next tick, then stop (the handler itself only flags).
@@ -174,8 +177,7 @@ class LearnerSession:
             "config": self.cfg.to_dict(),
             "wandb_id": self._wandb_id,
             "action_encoding": self.action_encoding,
-            # what load_policy rebuilds (Recipe.policy_network): nn/ cannot look the recipe up by name
-            "policy_network": self.ctx.recipe.policy_network if self.ctx.recipe is not None else None,
+            "policy_network": self.policy_network,
         }
         if self.extra_state is not None:
             state["extra"] = self.extra_state()

@@ -51,7 +51,7 @@ class ApexActor:
         info = env_info(self.cfg.run.env)
         self.num_actions = info.num_actions
         self.frames = info.frame_stack > 0  # Atari: each frame of the stacks crosses once
-        self.model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.cfg.algo.dueling)
+        self.model = self.build_model(info)
         self.version = -1
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
@@ -72,6 +72,10 @@ class ApexActor:
         # (getattr: until recipe.py declares the field, every report asks for parameters, as before)
         self.params_interval_frames = a.params_interval_frames
         self._unpulled = 0  # env steps since the last parameter request
+
+    def build_model(self, info) -> torch.nn.Module:
+        """The local network ``act`` reads, for ``info`` (:class:`~distrl.envs.info.EnvInfo`): a Q-network."""
+        return QNetwork(info.shape, info.num_actions, self.cfg.net, self.algo.dueling)
 
     def _act(self, obs: torch.Tensor) -> dict:
         q = self.model(obs)
@@ -97,13 +101,19 @@ class ApexActor:
         G, discount, last = nstep_returns(
             nxt[keys.STEP_REWARD][..., 0], nxt[keys.STEP_TERMINATED][..., 0], nxt[keys.STEP_TRUNCATED][..., 0], gamma, n
         )
+        priority = self.priorities(window, G, discount, last)
+        return pack_transitions(window, G, discount, last, priority, self.version, frames=self.frames)
+
+    def priorities(
+        self, window: TensorDict, G: torch.Tensor, discount: torch.Tensor, last: torch.Tensor
+    ) -> torch.Tensor:
+        """Initial raw priorities ``[B * T']`` of the window's transitions (``G``, ``discount``, ``last``
+        ``[B, T']``): ``|y - Q(s, a)|`` with the acting network (max over the bootstrap state)."""
         Tp = G.shape[1]
         rows = torch.arange(last.shape[0])[:, None]  # [B, 1]: with last [B, T'], any observation shape
-        bootstrap = nxt[keys.OBSERVATION][rows, last]  # [B, T', *F]
-        # initial priority: |y - Q(s, a)| with the acting network (max over the bootstrap state)
+        bootstrap = window[keys.NEXT][keys.OBSERVATION][rows, last]  # [B, T', *F]
         y = G.reshape(-1) + discount.reshape(-1) * self.model(bootstrap.flatten(0, 1)).max(-1).values
-        priority = (y - window[keys.CHOSEN_ACTION_VALUE][:, :Tp].reshape(-1)).abs()
-        return pack_transitions(window, G, discount, last, priority, self.version, frames=self.frames)
+        return (y - window[keys.CHOSEN_ACTION_VALUE][:, :Tp].reshape(-1)).abs()
 
     def _load(self, reply: TensorDict) -> None:
         if keys.PARAMS in reply.keys():

@@ -9,10 +9,26 @@ from distrl.config import check
 from distrl.replay.config import ReplayConfig
 
 
+#: ``algo.learner``'s values
+LEARNERS = ("auto", "dqn", "sac")
+
+
+def learner_kind(cfg) -> str:
+    """``"dqn"`` or ``"sac"``: what ``algo.learner`` picks for ``cfg.run.env`` (``auto``: SAC for continuous
+    actions). A function of the config, not a field filled in at run time (every rank computes the same)."""
+    from distrl.envs.gym import env_info  # here, not at the top: gymnasium loads only when an env is asked about
+
+    if cfg.algo.learner != "auto":
+        return cfg.algo.learner
+    return "sac" if env_info(cfg.run.env).num_actions is None else "dqn"
+
+
 @dataclass(frozen=True)
 class ApexConfig:
     """Ape-X's actor, replay and learner settings."""
 
+    #: what learns: ``auto`` (a ``Box`` action space gets SAC, a discrete one double DQN), ``dqn`` or ``sac``
+    learner: str = "auto"
     shards: int = 1  #: replay shards R (ranks 1..R); the learner samples each in proportion to its total priority
     local_actors: int = 2  #: actors in the one process at world size 1
     envs_per_actor: int = 16  #: gymnasium envs each actor steps as one vector
@@ -50,6 +66,11 @@ class ApexConfig:
     #: pulls): a pull ships the whole net, and this many steps share its bytes
     params_interval_frames: int = 0
     prefetch: bool = True  #: request the next sample before training on the current one
+    #: SAC: env steps (all actors together, split evenly) played with uniform random actions before
+    #: the actors' policies act (CleanRL's and SB3's ``learning_starts`` steps are random too); none again on resume
+    random_steps: int = 0
+    tau: float = 0.005  #: SAC: Polyak rate of the target critics, theta' <- tau theta + (1 - tau) theta'
+    init_temperature: float = 1.0  #: SAC: the entropy temperature alpha at the start (tuned toward entropy -|A|)
     #: episodes of actors exploring more than this go to their rung's metric only, not to the training
     #: mean behind the stop rule (an eps=0.4 actor's short episodes would hide the policy); the least
     #: exploring actor always counts
@@ -103,6 +124,10 @@ class ApexConfig:
             f"algo.params_interval_frames must be >= 0, got {self.params_interval_frames}",
         )
         check(0 <= self.report_max_eps <= 1, "algo.report_max_eps must be in [0, 1]")
+        check(self.learner in LEARNERS, f"algo.learner must be one of {LEARNERS}, got {self.learner!r}")
+        check(self.random_steps >= 0, f"algo.random_steps must be >= 0, got {self.random_steps}")
+        check(0 < self.tau <= 1, f"algo.tau must be in (0, 1], got {self.tau}")
+        check(self.init_temperature > 0, f"algo.init_temperature must be > 0, got {self.init_temperature}")
 
     @property
     def replay(self) -> ReplayConfig:

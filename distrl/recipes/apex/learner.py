@@ -46,10 +46,7 @@ class ApexLearner(Learner):
 
     def __init__(self, ctx: RoleContext):
         super().__init__(ctx)
-        info = env_info(self.cfg.run.env)
-        model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.algo.dueling).to(self.device)
-        state = self.setup(model, torch.optim.Adam(model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps))
-        self.target = copy.deepcopy(self.model).requires_grad_(False)  # of the restored weights
+        state = self.build(env_info(self.cfg.run.env))
         self._restored_replay = (state or {}).get("extra", {}).get("replay")
         self.replay = ShardedReplayClient(
             ctx.transport,
@@ -59,11 +56,23 @@ class ApexLearner(Learner):
             self.session.peers.lose,
             self.cfg.run.log_interval_s / 2,
         )
-        self.session.extra_state = lambda: {"replay": self.replay.states()}
+        self.session.extra_state = self.extra_state
         self._request: Optional[list] = None
         self.held_s = 0.0  # the learner's own wait on held samples
         self.times = collections.Counter()  # where the loop's time goes (design rule 9)
         self.serve(ctx)
+
+    def build(self, info) -> Optional[dict]:
+        """What learns, for ``info`` (:class:`~distrl.envs.info.EnvInfo`): double DQN's Q-network, its Adam
+        and its target (a copy of the restored weights); returns the checkpoint restored, if any."""
+        model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.algo.dueling).to(self.device)
+        state = self.setup(model, torch.optim.Adam(model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps))
+        self.target = copy.deepcopy(self.model).requires_grad_(False)  # of the restored weights
+        return state
+
+    def extra_state(self) -> dict:
+        """What a checkpoint holds beyond the model and optimizer: every shard's contents."""
+        return {"replay": self.replay.states()}
 
     def serve(self, ctx: RoleContext) -> None:
         """The actors' side: their parameter pulls and statistics (handlers), the board they read."""
@@ -210,15 +219,22 @@ class ApexLearner(Learner):
                 "learner/loss": float(out[keys.LOSS].detach()),
                 "learner/grad_norm": float(grad_norm),
                 "learner/q_mean": float(out[keys.Q_MEAN]),
-                "learner/td_abs": float(td.mean()),
-                "learner/sample_age": float((tracker.updates - batch[keys.POLICY_VERSION]).float().mean()),
-                "learner/weight_mean": float(batch[keys.PRIORITY_WEIGHT].mean()),
-                "learner/batch": batch.shape[0],
-                "learner/held_s": self.held_s,
-                "learner/wait_sample_s": self.times["wait_sample_s"],
-                "learner/update_s": self.times["update_s"],
             }
+            | self.replay_metrics(batch, td)
         )
+
+    def replay_metrics(self, batch: TensorDict, td: torch.Tensor) -> dict[str, float]:
+        """``learner/*`` of a trained batch ``[B]`` and its TD errors ``td [B]``, whatever the loss:
+        the samples' age and weights, and where the learner's time went."""
+        return {
+            "learner/td_abs": float(td.mean()),
+            "learner/sample_age": float((self.tracker.updates - batch[keys.POLICY_VERSION]).float().mean()),
+            "learner/weight_mean": float(batch[keys.PRIORITY_WEIGHT].mean()),
+            "learner/batch": batch.shape[0],
+            "learner/held_s": self.held_s,
+            "learner/wait_sample_s": self.times["wait_sample_s"],
+            "learner/update_s": self.times["update_s"],
+        }
 
     def publish(self) -> None:
         self.board.publish(self.tracker.updates)

@@ -1,20 +1,22 @@
 """Ape-X (Horgan et al., 2018): actors with an epsilon ladder fill a prioritized replay with
-n-step transitions; one learner samples it by priority and trains a double DQN.
+n-step transitions; one learner samples it by priority and trains a double DQN. For continuous
+actions (``algo.learner``: a ``Box`` picks it) the learner trains SAC and the actors sample its
+policy instead (``sac.py``; Ape-X's paper ran DPG there).
 
 Rank 0 is the learner, ranks 1..R the replay shards (``algo.shards``), every other rank an actor.
 At world size 1 the learner, the R shards and ``algo.local_actors`` actors share one process.
 
 Presets (``--experiment NAME``): ``default`` is the CartPole run; ``debug`` finishes in seconds; ``minatar`` learns
 MinAtar Breakout
-from its ``[4, 10, 10]`` bool images.
+from its ``[4, 10, 10]`` bool images; ``mujoco`` (every MuJoCo id's ``--env`` picks it) is SAC.
 """
 
 from __future__ import annotations
 
 
 from distrl.config import Config, NetConfig, RunConfig, override
-from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, Recipe, role, require_discrete_actions
-from distrl.recipes.apex.config import ApexConfig  # noqa: F401 (cfg.algo's class, here as before)
+from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_RUN, Recipe, role, require_discrete_actions
+from distrl.recipes.apex.config import ApexConfig, learner_kind
 
 
 # The presets are tables of settings, kept dense as tables (ruff's formatter would give each its line).
@@ -55,6 +57,29 @@ def atari() -> Config:
     )
 
 
+def mujoco() -> Config:
+    """SAC on MuJoCo (HalfCheetah-v5 by default; every MuJoCo id's ``--env`` picks it). Sources:
+    CleanRL's ``sac_continuous_action.py`` and SB3 rl-zoo3's ``hyperparams/sac.yml`` (MuJoCo rows):
+    Adam at 3e-4 for policy, critics and temperature (rl-zoo3; CleanRL's critics take 1e-3), batch
+    256, tau 0.005, gamma 0.99, 1-step returns, replay of 1M, (256, 256) ReLU MLPs, the temperature
+    from 1 tuned toward entropy -|A| (both); 5k random steps before the policy acts and learning
+    from 5k transitions (CleanRL's ``learning_starts``; rl-zoo3's 10k); one update of 256 per env step
+    (both): ``samples_per_insert`` 256; uniform sampling (``alpha`` 0, as both). No gradient clip
+    (neither has one: the bound is out of reach). distrl's own: 4 envs per actor in unrolls of 16 (the
+    rate limiter's default tolerance of 20k samples lets an actor run 78 env steps ahead of 1:1),
+    observations normalised as every distrl MuJoCo policy (``net.obs_norm``; neither reference
+    does), 30 minutes (the issue's budget). Learning figures: not yet measured (docs/apex.md)."""
+    return override(
+        default(),
+        # (in this order: each setting is checked as it lands, and the rate limiter's tolerance needs small inserts)
+        **{**MUJOCO_RUN, "run.max_time_s": 1800.0, "algo.learner": "sac", "algo.local_actors": 1,
+           "algo.envs_per_actor": 4, "algo.unroll_length": 16, "algo.lr": 3e-4, "algo.batch_size": 256,
+           "algo.tau": 0.005, "algo.gamma": 0.99, "algo.n_step": 1, "algo.capacity": 1_000_000,
+           "algo.min_replay_size": 5_000, "algo.random_steps": 5_000, "algo.samples_per_insert": 256.0,
+           "algo.alpha": 0.0, "algo.max_grad_norm": 1e6, "net.hidden": (256, 256), "net.activation": "relu"},
+    )
+
+
 def debug() -> Config:
     """A tiny budget on the deterministic toy env: exercises every role in seconds on CPU."""
     return override(
@@ -68,7 +93,17 @@ def debug() -> Config:
 
 
 def _check_config(cfg: Config) -> None:
-    require_discrete_actions(cfg)
+    if learner_kind(cfg) == "dqn":
+        require_discrete_actions(cfg)
+        return
+    from distrl.envs.gym import env_info, is_factory  # gymnasium loads only when a config is checked
+
+    info = env_info(cfg.run.env)
+    if info.num_actions is not None or is_factory(cfg.run.env) or len(info.shape) != 1:
+        raise ValueError(
+            f"apex's SAC learner (algo.learner={cfg.algo.learner}) takes gymnasium ids with flat observations "
+            f"and a Box action space; {cfg.run.env} is not one: use algo.learner=dqn for discrete actions"
+        )
 
 
 def _roles(world_size: int, cfg: Config) -> list[str]:
@@ -78,14 +113,14 @@ def _roles(world_size: int, cfg: Config) -> list[str]:
 
 RECIPE = Recipe(
     name="apex",
-    description="Ape-X: epsilon-ladder actors fill a prioritized replay service; a double-DQN learner samples it",
+    description="Ape-X: actors fill a prioritized replay service; a double-DQN or (for a Box) SAC learner samples it",
     layout="rank 0 learner, ranks 1..R replay shards (algo.shards), the rest actors",
     min_world_size=3,
     roles_for=lambda n: _roles(n, default()),
     builders={
-        "learner": role("distrl.recipes.apex.learner:ApexLearner"),
+        "learner": role("distrl.recipes.apex.sac:learner"),  # SAC's or double DQN's, by algo.learner
         "replay": role("distrl.replay.server:ReplayServer"),
-        "actor": role("distrl.recipes.apex.actor:ApexActor"),
+        "actor": role("distrl.recipes.apex.sac:actor"),
     },
     default_config=default,
     local_world_size=lambda cfg: 1 + cfg.algo.shards + cfg.algo.local_actors,
@@ -95,6 +130,6 @@ RECIPE = Recipe(
     source_roles=frozenset({"actor"}),
     min_world_size_for=lambda cfg: cfg.algo.shards + 2,
     compare_nproc=4,
-    table_row=("Ape-X", "2018", "CPU (inference)", "GPU", "async", "off-policy (DQN)"),
-    policy_network="q_network",
+    table_row=("Ape-X", "2018", "CPU (inference)", "GPU", "async", "off-policy (DQN, SAC)"),
+    policy_network="q_network",  # a SAC run saves "sac" (ApexSACLearner)
 )
