@@ -34,7 +34,7 @@ def test_the_action_space_picks_the_learner():
     apex.check_config(override(sac, **{"algo.learner": "auto"}))
     with pytest.raises(ValueError, match="algo.learner=dqn for discrete"):
         apex.check_config(override(sac, **{"run.env": "CartPole-v1"}))
-    with pytest.raises(ValueError, match="continuous"):
+    with pytest.raises(ValueError, match="is continuous: use algo.learner=sac"):
         apex.check_config(override(sac, **{"algo.learner": "dqn"}))
     with pytest.raises(ValueError, match="algo.learner"):
         override(sac, **{"algo.learner": "ddpg"})

@@ -30,7 +30,8 @@ def test_help_explains_every_option(jobs):
         (["impala", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
         (["sac"], "unknown recipe 'sac'; known recipes: a3c, apex"),
         (["impala", "--set", "algo.lr=-1"], "algo.lr must be > 0"),
-        (["apex", "--env", "Pendulum-v1"], "apex is a DQN and acts in discrete action spaces only"),
+        (["apex", "--env", "Pendulum-v1", "--set", "algo.learner=dqn"], "double-DQN learner (algo.learner=dqn)"),
+        (["apex", "--set", "algo.learner=sac"], "apex's SAC learner (algo.learner=sac) takes gymnasium ids"),
         (["impala", "--nproc", "3", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),  # before any process
     ],
 )

@@ -114,8 +114,8 @@ ENV_PRESETS = {"MinAtar/Breakout-v1": "minatar", "ALE/*": "atari", **{e: "mujoco
 
 
 def require_discrete_actions(cfg: Config) -> None:
-    """``ValueError`` naming the recipe when ``cfg.run.env`` has continuous actions (Ape-X: a DQN
-    whose network ends in Q-values calls it from its config check)."""
+    """``ValueError`` naming the recipe when ``cfg.run.env`` has continuous actions (a DQN recipe, whose
+    network ends in Q-values, calls it from its config check: the custom seed_apex)."""
     from distrl.envs.gym import env_info
 
     if env_info(cfg.run.env).num_actions is None:

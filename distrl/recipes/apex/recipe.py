@@ -15,7 +15,7 @@ from __future__ import annotations
 
 
 from distrl.config import Config, NetConfig, RunConfig, override
-from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_RUN, Recipe, role, require_discrete_actions
+from distrl.recipes.base import ATARI_RUN, DEBUG_RUN, MUJOCO_RUN, Recipe, role
 from distrl.recipes.apex.config import ApexConfig, learner_kind
 
 
@@ -93,12 +93,16 @@ def debug() -> Config:
 
 
 def _check_config(cfg: Config) -> None:
-    if learner_kind(cfg) == "dqn":
-        require_discrete_actions(cfg)
-        return
     from distrl.envs.gym import env_info, is_factory  # gymnasium loads only when a config is checked
 
     info = env_info(cfg.run.env)
+    if learner_kind(cfg) == "dqn":
+        if info.num_actions is None:
+            raise ValueError(
+                f"apex's double-DQN learner (algo.learner={cfg.algo.learner}) acts in discrete action spaces "
+                f"only; {cfg.run.env} is continuous: use algo.learner=sac (or auto)"
+            )
+        return
     if info.num_actions is not None or is_factory(cfg.run.env) or len(info.shape) != 1:
         raise ValueError(
             f"apex's SAC learner (algo.learner={cfg.algo.learner}) takes gymnasium ids with flat observations "
