@@ -12,8 +12,8 @@ Bounds, one treatment everywhere: the sampled action is clipped to the box **at 
 learner's log-probability is that of the unclipped sample, which is what the behaviour policy drew.
 This is the PPO/IMPALA MuJoCo habit (Schulman et al. 2017; SEED RL and sample-factory do the
 same): the log-probability stays exact and cheap, and the mean can sit at a bound; tanh-squashing
-is not offered. Every recipe's Gaussian is this one (``vecenv``'s included), its log-std clamped to
-[LOG_STD_MIN, LOG_STD_MAX] by :class:`GaussianParams`.
+is SAC's alone (:mod:`distrl.nn.sac`). Every actor-critic recipe's Gaussian is this one (``vecenv``'s
+included), its log-std clamped to [LOG_STD_MIN, LOG_STD_MAX] by :class:`GaussianParams`.
 
 Why heads carry no parameters: the log-std lives in the policy tower (:class:`GaussianParams`),
 so everything that ships a policy (a state dict, a flat parameter vector, a checkpoint, an

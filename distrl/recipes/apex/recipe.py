@@ -68,7 +68,8 @@ def mujoco() -> Config:
     (neither has one: the bound is out of reach). distrl's own: 4 envs per actor in unrolls of 16 (the
     rate limiter's default tolerance of 20k samples lets an actor run 78 env steps ahead of 1:1),
     observations normalised as every distrl MuJoCo policy (``net.obs_norm``; neither reference
-    does), 30 minutes (the issue's budget). Learning figures: not yet measured (docs/apex.md)."""
+    does), 30 minutes (the budget its learning targets are set at). Learning figures: not yet
+    measured (docs/apex.md)."""
     return override(
         default(),
         # (in this order: each setting is checked as it lands, and the rate limiter's tolerance needs small inserts)
