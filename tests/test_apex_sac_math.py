@@ -1,7 +1,7 @@
 """SAC's math (distrl/algorithms/sac.py, distrl/nn/sac.py) against independent references: the
 squashed log-probability against ``torch.distributions`` with a tanh and an affine transform, the
-losses and their gradients against a slow loop in the paper's notation (tests/references.py), the
-Polyak update against its formula."""
+losses and their gradients against a slow loop in the paper's notation (tests/references.py) and,
+for 1-step returns, against TorchRL's ``SACLoss``; the Polyak update against its formula."""
 
 from __future__ import annotations
 
@@ -141,3 +141,62 @@ def test_greedy_is_the_squashed_scaled_mean():
     want = (HIGH + LOW) / 2 + (HIGH - LOW) / 2 * torch.tanh(mean)
     torch.testing.assert_close(model.greedy(obs), want)
     assert ((model.act(obs) >= LOW) & (model.act(obs) <= HIGH)).all()
+
+
+@pytest.mark.filterwarnings("ignore:No target network updater")  # distrl moves its target itself
+def test_one_step_losses_match_torchrls_sac_loss():
+    """With 1-step transitions (one ``gamma`` for every item) the same networks give TorchRL's ``SACLoss``
+    (``loss_function="l2"``: its critic loss is ``sum_i mean (Q_i - y)^2``, twice ``J_Q``) the same
+    three losses, from the same draws (TorchRL's ``TanhNormal`` over the same mean and std)."""
+    from tensordict.nn import TensorDictModule
+    from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
+    from torchrl.objectives import SACLoss, ValueEstimators
+
+    from distrl.nn.sac import LocScale
+
+    model, _, batch = _model_and_batch()
+    target = copy.deepcopy(model.qvalue).requires_grad_(False)  # SACLoss's target starts as a copy too
+    gamma = 0.99
+    batch[keys.BOOTSTRAP_DISCOUNT] = torch.tensor([gamma, gamma, 0.0, gamma, 0.0, gamma])
+    batch[keys.PRIORITY_WEIGHT] = torch.ones(B)
+
+    class Q(torch.nn.Module):  # one of the twin critics, on the normalised observation
+        def __init__(self, q):
+            super().__init__()
+            self.q = q
+
+        def forward(self, obs, action):
+            return self.q(torch.cat([model.features(obs), action], -1))
+
+    box = {"low": LOW, "high": HIGH}
+    actor = ProbabilisticActor(
+        TensorDictModule(LocScale(model), in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+        distribution_kwargs=box,
+        return_log_prob=True,
+    )
+    critics = [ValueOperator(Q(q), in_keys=["observation", "action"]) for q in (model.qvalue.q1, model.qvalue.q2)]
+    loss = SACLoss(actor, critics, loss_function="l2", alpha_init=0.3, target_entropy=-float(A))
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=gamma)
+    terminated = (batch[keys.BOOTSTRAP_DISCOUNT] == 0)[:, None]
+    td = TensorDict(
+        {
+            "observation": batch[keys.OBSERVATION],
+            "action": batch[keys.ACTION],
+            "next": {
+                "observation": batch[keys.NEXT_OBSERVATION],
+                "reward": batch[keys.NSTEP_RETURN][:, None],
+                "done": terminated,
+                "terminated": terminated,
+            },
+        },
+        batch_size=[B],
+    )
+    torch.manual_seed(2)
+    theirs = loss(td)
+    torch.manual_seed(2)
+    ours = sac_loss(model, target, batch, -float(A))
+    torch.testing.assert_close(theirs["loss_qvalue"], 2 * ours["loss_qvalue"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(theirs["loss_actor"], ours["loss_actor"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(theirs["loss_alpha"], ours["loss_alpha"], atol=1e-5, rtol=1e-5)

@@ -20,7 +20,8 @@ with one scalar ``gamma``, where an n-step transition's bootstrap factor is ``ga
 windows at episode ends); and each call dispatches through TensorDict modules and ``vmap`` over the
 stacked critics, overhead the learner pays per update at one update per env step on 2 CPU cores (as
 ``distrl/algorithms/ppo.py`` measured for ``ClipPPOLoss``). ``tests/test_apex_sac_math.py`` checks
-these functions, and their gradients, against a slow loop in the paper's notation.
+these functions, and their gradients, against a slow loop in the paper's notation, and with 1-step
+returns against ``SACLoss`` itself (the same three losses from the same draws).
 Why not TorchRL's ``SoftUpdate``: it updates the target parameters a ``LossModule`` owns; here the
 target is a plain module, and the update is one fused ``lerp``.
 """
