@@ -94,12 +94,13 @@ def test_prioritized_inserts_carry_td_errors_and_a_resumed_run_skips_random_step
 MARGIN = 30.0
 
 
-@pytest.mark.timeout(240)
-def test_inverted_pendulum_learns_and_loads_back(tmp_path, jobs):
+@pytest.mark.timeout(360)
+def test_inverted_pendulum_learns_loads_back_and_resumes(tmp_path, jobs):
     """The mujoco preset on InvertedPendulum-v5 at world size 1 (learner, one shard, one actor of 4 envs
     in one process): 1k random steps, learning from 1k transitions, one update per env step, until
     4k env steps (or 75 s on a loaded machine). Its last policy's greedy return beats random actions
-    by :data:`MARGIN`, and ``load_policy`` gives back a TanhNormal actor that plays the same squashed mean."""
+    by :data:`MARGIN`, ``load_policy`` gives back a TanhNormal actor that plays the same squashed mean,
+    and ``--resume`` goes on from the checkpoint's updates, replay and target critics for 500 more steps."""
     from distrl.nn.trained_policy import load_policy, load_run
     from distrl.nn.sac import sac_from_state
     from distrl.config import NetConfig, from_dict
@@ -107,8 +108,9 @@ def test_inverted_pendulum_learns_and_loads_back(tmp_path, jobs):
     run = tmp_path / "run"
     sets = {"algo.random_steps": 1000, "algo.min_replay_size": 1000, "algo.capacity": 20_000}
     sets |= {"run.eval_episodes": 10, "run.eval_interval_s": 0}
-    args = ["apex", "--env", PENDULUM, "--total-frames", "4000", "--max-time-s", "75", "--run-dir", str(run)]
-    args += ["--logger", "none"] + [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
+    common = ["apex", "--env", PENDULUM, "--run-dir", str(run), "--logger", "none"]
+    common += [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
+    args = common + ["--total-frames", "4000", "--max-time-s", "75"]
     proc = jobs.train(args, timeout=150)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
@@ -123,3 +125,13 @@ def test_inverted_pendulum_learns_and_loads_back(tmp_path, jobs):
     out = actor(TensorDict({keys.OBSERVATION: obs}, [7]))
     torch.testing.assert_close(out[keys.ACTION], model.greedy(obs))
     assert out[keys.ACTION].abs().max() <= 3.0  # InvertedPendulum's box is [-3, 3]
+
+    # the checkpoint holds the replay and the target critics; --resume goes on from them
+    assert {"replay", "target_qvalue"} <= set(state["extra"]), state["extra"].keys()
+    # (the budgets count the whole run: the resumed part gets 500 env steps, and time to take them)
+    args = common + ["--total-frames", str(s["env_frames"] + 500), "--max-time-s", str(s["wall_s"] + 60)]
+    proc = jobs.train(args + ["--resume"], timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"resumed from update {s['learner_updates']}" in proc.stdout, proc.stdout[-3000:]
+    r = read_summary(run)
+    assert r["learner_updates"] > s["learner_updates"] and r["replay_size"] > s["replay_size"], (r, s)
