@@ -47,7 +47,7 @@ def test_nproc_takes_one_count_or_one_per_recipe():
         (["--nproc", "impala=x"], "--nproc: invalid int value"),
         (["--recipes", "impala", "--nproc", "seed=3"], "--nproc names seed"),
         (["--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
-        (["--recipes", "apex", "--env", "Pendulum-v1"], "apex: apex is a DQN"),
+        (["--recipes", "apex", "--env", "Pendulum-v1", "--set", "algo.learner=dqn"], "apex: apex's double-DQN"),
         (["--recipes", "impala", "--set", "algo.nope=1"], "impala: --set algo.nope=1: unknown config field"),
         (["--recipes", "seed", "--nproc", "1", "--set", "transport.backend=rpc"], "seed: transport.backend=rpc needs"),
         (["--logger", "csv"], "--logger: invalid choice"),
