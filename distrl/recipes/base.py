@@ -32,7 +32,8 @@ __all__ = [
 
 
 def role(path: str) -> RoleFactory:
-    """The builder of role class ``"module:Class"``, imported only when a rank builds it: the CLI
+    """The builder of role class ``"module:Class"`` (or of ``"module:function"``, which picks the class from
+    the context: apex's learner and actor), imported only when a rank builds it: the CLI
     imports every recipe module to validate a command line, and roles pull in heavy modules. The
     module may be a ``.py`` path (``f"{Path(__file__).parent / 'learner.py'}:Learner"``): a recipe
     outside ``distrl/`` names its own role files so (:mod:`distrl.recipes.files`)."""
