@@ -12,10 +12,12 @@ import torch
 from test_torch_minatar import COLS, Game, _column, play
 
 from distrl.envs.torch_envs.minatar_asterix import AsterixState
+from distrl.envs.torch_envs.minatar_freeway import FreewayState
+from distrl.envs.torch_envs.seaquest_state import BA, G, SeaquestState
 
 pytest.importorskip("minatar.gym")
 
-ASTERIX = "MinAtar/Asterix-v1"
+ASTERIX, FREEWAY, SEAQUEST = "MinAtar/Asterix-v1", "MinAtar/Freeway-v1", "MinAtar/Seaquest-v1"
 
 
 def rints(n: int, gen: torch.Generator):
@@ -77,6 +79,158 @@ def asterix_calls(g, executed: int) -> list[tuple[str, int]]:
     return [("rand", 1), ("rand", 2)] + ([("randint", 3)] if None in g.entities else [])
 
 
+# ---- Freeway -----------------------------------------------------------------------------------
+
+
+def freeway_from_package(g) -> FreewayState:
+    assert [car[1] for car in g.cars] == list(range(1, 9))
+    cars = torch.tensor([[car[0], car[2], car[3]] for car in g.cars], dtype=torch.int8).t().unsqueeze(2)
+    return FreewayState(torch.tensor([g.pos, g.move_timer, g.terminate_timer]).unsqueeze(1), cars)
+
+
+def freeway_to_package(s: FreewayState, i: int, g) -> None:
+    g.pos, g.move_timer, g.terminate_timer = s.counters[:, i].tolist()
+    g.cars = [[x, row + 1, timer, speed] for row, (x, timer, speed) in enumerate(s.cars[:, :, i].t().tolist())]
+    g.terminal = False
+
+
+def random_freeway(n: int, gen: torch.Generator) -> FreewayState:
+    """The chicken anywhere below the top, any car speeds and timers, episodes near their end."""
+    r = rints(n, gen)
+    speed = (1 + r(torch.full((8, n), 5))) * (2 * r(torch.full((8, n), 2)) - 1)
+    cars = torch.stack((r(torch.full((8, n), 10)), r(speed.abs() + 1), speed)).to(torch.int8)
+    return FreewayState(torch.stack((1 + r(9), r(4), r(40))), cars)
+
+
+def freeway_policy(obs: torch.Tensor) -> torch.Tensor:
+    """Up, unless a car is next to the chicken's column on the row above (then wait)."""
+    row = _column(obs[:, 0].any(2))
+    above = obs[torch.arange(len(row)), 1, (row - 1).clamp(0, 9)]  # [B, 10]
+    return torch.where(above[:, 3:6].any(1), 0, 1)
+
+
+def freeway_calls(g, executed: int) -> list[tuple[str, int]]:
+    if executed == 2 and g.move_timer == 0 and g.pos == 1:  # "u" reaches the top: new speeds
+        return [("randint", c) for c in range(1, 9)] + [("rand", c) for c in range(9, 17)]
+    return []
+
+
+# ---- Seaquest ----------------------------------------------------------------------------------
+
+SEAQUEST_COUNTERS = ("sub_x", "sub_y", "sub_or", "oxygen", "diver_count", "e_spawn_speed", "e_spawn_timer")
+SEAQUEST_COUNTERS += ("d_spawn_timer", "move_speed", "ramp_index", "shot_timer", "surface")
+
+
+def seaquest_from_package(g) -> SeaquestState:
+    """Slots in the package's list order: fish, then subs (ages by list order), bullets, divers."""
+    counters = torch.tensor([int(getattr(g, name)) for name in SEAQUEST_COUNTERS]).unsqueeze(1)
+    enemies = [[1, f[0], f[1], 2 * f[2] - 1, 0, f[3], 0, len(g.e_fish) - k] for k, f in enumerate(g.e_fish)]
+    enemies += [[1, s[0], s[1], 2 * s[2] - 1, 1, s[3], s[4], len(g.e_subs) - k] for k, s in enumerate(g.e_subs)]
+    enemies = torch.tensor([*enemies, *[[0] * 8] * (32 - len(enemies))], dtype=torch.int8)
+    e_bullets = [[1, b[0], b[1], 2 * b[2] - 1] for b in g.e_bullets]
+    e_bullets = torch.tensor([*e_bullets, *[[0] * 4] * (32 - len(e_bullets))], dtype=torch.int8)
+    bullets = [[1, b[0], b[1], 2 * b[2] - 1] for b in g.f_bullets] + [[0] * 4] * (2 - len(g.f_bullets))
+    divers = [[1, d[0], d[1], 2 * d[2] - 1, d[3]] for d in g.divers] + [[0] * 5] * (2 - len(g.divers))
+    slots = (torch.cat((enemies, e_bullets), 1), torch.tensor(bullets, dtype=torch.int8))
+    slots += (torch.tensor(divers, dtype=torch.int8),)
+    return SeaquestState(counters, *(t.t().unsqueeze(2) for t in slots))
+
+
+def _sorted(fields: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """``fields`` ``[F, S, B]`` with the slots of each env sorted by ``key`` ``[S, B]``."""
+    order = key.argsort(dim=0, stable=True)
+    return fields.gather(1, order.unsqueeze(0).expand_as(fields))
+
+
+def seaquest_canon(s: SeaquestState) -> SeaquestState:
+    """Enemies in list order (alive fish, alive subs, each oldest first; ages dropped), enemy and
+    friendly bullets sorted by cell (their order is not observable)."""
+    e = s.enemies.long()
+    enemies = _sorted(e[:8], (1 - e[0]) * 1000 + e[4] * 100 + 99 - e[G])
+    enemies[G] = 0
+    code = lambda f: (1 - f[0]) * 1000 + f[2] * 30 + f[1] * 3 + f[3] + 1  # noqa: E731
+    e_bullets, bullets = _sorted(e[BA:], code(e[BA:])), _sorted(s.bullets.long(), code(s.bullets.long()))
+    return SeaquestState(s.counters, torch.cat((enemies, e_bullets)), bullets, s.divers)
+
+
+def seaquest_to_package(s: SeaquestState, i: int, g) -> None:
+    for name, value in zip(SEAQUEST_COUNTERS, s.counters[:, i].tolist()):
+        setattr(g, name, bool(value) if name in ("sub_or", "surface") else value)
+    e = s.enemies[:, :, i].t().tolist()  # [32 slots][12 fields]
+    alive = sorted((f for f in e if f[0]), key=lambda f: -f[G])  # the oldest first
+    g.e_fish = [[x, y, d > 0, t] for _, x, y, d, sub, t, *_ in alive if not sub]
+    g.e_subs = [[x, y, d > 0, t, h] for _, x, y, d, sub, t, h, *_ in alive if sub]
+    g.e_bullets = [[x, y, d > 0] for *_, a, x, y, d in e if a]
+    g.f_bullets = [[x, y, d > 0] for a, x, y, d in s.bullets[:, :, i].t().tolist() if a]
+    g.divers = [[x, y, d > 0, t] for a, x, y, d, t in s.divers[:, :, i].t().tolist() if a]
+    g.terminal = False
+
+
+def random_seaquest(n: int, gen: torch.Generator) -> SeaquestState:
+    """Little oxygen, six divers on board or -1 (the package's quirk), fast spawns and enemies,
+    enemies sharing cells, enemy bullets, a diver about to leave. Within the slots' bounds: no
+    friendly bullet (a third could fly), a diver near the wall, bullets only in free slots."""
+    r = rints(n, gen)
+    full = lambda hi: r(torch.full((32, n), hi))  # noqa: E731
+    sx, sy = r(10), r(9)
+    sub_or = torch.where(sx == 0, 0, torch.where(sx == 9, 1, r(2)))  # the back stays on the grid
+    oxygen = torch.where(r(3) == 0, r(30), r(201))
+    e_speed, speed = 2 + r(19), 2 + r(4)
+    counters = [
+        sx,
+        sy,
+        sub_or,
+        oxygen,
+        r(8) - 1,
+        e_speed,
+        r(e_speed),
+        r(30),
+        speed,
+        r(20),
+        r(5),
+        (sy == 0) & (r(2) == 1),
+    ]
+    alive = (torch.rand(32, n, generator=gen) < 0.2) & (torch.arange(32) < 8).unsqueeze(1)
+    x, y, right = full(10), 1 + full(8), 2 * full(2) - 1
+    twin = r(torch.full((8, n), 3)) == 0  # slot k + 8 copies slot k's cell, heading and timer
+    is_sub, timer = full(2), r(speed.expand(32, n) + 1)
+    for f in (x, y, right, timer):
+        f[8:16] = torch.where(twin, f[:8], f[8:16])
+    alive[8:16] = twin & alive[:8]
+    age = 1 + torch.rand(32, n, generator=gen).argsort(0)  # distinct, the newest 1
+    shot = is_sub * full(11)
+    bullet = ~alive & (torch.rand(32, n, generator=gen) < 0.1)
+    enemies = torch.stack(
+        (alive, x, y, right, is_sub, timer, shot, age, bullet, full(10), 1 + full(8), 2 * full(2) - 1)
+    )
+    enemies = torch.cat((enemies[:8] * alive, enemies[8:] * bullet)).to(torch.int8)
+    d_right = r(2)
+    divers = torch.stack((r(2), torch.where(d_right == 1, 6 + r(4), r(4)), 1 + r(8), 2 * d_right - 1, r(6)))
+    divers = torch.stack((divers * divers[0], torch.zeros_like(divers)), 1).to(torch.int8)
+    bullets = torch.zeros(4, 2, n, dtype=torch.int8)
+    return SeaquestState(torch.stack([c.long() for c in counters]), enemies, bullets, divers)
+
+
+def seaquest_policy(obs: torch.Tensor) -> torch.Tensor:
+    """Surfaces when oxygen runs low with divers aboard; else fires at an enemy on its row,
+    dodges one in front, and heads for a diver's row."""
+    n = len(obs)
+    y, x = _column(obs[:, 0].any(2)), _column(obs[:, 0].any(1))
+    oxygen, divers = obs[:, 7, 9].sum(1), obs[:, 8, 9].sum(1)
+    enemies = (obs[:, 5] | obs[:, 6] | obs[:, 4])[torch.arange(n), y]  # [B, 10] on the sub's row
+    diver_row = torch.where(obs[:, 9].any(2), torch.arange(10), 99).amin(1)
+    action = torch.where(diver_row < y, 2, torch.where(diver_row < 10, 4, 0))
+    action = torch.where(enemies.any(1), 5, action)
+    near = enemies[torch.arange(n), (x - 1).clamp(0, 9)] | enemies[torch.arange(n), (x + 1).clamp(0, 9)]
+    action = torch.where(near, torch.where(y < 8, 4, 2), action)
+    return torch.where((oxygen < 4) & (divers > 0), 2, action)
+
+
+def seaquest_calls(g, executed: int) -> list[tuple[str, int]]:
+    enemy = [("rand", 1), ("rand", 2), ("randint", 3)] if g.e_spawn_timer == 0 else []
+    return enemy + ([("rand", 4), ("randint", 5)] if g.d_spawn_timer == 0 else [])
+
+
 GAME = {
     ASTERIX: Game(
         ASTERIX,
@@ -88,20 +242,82 @@ GAME = {
         asterix_policy,
         lambda g: g.ramp_index,
         asterix_calls,
-    )
+    ),
+    FREEWAY: Game(
+        FREEWAY,
+        "freeway",
+        ("randint",) * 8 + ("rand",) * 8,
+        freeway_from_package,
+        freeway_to_package,
+        random_freeway,
+        freeway_policy,
+        lambda g: 0,
+        freeway_calls,
+    ),
+    SEAQUEST: Game(
+        SEAQUEST,
+        "seaquest",
+        (),
+        seaquest_from_package,
+        seaquest_to_package,
+        random_seaquest,
+        seaquest_policy,
+        lambda g: g.ramp_index,
+        seaquest_calls,
+        seaquest_canon,
+    ),
 }
 
 
 # ---- the lockstep runs -------------------------------------------------------------------------
 
+# (envs, steps, time limit) of the long run, and what it must have seen
+LONG = {
+    ASTERIX: ((16, 640, 500), {"terminated": 30, "reward": 50, "progress": 20}),
+    FREEWAY: ((16, 640, 500), {"truncated": 16, "reward": 50}),
+    SEAQUEST: ((16, 400, 500), {"terminated": 50, "reward": 20, "progress": 3}),
+}
+
 
 @pytest.mark.parametrize("env_id", GAME)
 def test_step_for_step_against_the_package(env_id: str):
-    counts = play(GAME[env_id], num_envs=16, steps=640, limit=500, jump_prob=0.0, seed=0)
-    assert counts["terminated"] >= 20 and counts["sticky"] >= 100 and counts["reward"] >= 50, counts
+    (envs, steps, limit), least = LONG[env_id]
+    counts = play(GAME[env_id], envs, steps, limit, jump_prob=0.0, seed=0)
+    assert counts["sticky"] >= 100 and all(counts[k] >= v for k, v in least.items()), counts
 
 
-@pytest.mark.parametrize("env_id", GAME)
+@pytest.mark.parametrize("env_id", (ASTERIX, FREEWAY))
 def test_step_for_step_against_the_package_from_random_states(env_id: str):
+    # Jumps reach what short play rarely does: ramps due, the fastest spawns, episodes ending.
     counts = play(GAME[env_id], num_envs=16, steps=200, limit=100, jump_prob=0.05, seed=1)
-    assert counts["progress"] >= 3 and counts["terminated"] >= 20, counts
+    assert counts["terminated"] >= 20 and (counts["progress"] >= 3 or env_id == FREEWAY), counts
+
+
+def test_seaquest_step_for_step_from_random_states_with_the_package_quirks(monkeypatch):
+    """As the other games' run from random states, which here meets the package's corner cases:
+    six divers surfaced (the count left at -1) and a surfacing on a negative count, oxygen running
+    out, subs firing, enemies sharing a cell, ramps."""
+    from minatar.environments import seaquest
+
+    seen = dict.fromkeys(("six", "negative", "oxygen", "fire", "shared"), 0)
+    surface, act = seaquest.Env._surface, seaquest.Env.act
+
+    def counting_surface(g):
+        seen["six"] += g.diver_count == 6
+        seen["negative"] += g.diver_count < 0
+        return surface(g)
+
+    def counting_act(g, a):
+        bullets, oxygen = len(g.e_bullets), g.oxygen
+        cells = [tuple(e[:2]) for e in g.e_fish + g.e_subs]
+        seen["shared"] += len(cells) > len(set(cells))
+        r, terminal = act(g, a)
+        seen["fire"] += len(g.e_bullets) > bullets
+        seen["oxygen"] += terminal and oxygen <= 0
+        return r, terminal
+
+    monkeypatch.setattr(seaquest.Env, "_surface", counting_surface)
+    monkeypatch.setattr(seaquest.Env, "act", counting_act)
+    counts = play(GAME[SEAQUEST], num_envs=16, steps=200, limit=100, jump_prob=0.05, seed=1)
+    assert counts["terminated"] >= 20 and counts["progress"] >= 3, counts
+    assert seen["six"] and seen["negative"] and seen["oxygen"] and seen["fire"] >= 20 and seen["shared"] >= 20, seen

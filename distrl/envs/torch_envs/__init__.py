@@ -22,6 +22,8 @@ from distrl.envs.torch_envs.cartpole import TorchCartPole, cartpole_observation,
 from distrl.envs.torch_envs.grid import TorchGridEnv
 from distrl.envs.torch_envs.minatar_asterix import TorchMinAtarAsterix
 from distrl.envs.torch_envs.minatar_breakout import TorchMinAtarBreakout
+from distrl.envs.torch_envs.minatar_freeway import TorchMinAtarFreeway
+from distrl.envs.torch_envs.minatar_seaquest import TorchMinAtarSeaquest
 from distrl.envs.torch_envs.minatar_space_invaders import TorchMinAtarSpaceInvaders
 from distrl.envs.torch_envs.mountain_car import (
     TorchMountainCar,
@@ -40,6 +42,8 @@ __all__ = [
     "TorchGridEnv",
     "TorchMinAtarAsterix",
     "TorchMinAtarBreakout",
+    "TorchMinAtarFreeway",
+    "TorchMinAtarSeaquest",
     "TorchMinAtarSpaceInvaders",
     "TorchMountainCar",
     "TorchMountainCarContinuous",
@@ -67,6 +71,8 @@ _REGISTRY: dict[str, type[TorchBatchedEnv | TorchGridEnv]] = {
         TorchMinAtarBreakout,
         TorchMinAtarSpaceInvaders,
         TorchMinAtarAsterix,
+        TorchMinAtarFreeway,
+        TorchMinAtarSeaquest,
     )
 }
 

@@ -1,0 +1,228 @@
+"""MinAtar Seaquest as batched tensors, step for step ``minatar`` 1.0.15's ``MinAtar/Seaquest-v1``.
+
+Source of truth: ``minatar/environments/seaquest.py`` and ``minatar/environment.py`` (sticky
+actions, probability 0.1; difficulty ramping on by default). The player's sub moves on rows 0-8
+and fires along its heading (every 5 steps at most); fish and enemy subs enter rows 1-8 from
+either wall every ``spawn speed`` steps (never against the direction of an enemy already in that
+row) and move every ``move speed + 1`` steps; enemy subs fire every 11 steps. +1 per enemy shot.
+Divers enter every 30 steps and move every 6; the sub picks them up (six at most). Oxygen runs
+down below the surface; surfacing with divers refills it, costs a diver (all six, with a reward
+of ``oxygen * 10 // 200``, at six) and ramps the difficulty (spawn speed 20 down to 1; move speed
+5 down to 2, every other time). Terminated when the sub meets a fish, an enemy sub or an enemy
+bullet, runs out of oxygen, or surfaces with no diver.
+
+Package quirks kept: surfacing with six divers leaves ``diver_count`` at -1 (it is zeroed, then
+decremented), so the sub may surface again without divers until it has picked up two more; an
+enemy sub shot (or leaving the grid) on the step its shot timer runs out still fires; the state
+layout is ``seaquest_state.py``'s.
+
+Randomness: the step's five draws ``u`` ``[5, B]`` answer ``_spawn_enemy`` (when its timer is
+0: from the left iff ``u[0] < 1/2``, a sub iff ``u[1] < 1/3``, row ``1 + int(8 * u[2])``) and
+``_spawn_diver`` (when its timer is 0: from the left iff ``u[3] < 1/2``, row
+``1 + int(8 * u[4])``). Resets are deterministic.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+import distrl.envs.torch_envs.seaquest_state as sq
+from distrl.envs.torch_envs.grid import TorchGridEnv, float32_threshold
+from distrl.envs.torch_envs.seaquest_state import A, BA, BD, BX, BY, D, ENEMY_SLOTS, G, H, S, T, X, Y, SeaquestState
+
+__all__ = ["TorchMinAtarSeaquest"]
+
+LAST = 9
+SHOT_COOL_DOWN = 5
+ENEMY_SHOT_INTERVAL = 10
+DIVER_MOVE_INTERVAL = 5
+DIVER_SPAWN_SPEED = 30
+MAX_AGE = 62  # G + 1 + 64 stays an int8
+
+
+class TorchMinAtarSeaquest(TorchGridEnv):
+    """``B`` MinAtar Seaquest games on one device; ``MinAtar/Seaquest-v1`` semantics.
+
+    Observation ``[B, 10, 10, 10]`` bool, channels (sub_front, sub_back, friendly_bullet, trail,
+    enemy_bullet, enemy_fish, enemy_sub, oxygen_guage, diver_guage, diver) as the package's
+    ``state()`` with channels first. Action ``[B]`` int64 in the minimal set {0: noop, 1: left,
+    2: up, 3: right, 4: down, 5: fire}; reward 1 per enemy shot, plus the oxygen bonus.
+
+    Args:
+        ramping: the package's ``difficulty_ramping`` (on by default).
+        other arguments: see ``TorchGridEnv``.
+    """
+
+    gym_id = "MinAtar/Seaquest-v1"
+    channels = sq.CHANNEL_NAMES
+    num_actions = 6
+    step_draws = 5
+    reset_draws = 0
+    num_initial_states = 1
+
+    def __init__(self, *args, ramping: bool = True, **kwargs):
+        self.ramping = bool(ramping)
+        self._third = float32_threshold(1 / 3)  # u < 1/3 in float64, as a float32 comparison
+        super().__init__(*args, **kwargs)
+
+    def _build_constants(self) -> None:
+        dev = self.device
+        self._dx = torch.tensor([0, -1, 0, 1, 0, 0], device=dev)  # noop, left, up, right, down, fire
+        self._dy = torch.tensor([0, 0, -1, 0, 1, 0], device=dev)
+        self._ranks: dict[int, Tensor] = {}
+        self._observe: dict[int, sq.ObserveConstants] = {}
+
+    def _rank(self, n: int) -> Tensor:
+        """``[32, n]`` int8, ``32 - slot``: the first of a set of slots has the largest (a
+        materialised tensor: an op broadcasting a ``[32, 1]`` column is slow on CPU)."""
+        if n not in self._ranks:
+            rank = torch.arange(ENEMY_SLOTS, 0, -1, dtype=torch.int8, device=self.device)
+            self._ranks[n] = rank.unsqueeze(1).expand(-1, n).contiguous()
+        return self._ranks[n]
+
+    def reset_index(self, u: Tensor) -> Tensor:
+        """Deterministic resets: initial state 0 for every env (``u`` is ``[0, B]``)."""
+        return torch.zeros(u.shape[1], dtype=torch.int64, device=u.device)
+
+    def initial_state(self, index: Tensor) -> SeaquestState:
+        return sq.initial_state(index.shape[0], self.device)
+
+    def select(self, mask: Tensor, a: SeaquestState, b: SeaquestState) -> SeaquestState:
+        return sq.select(mask, a, b)
+
+    def observe(self, state: SeaquestState, out: Tensor | None = None) -> Tensor:
+        """``[N, 10, 10, 10]`` bool; see ``seaquest_state.observe``."""
+        n = state.counters.shape[1]
+        if n not in self._observe:
+            self._observe[n] = sq.observe_constants(n, self.device)
+        return sq.observe(state, self._observe[n], out)
+
+    def dynamics(self, state: SeaquestState, action: Tensor, draws: Tensor) -> tuple[SeaquestState, Tensor, Tensor]:
+        """The package's ``Env.act``, in its order (the comments name its parts).
+
+        Int8 0/1 products stand for masks where the ops run over ``[32, B]`` slots (bool masks,
+        comparisons with a scalar and ``torch.where`` are several times slower there on CPU),
+        and the two bullet slots go together as ``[2, 32, B]``.
+
+        Args:
+            state: ``B`` games.
+            action: ``[B]`` int64 in {0: noop, 1: left, 2: up, 3: right, 4: down, 5: fire}.
+            draws: ``[5, B]`` float32, the spawns' (see the module docstring).
+
+        Returns:
+            ``(next_state, reward [B] float32, terminated [B] bool)``.
+        """
+        (sx, sy, right, oxygen, divers, e_speed, e_timer, d_timer, speed, ramp, shot, surface) = state.counters
+        e = list(state.enemies.unbind(0))  # [32, B] int8 each
+        n, i8 = sx.shape[0], torch.int8
+        speed8 = speed.to(i8)
+        # _spawn_enemy: in the first free slot, unless an enemy in its row heads the other way.
+        spawn = e_timer == 0
+        heading = 2 * (draws[0] < 0.5).to(i8) - 1  # from the left: +1
+        is_sub = (draws[1] < self._third).to(i8)
+        row = (draws[2] * 8).to(i8) + 1
+        blocked = (e[A] * (e[Y] == row) * (e[D] != heading)).amax(0)
+        free = (1 - e[A]) * self._rank(n)
+        top = free.amax(0)  # 0: no free slot
+        chosen = (free == top) * ((spawn & (blocked == 0)).to(i8) * top.clamp(max=1))  # [32, B], one-hot or 0
+        new = (1, LAST * (heading < 0).to(i8), row, heading, is_sub, speed8, ENEMY_SHOT_INTERVAL * is_sub)
+        for f, value in zip((A, X, Y, D, S, T, H), new):
+            e[f] = e[f] + chosen * value  # dead slots are 0
+        e[G] = (e[G] + chosen.amax(0)).clamp(max=MAX_AGE)  # a spawn ages everyone, the new one to 1
+        e_timer = torch.where(spawn, e_speed, e_timer)
+        # _spawn_diver: into slot 0, or 1 when 0 is taken.
+        d = list(state.divers.unbind(0))  # [2, B] int8 each: alive, x, y, heading, timer
+        d_spawn = d_timer == 0
+        d_heading = 2 * (draws[3] < 0.5).to(i8) - 1
+        put = torch.stack((1 - d[0][0], d[0][0] * (1 - d[0][1]))) * d_spawn.to(i8)  # [2, B]
+        d_new = (1, LAST * (d_heading < 0).to(i8), (draws[4] * 8).to(i8) + 1, d_heading, DIVER_MOVE_INTERVAL)
+        d = [f + put * value for f, value in zip(d, d_new)]
+        d_timer = torch.where(d_spawn, DIVER_SPAWN_SPEED, d_timer)
+        # The player: fire (into a free bullet slot) or move.
+        fire = (action == 5) & (shot == 0)
+        f = state.bullets  # [4, 2, B]: alive, x, y, heading
+        put = torch.stack((1 - f[0, 0], f[0, 0] * (1 - f[0, 1]))) * fire.to(i8)  # [2, B]
+        f = f + put * torch.stack((torch.ones_like(sx), sx, sy, 2 * right - 1)).to(i8).unsqueeze(1)
+        shot = torch.where(fire, SHOT_COOL_DOWN, shot)
+        sx = (sx + self._dx.index_select(0, action)).clamp(0, LAST)
+        sy = (sy + self._dy.index_select(0, action)).clamp(0, LAST - 1)
+        right = torch.where(action == 1, 0, torch.where(action == 3, 1, right))
+        px, py = sx.to(i8), sy.to(i8)
+        # Friendly bullets move; one on an enemy's cell shoots the first fish there, else the
+        # first sub (the oldest of them).
+        fa, fx, fy, fd = f.unbind(0)  # [2, B] each
+        fx = fx + fd  # a dead slot's fields are 0
+        fa = fa * (fx == fx.clamp(0, LAST))
+        on = e[A] * (e[X] == fx.unsqueeze(1)) * (e[Y] == fy.unsqueeze(1)) * fa.unsqueeze(1)  # [2, 32, B]
+        first = on * (e[G] + 1 + 64 * (1 - e[S]))
+        e[A] = e[A] - (on * (first == first.amax(1, keepdim=True))).amax(0)
+        hit = on.amax(1)  # [2, B]
+        fa, reward = fa - hit, hit.sum(0)
+        # Divers, newest first: picked up on the sub's cell (six at most), else they move on.
+        for k in (1, 0):
+            alive, x, y, heading, timer = (t[k] for t in d)
+            pick = (alive == 1) & (x == px) & (y == py) & (divers < 6)
+            divers, alive = divers + pick.long(), alive * ~pick
+            move = alive * (timer == 0)
+            timer = timer - alive + move * (DIVER_MOVE_INTERVAL + 1)
+            x = x + move * heading
+            alive = alive * (x == x.clamp(0, LAST))
+            pick = (move * alive == 1) & (x == px) & (y == py) & (divers < 6)
+            divers, alive = divers + pick.long(), alive * ~pick
+            for t, value in zip(d, (alive, x, y, heading, timer)):
+                t[k] = value
+        d = torch.stack(d)  # [5, 2, B]
+        shift = (d[0, 0] == 0) & (d[0, 1] == 1)  # keep the older diver in slot 0
+        d = torch.stack((torch.where(shift, d[:, 1], d[:, 0]), d[:, 1] * ~shift), 1)
+        # Enemy subs, bullets and fish move on their timers (subs first in the package, but only
+        # who takes a bullet depends on that: subs before fish, the newest first); touching the
+        # sub ends the game.
+        on_row = e[Y] == py
+        hit = (e[A] * (e[X] == px) * on_row).amax(0)
+        move = e[A] * (1 - e[T].clamp(max=1))
+        e[T] = e[T] - e[A] + move * (speed8 + 1)
+        e[X] = e[X] + move * e[D]
+        inside = move * (e[X] == e[X].clamp(0, LAST))
+        meet = inside * (e[X] == px) * on_row
+        hit = hit | meet.amax(0)
+        on = (inside - meet) * (e[X] == fx.unsqueeze(1)) * (e[Y] == fy.unsqueeze(1)) * fa.unsqueeze(1)
+        newest = on * (64 * e[S] + 64 - e[G])
+        gone = move - inside + (on * (newest == newest.amax(1, keepdim=True))).amax(0)
+        taken = on.amax(1)
+        fa, reward = fa - taken, reward + taken.sum(0)
+        subs = e[A] * e[S]
+        fires = subs * (1 - e[H].clamp(max=1))  # even a sub shot or gone this step fires
+        e[H] = e[H] - subs + fires * (ENEMY_SHOT_INTERVAL + 1)
+        fires = fires * (e[X] == e[X].clamp(0, LAST))  # a bullet off the grid is gone at once
+        e[BA], e[BX], e[BY], e[BD] = e[BA] + fires, e[BX] + fires * e[X], e[BY] + fires * e[Y], e[BD] + fires * e[D]
+        e[A] = e[A] - gone
+        on_row = e[BY] == py
+        hit = hit | (e[BA] * (e[BX] == px) * on_row).amax(0)
+        e[BX] = e[BX] + e[BD]
+        e[BA] = e[BA] * (e[BX] == e[BX].clamp(0, LAST))
+        terminated = (hit | (e[BA] * (e[BX] == px) * on_row).amax(0)) == 1
+        # Timers; oxygen; surfacing.
+        e_timer, d_timer, shot = ((t - 1).clamp(min=0) for t in (e_timer, d_timer, shot))
+        terminated = terminated | (oxygen <= 0)
+        below = sy > 0
+        oxygen = oxygen - below.long()
+        arrive = ~below & (surface == 0)
+        surface = torch.where(below, 0, surface)
+        terminated = terminated | (arrive & (divers == 0))
+        rescue = arrive & (divers != 0)  # _surface()
+        full = rescue & (divers == 6)
+        reward = reward + torch.where(full, oxygen * 10 // sq.MAX_OXYGEN, 0)
+        divers = torch.where(full, 0, divers) - rescue.long()
+        oxygen = torch.where(rescue, sq.MAX_OXYGEN, oxygen)
+        surface = torch.where(rescue, 1, surface)
+        if self.ramping:
+            ramps = rescue & ((e_speed > 1) | (speed > 2))
+            speed = speed - (ramps & (speed > 2) & (ramp % 2 == 1)).long()
+            e_speed = e_speed - (ramps & (e_speed > 1)).long()
+            ramp = ramp + ramps.long()
+        counters = torch.stack((sx, sy, right, oxygen, divers, e_speed, e_timer, d_timer, speed, ramp, shot, surface))
+        enemies, bullets = torch.stack(e), torch.stack((fa, fx, fy, fd))
+        for slots in (enemies[:BA], enemies[BA:], bullets, d):
+            slots[1:] *= slots[0]  # dead slots: 0
+        return SeaquestState(counters, enemies, bullets, d), reward.float(), terminated

@@ -1,0 +1,184 @@
+"""The state of the torch-native MinAtar Seaquest and its observation (``minatar_seaquest.py``
+steps it).
+
+The package keeps five Python lists (friendly bullets, enemy bullets, fish, subs, divers) whose
+lengths change every step; here every list is a fixed number of slots, int8 fields ``[F, S, B]``
+(field, slot, env), so that a step is the same few dozen ops on every env:
+
+* ``enemies`` ``[12, 32, B]``: the fish and subs, 32 slots (fields ``A`` .. ``G``), and the enemy
+  bullets (fields ``BA`` .. ``BD``), one per slot. Enemies spawn at most once a step and live at
+  most ``10 * move speed + 9`` steps: at the fastest (a spawn every step, move speed 2) 29 are
+  alive at once, and slower spawns, which come with slower enemies, leave fewer; 32 slots are
+  never all taken (a spawn into a full table would be lost).
+  A sub fires every 11 steps and its bullet lives at most 10, and a new enemy in a slot fires 10
+  steps after spawning at the earliest, so one bullet per slot is enough; it lives on after its
+  sub. The package's list order matters where enemies share a cell (the first fish on a bullet's
+  cell is shot, the newest enemy moving onto a bullet takes it): ``G`` is an enemy's age in
+  spawns (1: the newest; capped at 62, far above what a game reaches).
+* ``bullets`` ``[4, 2, B]``: the player's bullets, two slots (a shot every 5 steps, each lives at
+  most 10; two never share a cell).
+* ``divers`` ``[5, 2, B]``: two slots (a spawn every 30 steps, each lives at most 60), slot 0
+  the older (the package picks up the newest first).
+
+A dead slot's fields are all 0 (a spawn adds its values); ``counters`` ``[12, B]`` int64 hold
+the rest.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from distrl.envs.torch_envs.grid import GRID
+
+__all__ = [
+    "ENEMY_SLOTS",
+    "COUNTERS",
+    "SeaquestState",
+    "initial_state",
+    "observe",
+    "observe_constants",
+    "ObserveConstants",
+    "select",
+]
+
+LAST = GRID - 1
+ENEMY_SLOTS = 32
+MAX_OXYGEN = 200
+INIT_SPAWN_SPEED = 20
+DIVER_SPAWN_SPEED = 30
+INIT_MOVE_INTERVAL = 5
+CHANNEL_NAMES = (
+    "sub_front",
+    "sub_back",
+    "friendly_bullet",
+    "trail",
+    "enemy_bullet",
+    "enemy_fish",
+    "enemy_sub",
+    "oxygen_guage",
+    "diver_guage",
+    "diver",
+)
+CHANNELS = len(CHANNEL_NAMES)
+DRAWN = 2 + 2 + 3 * 32 + 2 + 2  # cells observe draws (or sends to the sub's front)
+#: The counters, in order: the sub's x, y and heading (1: right), oxygen, rescued divers, the
+#: enemy spawn speed and timer, the diver spawn timer, the enemies' move speed, the ramp index,
+#: the shot timer, and whether the sub is at the surface (the package's ``surface``).
+COUNTERS = (
+    "sub_x",
+    "sub_y",
+    "sub_right",
+    "oxygen",
+    "diver_count",
+    "e_spawn_speed",
+    "e_spawn_timer",
+    "d_spawn_timer",
+    "move_speed",
+    "ramp_index",
+    "shot_timer",
+    "surface",
+)
+#: enemy fields: alive, x, y, heading (+1 right, -1 left), is a sub, move timer, shot timer, age
+#: (in spawns); its bullet: alive, x, y, heading
+A, X, Y, D, S, T, H, G, BA, BX, BY, BD = range(12)
+
+
+class SeaquestState(NamedTuple):
+    """``B`` Seaquest games (see the module docstring)."""
+
+    counters: Tensor  # [12, B] int64, COUNTERS
+    enemies: Tensor  # [12, 32, B] int8: A, X, Y, D, S, T, H, G, BA, BX, BY, BD
+    bullets: Tensor  # [4, 2, B] int8: alive, x, y, heading (the sub's)
+    divers: Tensor  # [5, 2, B] int8: alive, x, y, heading, move timer; slot 0 the older
+
+
+def initial_state(n: int, device: torch.device) -> SeaquestState:
+    """The one initial state, ``n`` envs, as expanded views (steps never write into a state)."""
+    start = [5, 0, 0, MAX_OXYGEN, 0, INIT_SPAWN_SPEED, INIT_SPAWN_SPEED, DIVER_SPAWN_SPEED]
+    counters = torch.tensor([*start, INIT_MOVE_INTERVAL, 0, 0, 1], device=device).unsqueeze(1)
+    zeros = torch.zeros((12, ENEMY_SLOTS, 1), dtype=torch.int8, device=device)
+    return SeaquestState(
+        counters.expand(-1, n),
+        zeros.expand(-1, -1, n),
+        zeros[:4, :2].expand(-1, -1, n),
+        zeros[:5, :2].expand(-1, -1, n),
+    )
+
+
+def select(mask: Tensor, a: SeaquestState, b: SeaquestState) -> SeaquestState:
+    """State ``a`` where ``mask`` ``[B]`` is set, else ``b``; bitwise on the int8 slots
+    (``torch.where`` is slow on CPU): ``b ^ ((a ^ b) & all-ones where mask)``."""
+    ones = -mask.to(torch.int8)
+    slots = (x ^ ((y ^ x) & ones) for x, y in zip(b[1:], a[1:]))
+    return SeaquestState(torch.where(mask, a.counters, b.counters), *slots)
+
+
+class ObserveConstants(NamedTuple):
+    """``observe``'s constants and buffer for ``N`` envs on one device (``observe_constants``)."""
+
+    offsets: Tensor  # [DRAWN, N] int64: each env's first flat index
+    index: Tensor  # [DRAWN, N] int64: the cells' flat indices, rewritten by every call (a 3 MB
+    # temporary allocated anew each step would be page-faulted in anew, at 4096 envs)
+    gauges: Tensor  # [11 * 8, 2, 10] bool: row 9 of channels 7 and 8, by oxygen cells and divers
+
+
+def observe_constants(n: int, device: torch.device) -> ObserveConstants:
+    """``observe``'s constants for ``n`` envs."""
+    size = CHANNELS * GRID * GRID
+    offsets = torch.arange(0, n * size, size, device=device).expand(DRAWN, n).contiguous()
+    cols = torch.arange(GRID, device=device)
+    oxygen = cols < torch.arange(11, device=device).unsqueeze(1)  # [11, 10]: 0..10 cells
+    divers = (cols >= LAST - torch.arange(-1, 7, device=device).unsqueeze(1)) & (cols < LAST)  # -1..6 divers
+    gauges = torch.stack((oxygen.unsqueeze(1).expand(-1, 8, -1), divers.expand(11, -1, -1)), 2)
+    return ObserveConstants(offsets, torch.empty_like(offsets), gauges.reshape(11 * 8, 2, GRID))
+
+
+def observe(state: SeaquestState, const: ObserveConstants, out: Tensor | None = None) -> Tensor:
+    """``[N, 10, 10, 10]`` bool, the package's ``state()`` channels first: sub front and back,
+    friendly bullets, trails (of enemies and divers: the cell behind, none at a wall), enemy
+    bullets, fish, subs, the oxygen gauge (``oxygen * 10 // 200`` cells of row 9), the diver
+    gauge (the last ``divers`` cells of row 9 before column 9) and divers.
+
+    One ``index_fill_`` of a zeroed buffer (strided ops a channel at a time would cost more than
+    the scatter); a cell not to be drawn (a dead slot, a trail beyond a wall) is sent to the
+    sub's front cell, which is set anyway. The gauges are rows of a table. ``const`` is
+    ``observe_constants(N, device)``.
+    """
+    counters, e, bullets, divers = state
+    n, dev = counters.shape[1], counters.device
+    if out is None:
+        out = torch.empty((n, CHANNELS * GRID * GRID), dtype=torch.bool, device=dev)
+    out.zero_()
+    i16 = torch.int16
+    sx, sy, right = (t.to(i16) for t in counters[:3])
+    front = sy * GRID + sx  # [N]
+
+    def cell(valid: Tensor, channel: int | Tensor, where: Tensor) -> Tensor:
+        """``channel * 100 + where`` (int16) where ``valid``, else the sub's front."""
+        drawn = where.to(i16) + channel * (GRID * GRID)
+        return front + valid * (drawn - front)
+
+    def body_and_trail(alive: Tensor, x: Tensor, y: Tensor, heading: Tensor, channel: int | Tensor) -> Tensor:
+        at = y * GRID + x  # int8
+        back = x - heading
+        return torch.cat((cell(alive, channel, at), cell(alive * (back == back.clamp(0, LAST)), 3, at - heading)))
+
+    fa, fx, fy, _ = bullets.unbind(0)
+    cells = torch.cat(
+        (
+            front.unsqueeze(0),
+            (GRID * GRID + front + 1 - 2 * right).unsqueeze(0),  # the back
+            cell(fa, 2, fy * GRID + fx),  # [2, N]
+            cell(e[BA], 4, e[BY] * GRID + e[BX]),  # [32, N]
+            body_and_trail(e[A], e[X], e[Y], e[D], 5 + e[S].to(i16)),  # [64, N]: fish or sub; trails
+            body_and_trail(*divers[:4], 9),  # [4, N]
+        )
+    )
+    out.view(-1).index_fill_(0, torch.add(const.offsets, cells, out=const.index).view(-1), True)
+    grid = out.view(n, CHANNELS, GRID, GRID)
+    gauge = (counters[3].clamp(min=0) * 10 // MAX_OXYGEN) * 8 + counters[4].clamp(min=-1) + 1
+    grid[:, 7:9, LAST] = const.gauges.index_select(0, gauge)
+    return grid
