@@ -13,9 +13,10 @@ table builds.
   otherwise (uniform sampling reads none).
 - The learner takes one Adam step on SAC's three losses per sampled batch
   (:func:`distrl.algorithms.sac.sac_loss`), moves the target critics by Polyak averaging
-  (``algo.tau``), folds the batch's observations into the normaliser and publishes. The
-  update-to-data ratio is the replay's rate limiter: ``algo.samples_per_insert / algo.batch_size``
-  updates per env step. The target critics travel in the checkpoint beside the replay.
+  (``algo.tau``), sends the new priorities (prioritized sampling only), folds the batch's
+  observations into the normaliser and publishes. The update-to-data ratio is the replay's rate
+  limiter: ``algo.samples_per_insert / algo.batch_size`` updates per env step. The target critics
+  travel in the checkpoint beside the replay.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class ApexSACLearner(ApexLearner):
             return
         polyak_update(self.target.parameters(), self.model.qvalue.parameters(), self.algo.tau)
         td = out[keys.TD_ERROR]
-        self.replay.update_priorities(batch, td)
+        if self.algo.alpha > 0:  # uniform sampling (alpha 0) reads no priority: no message, no tree update
+            self.replay.update_priorities(batch, td)
         # the normaliser's statistics move after the step that trained on them; then publish (learned())
         stats = out.exclude(keys.TD_ERROR)
         self.learned(stats, grad_norm, batch[keys.OBSERVATION], **self.replay_metrics(batch, td))
