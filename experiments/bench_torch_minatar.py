@@ -1,7 +1,7 @@
 """Steps per second of the torch-native MinAtar games against the ``minatar`` package.
 
     python -m experiments.bench_torch_minatar [--num-envs 4096] [--seconds 3] [--rounds 3]
-        [--threads 2] [--device cpu]
+        [--threads 2] [--device cpu] [--games asterix,seaquest]
 
 Timed as ``experiments/kit/measure.py`` says (one torch thread unless ``--threads``; wall and CPU
 clocks named), random actions throughout:
@@ -28,7 +28,13 @@ import torch
 from distrl.envs.torch_envs import make_torch_env
 from experiments.kit.measure import Meter, one_thread, round_robin
 
-GAMES = {"MinAtar/Breakout-v1": "breakout", "MinAtar/SpaceInvaders-v1": "space_invaders"}
+GAMES = {
+    "MinAtar/Breakout-v1": "breakout",
+    "MinAtar/SpaceInvaders-v1": "space_invaders",
+    "MinAtar/Asterix-v1": "asterix",
+    "MinAtar/Freeway-v1": "freeway",
+    "MinAtar/Seaquest-v1": "seaquest",
+}
 
 
 def package_stepper(game: str):
@@ -81,13 +87,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="windows per row, round robin; the best is reported")
     ap.add_argument("--threads", type=int, default=0, help="also time the torch env with this many torch threads")
     ap.add_argument("--device", default="cpu", help="device of the torch env")
+    ap.add_argument("--games", default=",".join(GAMES.values()), help="comma-separated package names of the games")
     args = ap.parse_args()
+    games = {env_id: game for env_id, game in GAMES.items() if game in args.games.split(",")}
     one_thread()
     device = torch.device(args.device)
     calls = 8  # steps of the torch env per torch_stepper call
     steps = calls * args.num_envs
     meters = []
-    for env_id, game in GAMES.items():
+    for env_id, game in games.items():
         meters.append(Meter(f"package {game}, 1 env", package_stepper(game), 1))
         meters.append(
             Meter(
@@ -111,7 +119,7 @@ def main() -> None:
     for name, (wall, cpu) in best.items():
         print(f"  {name:<{width}}  {wall:14,.0f} wall  {cpu:14,.0f} per CPU-second", flush=True)
     print("torch env / package (wall):")
-    for game in GAMES.values():
+    for game in games.values():
         package = best[f"package {game}, 1 env"][0]
         for name, (wall, _) in best.items():
             if name.startswith(f"torch {game},"):

@@ -145,7 +145,7 @@ def _sorted(fields: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
 def seaquest_canon(s: SeaquestState) -> SeaquestState:
     """Enemies in list order (alive fish, alive subs, each oldest first; ages dropped), enemy and
     friendly bullets sorted by cell (their order is not observable)."""
-    e = s.enemies.long()
+    e = torch.nn.functional.pad(s.enemies.long(), (0, 0, 0, 32 - s.enemies.shape[1]))  # all 32 slots
     enemies = _sorted(e[:8], (1 - e[0]) * 1000 + e[4] * 100 + 99 - e[G])
     enemies[G] = 0
     code = lambda f: (1 - f[0]) * 1000 + f[2] * 30 + f[1] * 3 + f[3] + 1  # noqa: E731

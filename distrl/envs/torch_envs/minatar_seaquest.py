@@ -71,6 +71,7 @@ class TorchMinAtarSeaquest(TorchGridEnv):
         self._dx = torch.tensor([0, -1, 0, 1, 0, 0], device=dev)  # noop, left, up, right, down, fire
         self._dy = torch.tensor([0, 0, -1, 0, 1, 0], device=dev)
         self._ranks: dict[int, Tensor] = {}
+        self._slot_numbers = torch.arange(1, ENEMY_SLOTS + 1, dtype=torch.int8, device=dev)
         self._observe: dict[int, sq.ObserveConstants] = {}
 
     def _rank(self, n: int) -> Tensor:
@@ -88,18 +89,56 @@ class TorchMinAtarSeaquest(TorchGridEnv):
     def initial_state(self, index: Tensor) -> SeaquestState:
         return sq.initial_state(index.shape[0], self.device)
 
+    # ---- the enemy slots in use --------------------------------------------------------------
+
+    def _in_use(self, enemies: Tensor) -> int:
+        """How many leading slots of ``enemies`` ``[12, K, B]`` hold an enemy or a bullet in some
+        env. Read off the table on CPU, where a host read costs no sync (random play keeps 4 of
+        32 slots busy); elsewhere, and while ``torch.compile`` traces, all 32."""
+        if self.device.type != "cpu" or torch.compiler.is_compiling():
+            return ENEMY_SLOTS
+        k = enemies.shape[1]
+        if k == 0:
+            return 0
+        busy = ((enemies[A] | enemies[BA]).amax(1) != 0) * self._slot_numbers[:k]  # [K]
+        return int(busy.amax())
+
+    def _fit(self, state: SeaquestState, k: int) -> SeaquestState:
+        """``state`` with exactly ``k`` enemy slots: its first ``k`` (a view), or all of them and
+        dead ones (0) after."""
+        e = state.enemies
+        if e.shape[1] >= k:
+            return state._replace(enemies=e[:, :k])
+        wider = torch.zeros((e.shape[0], k, e.shape[2]), dtype=e.dtype, device=e.device)
+        wider[:, : e.shape[1]] = e
+        return state._replace(enemies=wider)
+
+    # ---- TorchGridEnv (a state may hold fewer than 32 enemy slots: those after it are dead) ---
+
+    @property
+    def game_state(self) -> SeaquestState:
+        """The game state of every env (a copy), with all 32 enemy slots."""
+        return self._fit(TorchGridEnv.game_state.fget(self), ENEMY_SLOTS)
+
+    @game_state.setter
+    def game_state(self, state: SeaquestState) -> None:
+        TorchGridEnv.game_state.fset(self, state)
+
     def select(self, mask: Tensor, a: SeaquestState, b: SeaquestState) -> SeaquestState:
-        return sq.select(mask, a, b)
+        # One free slot more, as dynamics wants: its state is then a view of this one.
+        k = min(ENEMY_SLOTS, max(self._in_use(a.enemies), self._in_use(b.enemies)) + 1)
+        return sq.select(mask, self._fit(a, k), self._fit(b, k))
 
     def observe(self, state: SeaquestState, out: Tensor | None = None) -> Tensor:
         """``[N, 10, 10, 10]`` bool; see ``seaquest_state.observe``."""
         n = state.counters.shape[1]
         if n not in self._observe:
             self._observe[n] = sq.observe_constants(n, self.device)
-        return sq.observe(state, self._observe[n], out)
+        return sq.observe(self._fit(state, self._in_use(state.enemies)), self._observe[n], out)
 
     def dynamics(self, state: SeaquestState, action: Tensor, draws: Tensor) -> tuple[SeaquestState, Tensor, Tensor]:
-        """The package's ``Env.act``, in its order (the comments name its parts).
+        """The package's ``Env.act``, in its order (the comments name its parts), over the enemy
+        slots in use and one more (where a spawn may go).
 
         Int8 0/1 products stand for masks where the ops run over ``[32, B]`` slots (bool masks,
         comparisons with a scalar and ``torch.where`` are several times slower there on CPU),
@@ -113,6 +152,10 @@ class TorchMinAtarSeaquest(TorchGridEnv):
         Returns:
             ``(next_state, reward [B] float32, terminated [B] bool)``.
         """
+        return self._act(self._fit(state, min(ENEMY_SLOTS, self._in_use(state.enemies) + 1)), action, draws)
+
+    def _act(self, state: SeaquestState, action: Tensor, draws: Tensor) -> tuple[SeaquestState, Tensor, Tensor]:
+        """``dynamics`` on a state of ``K <= 32`` enemy slots, the next state of as many."""
         (sx, sy, right, oxygen, divers, e_speed, e_timer, d_timer, speed, ramp, shot, surface) = state.counters
         e = list(state.enemies.unbind(0))  # [32, B] int8 each
         n, i8 = sx.shape[0], torch.int8
@@ -123,7 +166,7 @@ class TorchMinAtarSeaquest(TorchGridEnv):
         is_sub = (draws[1] < self._third).to(i8)
         row = (draws[2] * 8).to(i8) + 1
         blocked = (e[A] * (e[Y] == row) * (e[D] != heading)).amax(0)
-        free = (1 - e[A]) * self._rank(n)
+        free = (1 - e[A]) * self._rank(n)[: e[A].shape[0]]
         top = free.amax(0)  # 0: no free slot
         chosen = (free == top) * ((spawn & (blocked == 0)).to(i8) * top.clamp(max=1))  # [32, B], one-hot or 0
         new = (1, LAST * (heading < 0).to(i8), row, heading, is_sub, speed8, ENEMY_SHOT_INTERVAL * is_sub)

@@ -172,12 +172,13 @@ def observe(state: SeaquestState, const: ObserveConstants, out: Tensor | None = 
             front.unsqueeze(0),
             (GRID * GRID + front + 1 - 2 * right).unsqueeze(0),  # the back
             cell(fa, 2, fy * GRID + fx),  # [2, N]
-            cell(e[BA], 4, e[BY] * GRID + e[BX]),  # [32, N]
-            body_and_trail(e[A], e[X], e[Y], e[D], 5 + e[S].to(i16)),  # [64, N]: fish or sub; trails
+            cell(e[BA], 4, e[BY] * GRID + e[BX]),  # [K, N], K <= 32 enemy slots
+            body_and_trail(e[A], e[X], e[Y], e[D], 5 + e[S].to(i16)),  # [2 * K, N]: fish or sub; trails
             body_and_trail(*divers[:4], 9),  # [4, N]
         )
     )
-    out.view(-1).index_fill_(0, torch.add(const.offsets, cells, out=const.index).view(-1), True)
+    m = cells.shape[0]  # fewer than DRAWN with fewer enemy slots
+    out.view(-1).index_fill_(0, torch.add(const.offsets[:m], cells, out=const.index[:m]).view(-1), True)
     grid = out.view(n, CHANNELS, GRID, GRID)
     gauge = (counters[3].clamp(min=0) * 10 // MAX_OXYGEN) * 8 + counters[4].clamp(min=-1) + 1
     grid[:, 7:9, LAST] = const.gauges.index_select(0, gauge)
