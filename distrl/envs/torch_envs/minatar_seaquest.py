@@ -157,30 +157,30 @@ class TorchMinAtarSeaquest(TorchGridEnv):
     def _act(self, state: SeaquestState, action: Tensor, draws: Tensor) -> tuple[SeaquestState, Tensor, Tensor]:
         """``dynamics`` on a state of ``K <= 32`` enemy slots, the next state of as many."""
         (sx, sy, right, oxygen, divers, e_speed, e_timer, d_timer, speed, ramp, shot, surface) = state.counters
-        e = list(state.enemies.unbind(0))  # [32, B] int8 each
         n, i8 = sx.shape[0], torch.int8
+        alive, y, heading_of = state.enemies[A], state.enemies[Y], state.enemies[D]
         speed8 = speed.to(i8)
         # _spawn_enemy: in the first free slot, unless an enemy in its row heads the other way.
         spawn = e_timer == 0
         heading = 2 * (draws[0] < 0.5).to(i8) - 1  # from the left: +1
         is_sub = (draws[1] < self._third).to(i8)
         row = (draws[2] * 8).to(i8) + 1
-        blocked = (e[A] * (e[Y] == row) * (e[D] != heading)).amax(0)
-        free = (1 - e[A]) * self._rank(n)[: e[A].shape[0]]
+        blocked = (alive * (y == row) * (heading_of != heading)).amax(0)
+        free = (1 - alive) * self._rank(n)[: alive.shape[0]]
         top = free.amax(0)  # 0: no free slot
-        chosen = (free == top) * ((spawn & (blocked == 0)).to(i8) * top.clamp(max=1))  # [32, B], one-hot or 0
-        new = (1, LAST * (heading < 0).to(i8), row, heading, is_sub, speed8, ENEMY_SHOT_INTERVAL * is_sub)
-        for f, value in zip((A, X, Y, D, S, T, H), new):
-            e[f] = e[f] + chosen * value  # dead slots are 0
-        e[G] = (e[G] + chosen.amax(0)).clamp(max=MAX_AGE)  # a spawn ages everyone, the new one to 1
+        chosen = (free == top) * ((spawn & (blocked == 0)).to(i8) * top.clamp(max=1))  # [K, B], one-hot or 0
+        new = (torch.ones_like(row), LAST * (heading < 0).to(i8), row, heading, is_sub, speed8, 10 * is_sub)
+        e = list((state.enemies[:G] + chosen * torch.stack(new).unsqueeze(1)).unbind(0))  # dead slots are 0
+        e.append((state.enemies[G] + chosen.amax(0)).clamp(max=MAX_AGE))  # a spawn ages all, the new one to 1
+        e += state.enemies[BA:].unbind(0)  # [K, B] int8 each
         e_timer = torch.where(spawn, e_speed, e_timer)
         # _spawn_diver: into slot 0, or 1 when 0 is taken.
-        d = list(state.divers.unbind(0))  # [2, B] int8 each: alive, x, y, heading, timer
+        d = state.divers  # [5, 2, B]: alive, x, y, heading, timer
         d_spawn = d_timer == 0
         d_heading = 2 * (draws[3] < 0.5).to(i8) - 1
-        put = torch.stack((1 - d[0][0], d[0][0] * (1 - d[0][1]))) * d_spawn.to(i8)  # [2, B]
-        d_new = (1, LAST * (d_heading < 0).to(i8), (draws[4] * 8).to(i8) + 1, d_heading, DIVER_MOVE_INTERVAL)
-        d = [f + put * value for f, value in zip(d, d_new)]
+        put = torch.stack((1 - d[0, 0], d[0, 0] * (1 - d[0, 1]))) * d_spawn.to(i8)  # [2, B]
+        d_new = (torch.ones_like(d_heading), LAST * (d_heading < 0).to(i8), (draws[4] * 8).to(i8) + 1, d_heading)
+        d = list((d + put * torch.stack((*d_new, DIVER_MOVE_INTERVAL * d_new[0])).unsqueeze(1)).unbind(0))
         d_timer = torch.where(d_spawn, DIVER_SPAWN_SPEED, d_timer)
         # The player: fire (into a free bullet slot) or move.
         fire = (action == 5) & (shot == 0)
@@ -202,20 +202,19 @@ class TorchMinAtarSeaquest(TorchGridEnv):
         e[A] = e[A] - (on * (first == first.amax(1, keepdim=True))).amax(0)
         hit = on.amax(1)  # [2, B]
         fa, reward = fa - hit, hit.sum(0)
-        # Divers, newest first: picked up on the sub's cell (six at most), else they move on.
-        for k in (1, 0):
-            alive, x, y, heading, timer = (t[k] for t in d)
-            pick = (alive == 1) & (x == px) & (y == py) & (divers < 6)
-            divers, alive = divers + pick.long(), alive * ~pick
-            move = alive * (timer == 0)
-            timer = timer - alive + move * (DIVER_MOVE_INTERVAL + 1)
-            x = x + move * heading
-            alive = alive * (x == x.clamp(0, LAST))
-            pick = (move * alive == 1) & (x == px) & (y == py) & (divers < 6)
-            divers, alive = divers + pick.long(), alive * ~pick
-            for t, value in zip(d, (alive, x, y, heading, timer)):
-                t[k] = value
-        d = torch.stack(d)  # [5, 2, B]
+        # Divers, newest (slot 1) first: picked up on the sub's cell, before or after their move
+        # (one on the cell that is not picked up moves off it), while fewer than six are aboard.
+        alive, x, y, heading, timer = d  # [2, B] each
+        meet = alive * (x == px) * (y == py)
+        move = alive * (timer == 0)  # unless picked up first: it is gone then, whatever it did
+        timer = timer - alive + move * (DIVER_MOVE_INTERVAL + 1)
+        x = x + move * heading
+        inside = (x == x.clamp(0, LAST)).to(i8)
+        meet = meet | move * inside * (x == px) * (y == py)
+        newer = (meet[1] == 1) & (divers < 6)
+        pick = torch.stack(((meet[0] == 1) & (divers + newer.long() < 6), newer)).to(i8)
+        divers = divers + pick.sum(0)
+        d = torch.stack((alive * inside * (1 - pick), x, y, heading, timer))  # [5, 2, B]
         shift = (d[0, 0] == 0) & (d[0, 1] == 1)  # keep the older diver in slot 0
         d = torch.stack((torch.where(shift, d[:, 1], d[:, 0]), d[:, 1] * ~shift), 1)
         # Enemy subs, bullets and fish move on their timers (subs first in the package, but only
