@@ -27,7 +27,7 @@ draws of the reset that follows if the env finishes (a game maps the package's
 ``u[1+G:]``. The stream is consumed on a fixed schedule, whichever envs finished and whichever
 path (``step_autoreset`` or TorchRL's ``step_and_maybe_reset``) ran the step; ``last_draws`` shows
 the latest ``u`` (tests replay the package with it). Nothing in a step reads a tensor value on the
-host (no CUDA syncs).
+host on CUDA (no syncs); Seaquest reads on CPU, where it costs none, how many enemy slots are in use.
 """
 
 from __future__ import annotations

@@ -20,6 +20,11 @@ Randomness: the step's five draws ``u`` ``[5, B]`` answer ``_spawn_enemy`` (when
 0: from the left iff ``u[0] < 1/2``, a sub iff ``u[1] < 1/3``, row ``1 + int(8 * u[2])``) and
 ``_spawn_diver`` (when its timer is 0: from the left iff ``u[3] < 1/2``, row
 ``1 + int(8 * u[4])``). Resets are deterministic.
+
+Speed: the 32 enemy slots cover the fastest spawns, but random play keeps 4 of them busy. On
+CPU, where reading a tensor costs no sync, a step and an observation run over the slots in use
+(and one free slot for a spawn), so a state may hold fewer than 32 (``game_state`` shows all 32);
+on CUDA, and while ``torch.compile`` traces, they run over all 32.
 """
 
 from __future__ import annotations
