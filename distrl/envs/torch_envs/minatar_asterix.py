@@ -80,9 +80,8 @@ class TorchMinAtarAsterix(TorchGridEnv):
             device=dev,
         ).unsqueeze(1)
         self._no_entities = torch.zeros((4, SLOTS, 1), dtype=torch.int8, device=dev)
-        self._slot_cells = torch.arange(GRID, GRID * (SLOTS + 1), GRID, dtype=torch.int32, device=dev).unsqueeze(
-            1
-        )  # [8, 1]
+        rows = torch.arange(1, SLOTS + 1, dtype=torch.int32, device=dev)
+        self._slot_cells = (rows * GRID).unsqueeze(1)  # [8, 1]: the first cell of each slot's row
 
     def reset_index(self, u: Tensor) -> Tensor:
         """Deterministic resets: initial state 0 for every env (``u`` is ``[0, B]``)."""
