@@ -321,3 +321,22 @@ def test_seaquest_step_for_step_from_random_states_with_the_package_quirks(monke
     counts = play(GAME[SEAQUEST], num_envs=16, steps=200, limit=100, jump_prob=0.05, seed=1)
     assert counts["terminated"] >= 20 and counts["progress"] >= 3, counts
     assert seen["six"] and seen["negative"] and seen["oxygen"] and seen["fire"] >= 20 and seen["shared"] >= 20, seen
+
+
+def test_seaquest_over_the_slots_in_use_equals_over_all_32():
+    """On CPU Seaquest steps and observes only the enemy slots in use; on CUDA (and under
+    torch.compile) all 32: both give the same games."""
+    from distrl.envs.torch_envs.minatar_seaquest import TorchMinAtarSeaquest
+
+    class AllSlots(TorchMinAtarSeaquest):
+        def _in_use(self, enemies: torch.Tensor) -> int:
+            return 32
+
+    lean, full = TorchMinAtarSeaquest(32, seed=3), AllSlots(32, seed=3)
+    gen = torch.Generator().manual_seed(0)
+    assert torch.equal(lean.reset_all(), full.reset_all())
+    for _ in range(300):
+        action = torch.randint(6, (32,), generator=gen)
+        assert all(torch.equal(a, b) for a, b in zip(lean.step_autoreset(action), full.step_autoreset(action)))
+        assert all(torch.equal(a, b) for a, b in zip(lean.game_state, full.game_state))
+    assert full._sim.state.enemies.shape[1] == 32 > lean._sim.state.enemies.shape[1]
