@@ -12,6 +12,11 @@ the advantages come from on data a lagged policy collected:
   (a truncation bootstraps from the true final observation; a termination from nothing);
 - ``vtrace=False``: GAE(lambda) under the current critic (:func:`~distrl.algorithms.estimators.gae`),
   as on-policy PPO would.
+
+:func:`appo_loss` recomputes the advantages under the critic of every minibatch, so a minibatch
+must hold whole rows. :func:`batch_gae` + :func:`appo_sample_loss` are the other layout (PPO's and
+CleanRL's; ``algo.minibatch=samples``): GAE once per batch, under the network as the batch
+arrives, then minibatches of single samples drawn across every row and step of it.
 """
 
 from __future__ import annotations
@@ -78,6 +83,50 @@ def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
         value.reshape(-1),
         vs.reshape(-1),
         entropy.reshape(-1),
+        algo.clip_eps,
+        algo.value_coef,
+        algo.entropy_coef,
+    )
+    out = {k: (v if k == keys.LOSS else v.detach()) for k, v in out.items()}
+    return TensorDict(**out, advantage_std=advantage_std, value_mean=value.detach().mean())
+
+
+@torch.no_grad()
+def batch_gae(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
+    """The ``[B, T]`` batch flattened to ``[B * T]`` samples, each with its GAE(lambda)
+    ``advantage`` and ``value_target`` (:data:`distrl.data.keys.ADVANTAGE`, ``VALUE_TARGET``) under
+    ``model`` now, for :func:`appo_sample_loss`. One forward of the critic over the batch (and its
+    rows' last next observations); rewards multiplied by ``algo.reward_scale``."""
+    _, value = model(batch[keys.OBSERVATION])  # [B, T, 1]
+    done, terminated = batch[keys.DONE], batch[keys.TERMINATED]
+    next_value = next_values(model.value, value, batch[keys.NEXT_OBSERVATION], done)
+    tm = lambda x: x.squeeze(-1).transpose(0, 1)  # noqa: E731  GAE wants time-major [T, B]
+    reward = batch[keys.REWARD] * algo.reward_scale
+    adv, target = gae(algo.gamma, algo.gae_lambda, tm(value), tm(next_value), tm(reward), tm(done), tm(terminated))
+    flat = batch.select(keys.OBSERVATION, keys.ACTION, keys.ACTION_LOG_PROB).reshape(-1)
+    flat[keys.ADVANTAGE] = adv.transpose(0, 1).reshape(-1)
+    flat[keys.VALUE_TARGET] = target.transpose(0, 1).reshape(-1)
+    return flat
+
+
+def appo_sample_loss(model: torch.nn.Module, samples: TensorDict, algo) -> TensorDict:
+    """The PPO loss of ``[N]`` samples from :func:`batch_gae` under ``model``: the clipped surrogate
+    on the stored advantages (normalised over these samples when ``algo.normalize_advantage``),
+    the value regressed on the stored targets, the entropy bonus. Returns what :func:`appo_loss`
+    returns."""
+    out, value = model(samples[keys.OBSERVATION])  # [N, head.width], [N, 1]
+    log_pi, entropy = model.head.log_prob_entropy(out, samples[keys.ACTION])  # [N] each
+    advantage = samples[keys.ADVANTAGE]
+    advantage_std = advantage.std()
+    if algo.normalize_advantage:
+        advantage = (advantage - advantage.mean()) / (advantage_std + 1e-8)
+    out = ppo_loss(
+        log_pi,
+        samples[keys.ACTION_LOG_PROB],
+        advantage,
+        value.squeeze(-1),
+        samples[keys.VALUE_TARGET],
+        entropy,
         algo.clip_eps,
         algo.value_coef,
         algo.entropy_coef,

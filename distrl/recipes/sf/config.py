@@ -39,7 +39,10 @@ class SFConfig:
     max_grad_norm: float = 1.0  #: gradient-norm clip, per tower (clip_towers)
     normalize_advantage: bool = False  #: rescale each batch's advantages to unit variance (off: raw, as impala)
     num_epochs: int = 1  #: passes over each batch (Sample Factory's num_epochs; 1: one step per batch, APPO)
-    num_minibatches: int = 1  #: steps per pass, each on a shuffled share of the batch's rows
+    num_minibatches: int = 1  #: steps per pass, each on a shuffled share of the batch's rows (or samples)
+    #: what a minibatch is cut from: ``rows`` (whole [T] rows, advantages under each minibatch's critic)
+    #: or ``samples`` (GAE once per batch, then single samples shuffled across it: PPO's; needs vtrace off)
+    minibatch: str = "rows"
     learner_threads: int = 1  #: torch threads of the learner's process (at world size > 1)
     #: cores for the learner alone at world size > 1, every other rank on the rest (0: no pinning)
     learner_cores: int = 0
@@ -67,6 +70,11 @@ class SFConfig:
             self.num_minibatches <= self.batch_size,
             f"algo.num_minibatches ({self.num_minibatches}) must be <= algo.batch_size ({self.batch_size}): "
             "a minibatch holds whole rows",
+        )
+        check(self.minibatch in ("rows", "samples"), f"algo.minibatch must be rows or samples, got {self.minibatch!r}")
+        check(
+            self.minibatch == "rows" or not self.vtrace,
+            "algo.minibatch=samples computes GAE once per batch: set algo.vtrace=false (V-trace needs whole rows)",
         )
         check(self.slots_per_group >= 2, "algo.slots_per_group must be >= 2 (one filling, one spare)")
         for name in ("max_policy_lag", "learner_cores", "max_wait_ms"):

@@ -34,7 +34,7 @@ from tensordict import TensorDict
 
 from distrl.runtime import faults
 from distrl.runtime.affinity import pin_rank
-from distrl.algorithms.appo import appo_loss
+from distrl.algorithms.appo import appo_loss, appo_sample_loss, batch_gae
 from distrl.algorithms.ppo import minibatches
 from distrl.data import keys, shm
 from distrl.data.wire import WireMeter, payload_nbytes
@@ -251,16 +251,19 @@ class SFLearner(Learner):
 
     def update(self, batch: TensorDict) -> None:
         """``algo.num_epochs`` passes over the batch, each ``algo.num_minibatches`` steps on a shuffled
-        share of its rows (whole rows: GAE and V-trace need the steps in order); the defaults, one
+        share of its rows (whole rows: GAE and V-trace need the steps in order; with
+        ``algo.minibatch=samples``, of its samples, their GAE taken once first); the defaults, one
         step per batch, are APPO's. Several passes spend a learner that would otherwise wait for
         rows (MuJoCo: a step of a (64, 64) MLP costs ~3 ms, a batch takes ~100 ms to arrive) on
         more improvement per sample; every step counts as an update, so the lag counts them too."""
         tracker, a = self.tracker, self.algo
         tracker.add_lag(tracker.updates - batch[keys.POLICY_VERSION])
         last = None  # (loss terms, gradient norm) of the last step taken
-        for rows in minibatches(batch, a.num_epochs, a.num_minibatches):
+        samples = a.minibatch == "samples"
+        data, loss = (batch_gae(self.model, batch, a), appo_sample_loss) if samples else (batch, appo_loss)
+        for rows in minibatches(data, a.num_epochs, a.num_minibatches):
             faults.maybe_signal(self.ctx.rank, tracker.updates)
-            out = appo_loss(self.model, rows, a)
+            out = loss(self.model, rows, a)
             grad_norm = self.apply_loss(out[keys.LOSS])
             if grad_norm is not None:
                 last = out, grad_norm
