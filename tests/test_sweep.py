@@ -141,3 +141,17 @@ def test_sweep_command_on_the_toy_env(tmp_path, jobs):
         s = json.loads((out / f"seed_{seed}" / "summary.json").read_text())
         assert s["stop_reason"] == "total_frames" and s["evals"], s  # no early stop; periodic evals ran
         assert (out / f"seed_{seed}" / "checkpoints" / "best.pt").exists()
+
+
+def test_a_sweep_whose_seeds_fail_exits_1(tmp_path, capsys, jobs):
+    """Each seed's run refuses its env (exit 2, one line in its log): the sweep still writes its
+    report, names the failed seeds and exits 1, as ``distrl compare`` does (it used to exit 0).
+    (``jobs``: the sweep starts processes, which marks the test integration.)"""
+    from distrl.studies.sweep import main
+
+    out = tmp_path / "sweep"
+    code = main(["vecenv", "--seeds", "0-1", "--parallel", "2", "--max-time-s", "5", "--out", str(out),
+                 "--env", "NoSuchEnv-v0"])  # fmt: skip
+    assert code == 1
+    assert "2 of 2 seeds failed: [0, 1]" in capsys.readouterr().err
+    assert (out / "sweep.md").is_file() and "NoSuchEnv-v0" in (out / "seed_0.log").read_text()

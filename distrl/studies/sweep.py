@@ -50,8 +50,10 @@ def run_sweep(
     budget_s: float,
     train_args: Sequence[str],
 ) -> list[dict[str, Any]]:
-    """Run every seed (``parallel`` at a time), each into ``out/seed_<n>``; returns their results."""
+    """Run every seed (``parallel`` at a time), each into ``out/seed_<n>``; returns their results,
+    each with its run's ``exit_code``."""
     out.mkdir(parents=True, exist_ok=True)
+    codes: dict[int, Optional[int]] = {}
     pending = list(seeds)
     running: list[tuple[int, subprocess.Popen, float, Any]] = []
     while pending or running:
@@ -80,10 +82,11 @@ def run_sweep(
                 continue
             running.remove(item)
             log.close()
+            codes[seed] = proc.returncode
             r = seed_result(out / f"seed_{seed}", seed, target)
             print(f"[sweep] seed {seed}: {describe(r)}", flush=True)
         time.sleep(0.5)
-    return [seed_result(out / f"seed_{s}", s, target) for s in seeds]
+    return [{**seed_result(out / f"seed_{s}", s, target), "exit_code": codes.get(s)} for s in seeds]
 
 
 def seed_result(run_dir: Path, seed: int, target: Optional[float], hold_floor: float = 250.0) -> dict[str, Any]:
@@ -264,8 +267,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     out = Path(args.out or f"runs/sweep-{name}-{time.strftime('%Y%m%d-%H%M%S')}")
     train_args = [*train_args, "--max-time-s", str(args.max_time_s)]
     command = "distrl sweep " + shlex.join(argv)
+    codes = {}
     if not args.report_only:
-        run_sweep(args.recipe, seeds, out, args.nproc, args.parallel, args.target_return, args.max_time_s, train_args)
+        ran = run_sweep(
+            args.recipe, seeds, out, args.nproc, args.parallel, args.target_return, args.max_time_s, train_args
+        )
+        codes = {r["seed"]: r["exit_code"] for r in ran}
     elif not out.is_dir():
         print(f"error: --report-only: no sweep in {out}", file=sys.stderr)
         return 2
@@ -274,6 +281,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     write_outputs(out, results, title, command)
     print((out / "sweep.md").read_text())
     print(f"[sweep] wrote {out / 'sweep.md'}, sweep.json, curves.png")
+    # a seed that failed (no summary, or a nonzero exit: its log says why) fails the sweep, as in compare
+    failed = [r["seed"] for r in results if not r["finished"] or codes.get(r["seed"]) not in (None, 0)]
+    if failed:
+        print(
+            f"[sweep] {len(failed)} of {len(seeds)} seeds failed: {failed} (see seed_N.log in {out})", file=sys.stderr
+        )
+        return 1
     return 0
 
 
