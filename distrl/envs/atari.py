@@ -65,7 +65,9 @@ def check_installed(env_id: str) -> None:
         import ale_py  # noqa: F401
         import cv2  # noqa: F401  (gymnasium's AtariPreprocessing resizes with it)
     except ImportError:
-        raise ValueError(f'{env_id} needs ale-py and opencv: pip install "distrl[atari]"') from None
+        raise ValueError(
+            f'{env_id} needs ale-py and opencv: pip install -e ".[atari]" in the distrl checkout'
+        ) from None
     _register()
 
 

@@ -41,7 +41,9 @@ def _register_minatar(env_id: str) -> None:
     try:
         from minatar.gym import register_envs
     except ImportError:
-        raise ValueError(f'{env_id} needs the minatar package: pip install "distrl[minatar]"') from None
+        raise ValueError(
+            f'{env_id} needs the minatar package: pip install -e ".[minatar]" in the distrl checkout'
+        ) from None
     register_envs()
 
 

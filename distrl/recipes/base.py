@@ -62,7 +62,7 @@ ATARI_RUN = {
 }
 
 
-#: gymnasium's MuJoCo ids (``pip install "distrl[mujoco]"``): each recipe's ``mujoco`` preset serves them
+#: gymnasium's MuJoCo ids (``pip install -e ".[mujoco]"``): each recipe's ``mujoco`` preset serves them
 #: (``ENV_EXPERIMENTS``), with its own settings tuned on ``InvertedPendulum-v5`` and ``HalfCheetah-v5``.
 MUJOCO_ENVS = (
     "Ant-v5",
