@@ -200,11 +200,34 @@ def test_normalisation_is_part_of_the_parameters_and_survives_a_checkpoint(tmp_p
     torch.testing.assert_close(back.greedy(obs), model.greedy(obs))
 
 
-def test_obs_norm_is_on_for_flat_continuous_only_and_refused_for_images():
+def test_obs_norm_is_on_for_flat_continuous_by_default_and_for_images_when_asked():
     assert ActorCritic(4, None, NetConfig(), action_dim=1).obs_norm is not None
     assert ActorCritic(4, 2, NetConfig()).obs_norm is None  # discrete: as every earlier release
     assert ActorCritic(4, 2, NetConfig(obs_norm="on")).obs_norm is not None
     assert ActorCritic(4, None, NetConfig(obs_norm="off"), action_dim=1).obs_norm is None
-    assert ActorCritic((4, 10, 10), None, NetConfig(), action_dim=2).obs_norm is None
-    with pytest.raises(ValueError, match="images"):
-        ActorCritic((4, 10, 10), 3, NetConfig(obs_norm="on"))
+    assert ActorCritic((4, 10, 10), None, NetConfig(), action_dim=2).obs_norm is None  # auto: 1/255
+    assert ActorCritic((4, 10, 10), 3, NetConfig(obs_norm="on")).obs_norm.mean.shape == (4, 10, 10)
+
+
+def test_images_are_standardised_pixel_by_pixel_from_their_raw_values():
+    """``net.obs_norm=on`` over uint8 images: statistics per pixel and channel over 0-255, merged
+    from a quarter of each batch as the learner folds them; the output is what the formula gives and
+    reaches the encoder as floats (not divided by 255 again)."""
+    from distrl.nn.obs_norm import fold_observations
+
+    g = torch.Generator().manual_seed(0)
+    model = ActorCritic((2, 9, 9), 3, NetConfig(obs_norm="on", encoder="minatar"))
+    obs = torch.randint(0, 256, (8, 5, 2, 9, 9), generator=g, dtype=torch.uint8)
+    obs[..., 0, 0] = 7  # a constant pixel: variance ~0, standardised to ~0
+    fold_observations(model.obs_norm, obs)
+    seen = obs.reshape(-1, 2, 9, 9)[::4].double()
+    # the running statistics start from a count of 1e-4 (mean 0, var 1): 1e-4 / 10 relative at 10 frames
+    torch.testing.assert_close(model.obs_norm.mean.double(), seen.mean(0), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(model.obs_norm.var.double(), seen.var(0, unbiased=False), rtol=1e-4, atol=1e-2)
+    x = obs[0]
+    want = ((x.float() - model.obs_norm.mean) / (model.obs_norm.var + 1e-8).sqrt()).clamp(-10, 10)
+    torch.testing.assert_close(model.obs_norm(x), want)
+    # the constant pixel: ~0 (the prior's count of 1e-4 leaves its mean 7e-5 off, its variance ~1e-5)
+    assert model.obs_norm(x)[..., 0, 0].abs().max() < 0.1 and model.obs_norm(x).dtype == torch.float32
+    out, value = model(obs)
+    assert out.shape == (8, 5, 3) and value.shape == (8, 5, 1)

@@ -16,7 +16,7 @@ from distrl.envs.info import KINDS
     [
         ("CartPole-v1", "gymnasium", True),
         ("MinAtar/Breakout-v1", "minatar", True),
-        ("MinAtar/Asterix-v1", "minatar", False),
+        ("MinAtar/Asterix-v1", "minatar", True),  # all five MinAtar games are torch-native
         ("distrl/MatchSign-v0", "distrl", False),
         ("distrl.envs.torchrl_factories:match_sign_with_stepcounter", "torchrl", False),
     ],

@@ -37,7 +37,7 @@ def test_a_minatar_id_without_the_package_says_what_to_install(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "minatar.gym", None)  # import minatar.gym now raises ImportError
     monkeypatch.setattr(gym, "registry", {k: v for k, v in gym.registry.items() if not k.startswith("MinAtar/")})
-    with pytest.raises(ValueError, match=r'pip install "distrl\[minatar\]"') as e:
+    with pytest.raises(ValueError, match=r'pip install -e "\.\[minatar\]" in the distrl checkout') as e:
         check_env_id(BREAKOUT)
     assert "\n" not in str(e.value)
 

@@ -132,6 +132,8 @@ class ImageEncoder(nn.Module):
         self.in_shape = as_shape(obs_shape)
         self.precision = net.precision
         self.register_buffer("obs_shape", torch.tensor(self.in_shape, dtype=torch.int64))
+        #: an :class:`~distrl.nn.obs_norm.ObsNorm` over the raw pixels (``net.obs_norm=on``; set by the model)
+        self.norm: nn.Module | None = None
 
     def _check(self, min_side: int) -> None:
         if len(self.in_shape) != 3 or min(self.in_shape[1:]) < min_side:
@@ -142,6 +144,8 @@ class ImageEncoder(nn.Module):
             )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.norm is not None:  # standardised pixels, floats: to_float leaves them as they are
+            obs = self.norm(obs)
         x = to_float(obs, self.fc[0].weight.dtype)  # first: what travelled is the uint8 image
         if x.shape[-3:] != self.in_shape:  # e.g. [H, W, C] from an env that was not transposed
             raise ValueError(

@@ -106,15 +106,11 @@ def tower_groups(policy: nn.Module, value: nn.Module) -> list[list[nn.Parameter]
 def wants_obs_norm(obs_shape: Sequence[int], continuous: bool, net: NetConfig) -> bool:
     """Whether a network over ``obs_shape`` starts with an :class:`ObsNorm`: ``net.obs_norm`` on,
     or ``auto`` with flat observations and continuous actions (MuJoCo's habit: joint angles and
-    velocities differ in scale by 100x). Images never: their encoder scales them, and per-pixel
-    statistics would divide by the near-zero variance of pixels that are almost always 0."""
+    velocities differ in scale by 100x). Images only when ``on`` (per-pixel statistics, Sample
+    Factory's ``normalize_input``: a rarely lit pixel, Pong's ball, stands out where its variance is
+    small; under ``auto`` their encoder scales them by 1/255)."""
     if len(as_shape(obs_shape)) != 1:
-        if net.obs_norm == "on":
-            raise ValueError(
-                f"net.obs_norm standardises flat observations; images {tuple(obs_shape)} are scaled "
-                "by their encoder: set net.obs_norm=off (or auto)"
-            )
-        return False
+        return net.obs_norm == "on"
     return net.obs_norm == "on" or (net.obs_norm == "auto" and continuous)
 
 
@@ -146,8 +142,13 @@ class ActorCritic(nn.Module):
                 if shared_torso(value) is not None
                 else nn.Sequential(policy, GaussianParams(action_dim, state_std, net.init_log_std))
             )
-        self.obs_norm = ObsNorm(self.obs_shape[0]) if wants_obs_norm(self.obs_shape, gaussian, net) else None
-        if self.obs_norm is not None:
+        wanted, torso = wants_obs_norm(self.obs_shape, gaussian, net), shared_torso(value)
+        if wanted and torso is not None:  # an image torso: normalise inside it, so one pass still serves both heads
+            torso.norm = ObsNorm(self.obs_shape)
+            object.__setattr__(self, "obs_norm", torso.norm)  # registered once, in the torso (its state_dict name)
+        else:
+            self.obs_norm = ObsNorm(self.obs_shape[0]) if wanted else None
+        if self.obs_norm is not None and torso is None:
             policy, value = nn.Sequential(self.obs_norm, policy), nn.Sequential(self.obs_norm, value)
         self.policy, self.value = policy, value
         self._register_load_state_dict_pre_hook(_vecenv_gaussian_layout, with_module=True)

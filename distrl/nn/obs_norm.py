@@ -19,16 +19,18 @@ normalise alike, and a lagging actor's difference is part of what V-trace and PP
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 
 import torch
 from torch import nn
 
 
-def batch_moments(x: torch.Tensor) -> torch.Tensor:
-    """``[count, sum_f x, sum_f x^2]`` of observations ``[*B, F]`` as one float64 vector ``[1 + 2F]``:
+def batch_moments(x: torch.Tensor, event_dims: int = 1) -> torch.Tensor:
+    """``[count, sum_f x, sum_f x^2]`` of observations ``[*B, *E]`` (``E`` their last ``event_dims``
+    dimensions, ``F = prod(E)``: 1 for flat ones, 3 for images) as one float64 vector ``[1 + 2F]``:
     additive, so the moments of many batches (or ranks) are their sum."""
-    x = x.reshape(-1, x.shape[-1]).double()
+    x = x.reshape(-1, math.prod(x.shape[x.dim() - event_dims :])).double()
     return torch.cat([x.new_tensor([x.shape[0]]), x.sum(0), x.square().sum(0)])
 
 
@@ -50,17 +52,24 @@ def merge_moments(
 
 
 class ObsNorm(nn.Module):
-    """``clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)`` over ``[*B, F]``, with running
-    statistics ``mean [F]``, ``var [F]``, ``count [1]`` (frozen parameters: see the module docstring)."""
+    """``clamp((obs - mean) / sqrt(var + 1e-8), -clip, clip)`` over ``[*B, *E]``, with running
+    statistics ``mean [*E]``, ``var [*E]``, ``count [1]`` (frozen parameters: see the module docstring).
+    ``E`` is ``(F,)`` for flat observations (``obs_shape`` an int), ``(C, H, W)`` for images: each
+    pixel of each channel its own statistics (Sample Factory's ``normalize_input``), over the raw
+    values (uint8 images come in as 0-255 floats and leave standardised, so the encoder does not
+    scale them again)."""
 
-    def __init__(self, obs_dim: int, clip: float = 10.0):
+    def __init__(self, obs_shape: int | tuple[int, ...], clip: float = 10.0):
         super().__init__()
+        shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.clip = clip
         self.count = nn.Parameter(torch.full((), 1e-4), requires_grad=False)
-        self.mean = nn.Parameter(torch.zeros(obs_dim), requires_grad=False)
-        self.var = nn.Parameter(torch.ones(obs_dim), requires_grad=False)
+        self.mean = nn.Parameter(torch.zeros(shape), requires_grad=False)
+        self.var = nn.Parameter(torch.ones(shape), requires_grad=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if not obs.is_floating_point():
+            obs = obs.float()
         scale = torch.rsqrt(self.var + 1e-8).to(obs.dtype)
         return ((obs - self.mean.to(obs.dtype)) * scale).clamp(-self.clip, self.clip)
 
@@ -73,7 +82,9 @@ class ObsNorm(nn.Module):
             return
         mean = total / count
         var = (total_sq / count - mean.square()).clamp_min(0.0)
-        n, m, v = merge_moments(self.count.double(), self.mean.double(), self.var.double(), count, mean, var)
+        shape = self.mean.shape
+        n, m, v = merge_moments(self.count.double(), self.mean.double(), self.var.double(), count, *(
+            t.reshape(shape) for t in (mean, var)))  # fmt: skip
         self.count.copy_(n)
         self.mean.copy_(m)
         self.var.copy_(v)
@@ -83,8 +94,8 @@ class ObsNorm(nn.Module):
         self.update(moments[0], *moments[1:].to(self.mean.device).chunk(2))
 
     def update_batch(self, x: torch.Tensor) -> None:
-        """Merge observations ``[*B, F]``."""
-        self.update_moments(batch_moments(x))
+        """Merge observations ``[*B, *E]``."""
+        self.update_moments(batch_moments(x, self.mean.dim()))
 
 
 def find_obs_norm(model: nn.Module) -> ObsNorm | None:
@@ -97,6 +108,8 @@ def fold_observations(norm: ObsNorm, obs: torch.Tensor, lock=None) -> None:
     """Merge a trained batch's observations ``[*B, F]`` into ``norm``, under ``lock`` when another
     thread reads the model (SEED's inference takes it around each forward: no batch is served from
     half-merged statistics). The reduction runs outside the lock; inference waits for the copy only."""
-    moments = batch_moments(obs)
+    if norm.mean.dim() > 1:  # images: a quarter of the batch is plenty for per-pixel statistics, at
+        obs = obs.reshape(-1, *norm.mean.shape)[::4]  # a quarter of the float64 copy (~56 MB at 1,024 frames)
+    moments = batch_moments(obs, norm.mean.dim())
     with lock or nullcontext():
         norm.update_moments(moments)
