@@ -115,7 +115,9 @@ def load_policy(cfg: AttrDict, path: str, env: gym.Env):
     ``create_actor_critic`` from the run's config (its input normalisation lives in the model)."""
     obs_space = gym.spaces.Dict({"obs": env.observation_space})
     model = create_actor_critic(cfg, obs_space, env.action_space)
-    model.load_state_dict(torch.load(path, map_location="cpu")["model"])
+    # SF2's own checkpoint, written by this run: it holds numpy scalars, which torch >= 2.6's
+    # weights-only default refuses (SF2 2.1.1 predates that default)
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["model"])
     model.eval()  # the running mean and std of the inputs stay as saved
     rnn_states = torch.zeros(1, get_rnn_size(cfg))
 
