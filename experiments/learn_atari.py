@@ -41,7 +41,7 @@ CLEANRL = {
 #: SF2's Atari defaults on this machine's 2 cores: its 8 envs and 1,024-sample iterations kept
 SF2_LAYOUT = "atari defaults, 8 envs on 2 workers (4 a worker)"
 MINUTES = (10, 20, 30, 45, 60, 90)
-STEPS = (0.5e6, 1e6, 1.5e6, 2e6, 3e6, 4e6, 5e6)
+STEPS = (0.1e6, 0.25e6, 0.5e6, 1e6, 1.5e6, 2e6, 3e6, 4e6, 5e6)
 
 
 def curve_of_run(run_dir: Path) -> list[tuple[float, float, float]]:
@@ -181,9 +181,10 @@ def collect(out: Path, extra_runs: Sequence[str]) -> dict[str, list]:
             curves.setdefault(f"distrl {rec['recipe']}", []).append(curve_of_run(Path(rec["run_dir"])))
     for path in sorted((out / "sf2").glob("*/results.json")):
         curves.setdefault("Sample Factory 2 (here)", []).append(curve_of_sf2(path))
-    for run in extra_runs:
-        recipe = json.loads((Path(run) / "config.json").read_text())["recipe"]
-        curves.setdefault(f"distrl {recipe}", []).append(curve_of_run(Path(run)))
+    for run in extra_runs:  # DIR, or LABEL=DIR to keep a variant apart from the preset's seeds
+        label, _, path = run.rpartition("=")
+        recipe = json.loads((Path(path) / "config.json").read_text())["recipe"]
+        curves.setdefault(label or f"distrl {recipe}", []).append(curve_of_run(Path(path)))
     return curves
 
 
@@ -198,7 +199,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--sf2-venv", default=".venv-sf2", help="Sample Factory 2's venv (experiments/sf2_atari.py)")
     p.add_argument("--sf2-layout", default=SF2_LAYOUT, help="experiments/sf2_atari.py's LAYOUTS")
     p.add_argument("--out", required=True)
-    p.add_argument("--runs", nargs="*", default=[], help="more distrl run directories to score beside them")
+    p.add_argument("--runs", nargs="*", default=[], help="more distrl run directories (DIR or LABEL=DIR) to score")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
     out = Path(args.out)
