@@ -146,6 +146,10 @@ class NetConfig:
     #: observation normalisation (distrl/nn/obs_norm.py): ``auto`` is on for flat observations with
     #: continuous actions, off otherwise (images are scaled by their encoder); ``on`` or ``off``
     obs_norm: str = "auto"
+    #: value-target normalisation (Sample Factory's ``normalize_returns``; distrl/nn/obs_norm.py): ``on``,
+    #: the critic predicts returns standardised by running statistics of the targets, the estimators
+    #: see them in reward units; ``off``. The recipes whose loss honours it: ``sf``
+    value_norm: str = "off"
     #: an image encoder's arithmetic (distrl/nn/encoders.py): ``float32``; ``bfloat16``, its convolutions and
     #: matmuls under autocast (heads, losses and the optimizer stay float32); ``auto``, bfloat16 where the
     #: device computes it natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU with bf16), else float32
@@ -163,6 +167,7 @@ class NetConfig:
         check(self.encoder in ENCODER_NAMES, f"net.encoder must be one of {ENCODER_NAMES}, got {self.encoder!r}")
         check(self.log_std in ("param", "state"), f"net.log_std must be param or state, got {self.log_std!r}")
         check(self.obs_norm in ("auto", "on", "off"), f"net.obs_norm must be auto, on or off, got {self.obs_norm!r}")
+        check(self.value_norm in ("on", "off"), f"net.value_norm must be on or off, got {self.value_norm!r}")
         check(self.precision in PRECISIONS, f"net.precision must be one of {PRECISIONS}, got {self.precision!r}")
         check(self.init in INITS, f"net.init must be torch or orthogonal, got {self.init!r}")
 

@@ -59,3 +59,77 @@ def test_sample_minibatches_mix_rows_and_steps():
 def test_samples_need_gae():
     with pytest.raises(ValueError, match="algo.vtrace=false"):
         override(debug(), **{"algo.vtrace": True, "algo.minibatch": "samples"})
+
+
+def _value_norm_pair(mean: float, std: float, seed: int = 0):
+    """``(normed, raw)``: the same network twice, ``normed`` with ``net.value_norm=on`` and target
+    statistics ``(mean, std^2)``, ``raw`` without, its value head's last layer rescaled so that its
+    value is ``normed``'s denormalised one: ``std v + mean``."""
+    import dataclasses
+
+    from distrl.config import NetConfig
+    from distrl.nn.models import ActorCritic
+
+    raw = sharpened_model(2, 3, seed=seed)
+    normed = ActorCritic(2, 3, dataclasses.replace(NetConfig(), value_norm="on"))
+    normed.load_state_dict({**raw.state_dict(), **normed.value_norm.state_dict(prefix="value_norm.")})
+    with torch.no_grad():
+        normed.value_norm.mean.fill_(mean)
+        normed.value_norm.var.fill_(std**2)
+        last = [m for m in raw.value.modules() if isinstance(m, torch.nn.Linear)][-1]
+        last.weight.mul_(std)
+        last.bias.mul_(std).add_(mean)
+    return normed, raw
+
+
+def test_value_norm_changes_the_critic_units_and_nothing_else():
+    """``net.value_norm=on`` (Sample Factory's ``normalize_returns``): with target statistics
+    ``(m, s^2)`` a critic predicting ``v`` stands for ``s v + m`` in reward units. So against a plain
+    network whose critic outputs ``s v + m``: the same advantages, targets and policy terms, and a
+    value loss ``1 / s^2`` of the plain one's (``(s v + m - t)^2 = s^2 (v - (t - m) / s)^2``), as
+    long as no standardised target reaches the 5-sd clamp. Rows and samples layouts alike."""
+    algo = override(
+        debug(), **{"algo.vtrace": False, "algo.minibatch": "samples", "algo.reward_scale": 1.0}
+    ).algo  # fmt: skip
+    normed, raw = _value_norm_pair(mean=0.7, std=2.5)
+    batch = appo_batch(raw, log_ratio=0.6)
+    samples_n, samples_r = batch_gae(normed, batch, algo), batch_gae(raw, batch, algo)
+    for k in (keys.ADVANTAGE, keys.VALUE_TARGET):  # in reward units under both
+        torch.testing.assert_close(samples_n[k], samples_r[k], rtol=1e-5, atol=1e-5)
+    z = (samples_r[keys.VALUE_TARGET] - 0.7) / 2.5
+    assert float(z.abs().max()) < 5.0  # the clamp stays out of this comparison
+    for got, want in ((appo_sample_loss(normed, samples_n, algo), appo_sample_loss(raw, samples_r, algo)),
+                      (appo_loss(normed, batch, algo), appo_loss(raw, batch, algo))):  # fmt: skip
+        for name in ("loss_policy", "entropy", "approx_kl", "clip_fraction", "advantage_std"):
+            torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got["loss_value"], want["loss_value"] / 2.5**2, rtol=1e-4, atol=1e-6)
+
+
+def test_value_norm_round_trip_and_statistics():
+    """The statistics are the targets' (Chan's merge over batches) and ``denormalize`` inverts the
+    standardisation wherever the clamp does not act."""
+    from distrl.nn.obs_norm import ObsNorm
+
+    norm = ObsNorm(1, clip=5.0)
+    g = torch.Generator().manual_seed(0)
+    parts = [torch.randn(n, generator=g) * 3 + 2 for n in (100, 37, 256)]
+    for p in parts:
+        norm.update_batch(p.unsqueeze(-1))
+    every = torch.cat(parts).double()
+    torch.testing.assert_close(norm.mean.double(), every.mean().reshape(1), rtol=0, atol=1e-5)
+    torch.testing.assert_close(norm.var.double(), every.var(unbiased=False).reshape(1), rtol=1e-5, atol=1e-5)
+    x = torch.linspace(-10, 14, 50).unsqueeze(-1)
+    torch.testing.assert_close(norm.denormalize(norm(x)), x, rtol=1e-5, atol=1e-5)
+    assert float(norm(torch.tensor([[1e6]]))) == 5.0
+
+
+def test_value_norm_is_refused_where_no_loss_reads_it():
+    from distrl.cli.runner import plan
+
+    cfg = override(debug(), **{"net.value_norm": "on", "algo.vtrace": False})
+    with pytest.raises(ValueError, match="algo.minibatch=samples"):
+        plan(cfg, 1)
+    from distrl.recipes.impala.recipe import debug as impala_debug
+
+    with pytest.raises(ValueError, match="impala's loss does not normalise value targets.*sf's does"):
+        plan(override(impala_debug(), **{"net.value_norm": "on"}), 1)

@@ -29,6 +29,19 @@ from distrl.algorithms.ppo import ppo_loss
 from distrl.data import keys
 
 
+def _in_reward_units(model: torch.nn.Module, value: torch.Tensor) -> torch.Tensor:
+    """The critic's ``value [*B, 1]`` in reward units: denormalised under ``net.value_norm=on``
+    (the model's ``value_norm``), as it is otherwise."""
+    norm = getattr(model, "value_norm", None)
+    return value if norm is None else norm.denormalize(value)
+
+
+def _as_predicted(model: torch.nn.Module, target: torch.Tensor) -> torch.Tensor:
+    """Value targets ``[*B]`` in the units the critic predicts: standardised under ``net.value_norm=on``."""
+    norm = getattr(model, "value_norm", None)
+    return target if norm is None else norm(target.unsqueeze(-1)).squeeze(-1)
+
+
 def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
     """The APPO loss of a ``[B, T]`` batch (:data:`distrl.data.keys.IMPALA_IN_KEYS`) under ``model``.
 
@@ -51,27 +64,19 @@ def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
     log_mu = batch[keys.ACTION_LOG_PROB].unsqueeze(-1)
     reward = batch[keys.REWARD] * algo.reward_scale
     done, terminated = batch[keys.DONE], batch[keys.TERMINATED]
-    with torch.no_grad():
-        next_value = next_values(model.value, value.detach(), batch[keys.NEXT_OBSERVATION], done)
+    with torch.no_grad():  # the estimators work in reward units (net.value_norm: the critic's are standardised)
+        next_value = _in_reward_units(
+            model, next_values(model.value, value.detach(), batch[keys.NEXT_OBSERVATION], done)
+        )
+        v = _in_reward_units(model, value.detach())
         if algo.vtrace:
             _, vs = vtrace_targets(
-                algo.gamma,
-                log_pi.detach(),
-                log_mu,
-                value.detach(),
-                next_value,
-                reward,
-                done,
-                terminated,
-                algo.rho_bar,
-                algo.c_bar,
+                algo.gamma, log_pi.detach(), log_mu, v, next_value, reward, done, terminated, algo.rho_bar, algo.c_bar
             )
-            advantage = vtrace_pg_advantage(vs, next_value, value.detach(), reward, done, terminated, algo.gamma)
+            advantage = vtrace_pg_advantage(vs, next_value, v, reward, done, terminated, algo.gamma)
         else:  # GAE wants time-major [T, B]
             tm = lambda x: x.squeeze(-1).transpose(0, 1)  # noqa: E731
-            adv, target = gae(
-                algo.gamma, algo.gae_lambda, tm(value.detach()), tm(next_value), tm(reward), tm(done), tm(terminated)
-            )
+            adv, target = gae(algo.gamma, algo.gae_lambda, tm(v), tm(next_value), tm(reward), tm(done), tm(terminated))
             advantage, vs = adv.transpose(0, 1).unsqueeze(-1), target.transpose(0, 1).unsqueeze(-1)
     advantage_std = advantage.std()
     if algo.normalize_advantage:
@@ -81,7 +86,7 @@ def appo_loss(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
         log_mu.reshape(-1),
         advantage.reshape(-1),
         value.reshape(-1),
-        vs.reshape(-1),
+        _as_predicted(model, vs.reshape(-1)),
         entropy.reshape(-1),
         algo.clip_eps,
         algo.value_coef,
@@ -96,10 +101,13 @@ def batch_gae(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
     """The ``[B, T]`` batch flattened to ``[B * T]`` samples, each with its GAE(lambda)
     ``advantage`` and ``value_target`` (:data:`distrl.data.keys.ADVANTAGE`, ``VALUE_TARGET``) under
     ``model`` now, for :func:`appo_sample_loss`. One forward of the critic over the batch (and its
-    rows' last next observations); rewards multiplied by ``algo.reward_scale``."""
+    rows' last next observations); rewards multiplied by ``algo.reward_scale``. Targets are in reward
+    units whatever ``net.value_norm`` says: the learner folds them into the model's ``value_norm``,
+    and the loss standardises them."""
     _, value = model(batch[keys.OBSERVATION])  # [B, T, 1]
     done, terminated = batch[keys.DONE], batch[keys.TERMINATED]
-    next_value = next_values(model.value, value, batch[keys.NEXT_OBSERVATION], done)
+    next_value = _in_reward_units(model, next_values(model.value, value, batch[keys.NEXT_OBSERVATION], done))
+    value = _in_reward_units(model, value)
     tm = lambda x: x.squeeze(-1).transpose(0, 1)  # noqa: E731  GAE wants time-major [T, B]
     reward = batch[keys.REWARD] * algo.reward_scale
     adv, target = gae(algo.gamma, algo.gae_lambda, tm(value), tm(next_value), tm(reward), tm(done), tm(terminated))
@@ -112,8 +120,8 @@ def batch_gae(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
 def appo_sample_loss(model: torch.nn.Module, samples: TensorDict, algo) -> TensorDict:
     """The PPO loss of ``[N]`` samples from :func:`batch_gae` under ``model``: the clipped surrogate
     on the stored advantages (normalised over these samples when ``algo.normalize_advantage``),
-    the value regressed on the stored targets, the entropy bonus. Returns what :func:`appo_loss`
-    returns."""
+    the value regressed on the stored targets (standardised by the model's ``value_norm`` when it has
+    one), the entropy bonus. Returns what :func:`appo_loss` returns (``value_mean`` in the critic's units)."""
     out, value = model(samples[keys.OBSERVATION])  # [N, head.width], [N, 1]
     log_pi, entropy = model.head.log_prob_entropy(out, samples[keys.ACTION])  # [N] each
     advantage = samples[keys.ADVANTAGE]
@@ -125,7 +133,7 @@ def appo_sample_loss(model: torch.nn.Module, samples: TensorDict, algo) -> Tenso
         samples[keys.ACTION_LOG_PROB],
         advantage,
         value.squeeze(-1),
-        samples[keys.VALUE_TARGET],
+        _as_predicted(model, samples[keys.VALUE_TARGET]),
         entropy,
         algo.clip_eps,
         algo.value_coef,

@@ -71,6 +71,9 @@ def plan(cfg: Config, world_size: int) -> Plan:
     factory_ids = getattr(cfg.algo, "env_factory", "")  # a user env factory (vecenv) names envs gymnasium may not know
     if not factory_ids:
         check_env_id(cfg.run.env)
+    if cfg.net.value_norm == "on" and not recipe.takes_value_norm:
+        able = ", ".join(n for n in RECIPE_NAMES if get_recipe(n).takes_value_norm)
+        raise ValueError(f"{recipe.name}'s loss does not normalise value targets (net.value_norm=on); {able}'s does")
     recipe.check_config(cfg)  # first: a recipe's own one-line reasons (vecenv: what to install or bring)
     env = None if factory_ids else _resolve_env(cfg.run.env)
     backend = cfg.transport.backend

@@ -151,6 +151,9 @@ class ActorCritic(nn.Module):
         if self.obs_norm is not None and torso is None:
             policy, value = nn.Sequential(self.obs_norm, policy), nn.Sequential(self.obs_norm, value)
         self.policy, self.value = policy, value
+        #: ``net.value_norm=on``: statistics of the value targets ``[1]``; ``value`` predicts them standardised
+        #: (clamped at 5 sd, Sample Factory's clip), the loss denormalises them for the estimators
+        self.value_norm = ObsNorm(1, clip=5.0) if net.value_norm == "on" else None
         self._register_load_state_dict_pre_hook(_vecenv_gaussian_layout, with_module=True)
 
     @classmethod

@@ -73,6 +73,11 @@ class ObsNorm(nn.Module):
         scale = torch.rsqrt(self.var + 1e-8).to(obs.dtype)
         return ((obs - self.mean.to(obs.dtype)) * scale).clamp(-self.clip, self.clip)
 
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`forward` (unclamped): ``x sqrt(var + 1e-8) + mean`` ``[*B, *E]``, a
+        critic's standardised prediction back in reward units (``net.value_norm``)."""
+        return x * torch.sqrt(self.var + 1e-8).to(x.dtype) + self.mean.to(x.dtype)
+
     @torch.no_grad()
     def update(self, count: torch.Tensor, total: torch.Tensor, total_sq: torch.Tensor) -> None:
         """Merge a batch given by its size, sum ``[F]`` and sum of squares ``[F]`` (float64; summed over

@@ -48,6 +48,8 @@ class Recipe:
     #: whether ``--env module:function`` (a user's TorchRL env) works: actors that act locally collect
     #: through TorchRL's Collector, policy-free env workers step it as a vector env (torchrl_vector.py)
     takes_env_factory: bool = False
+    #: whether its loss reads the critic in the standardised units ``net.value_norm=on`` gives it
+    takes_value_norm: bool = False
     #: processes ``distrl compare`` gives it unless ``--nproc`` says (the layout the README's CartPole
     #: comparison measures); 0: ``max(4, min_world_size)``
     compare_nproc: int = 0

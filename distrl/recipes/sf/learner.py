@@ -261,6 +261,8 @@ class SFLearner(Learner):
         last = None  # (loss terms, gradient norm) of the last step taken
         samples = a.minibatch == "samples"
         data, loss = (batch_gae(self.model, batch, a), appo_sample_loss) if samples else (batch, appo_loss)
+        if samples and self.model.value_norm is not None:  # net.value_norm: these targets, then their steps
+            self.model.value_norm.update_batch(data[keys.VALUE_TARGET].unsqueeze(-1))  # (Sample Factory's order)
         for rows in minibatches(data, a.num_epochs, a.num_minibatches):
             faults.maybe_signal(self.ctx.rank, tracker.updates)
             out = loss(self.model, rows, a)

@@ -126,6 +126,10 @@ def _check_config(cfg: Config) -> None:
             f" x envs_per_group ({spare_rows}): the rows one worker hands in while filling its next slots"
         )
     check_action_space(cfg)
+    if cfg.net.value_norm == "on" and a.minibatch != "samples":
+        raise ValueError(
+            "net.value_norm=on folds each batch's value targets in once, before its steps: set algo.minibatch=samples"
+        )
     if max(cfg.algo.request_timeout_s, cfg.algo.slot_timeout_s) >= cfg.transport.call_timeout_s:
         raise ValueError(
             f"algo.request_timeout_s and algo.slot_timeout_s must be below transport.call_timeout_s "
@@ -148,6 +152,7 @@ RECIPE = Recipe(
     local_world_size=lambda cfg: 1 + cfg.algo.inference_ranks + cfg.algo.local_workers,
     check_config=_check_config,
     takes_env_factory=True,
+    takes_value_norm=True,
     roles_for_config=_roles,
     min_world_size_for=lambda cfg: 2 + cfg.algo.inference_ranks,
     critical_roles=frozenset({"learner", "inference"}),
