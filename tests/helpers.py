@@ -27,6 +27,7 @@ TEST_EXTRA_MODULES = {
     "mujoco": "mujoco",
     "imageio": "imageio",
     "packaging": "packaging",
+    "pygame": "pygame",
     "mkdocs": "mkdocs",
     "mkdocs-material": "material",
     "mkdocstrings": "mkdocstrings",

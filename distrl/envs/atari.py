@@ -112,13 +112,18 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
-def make_atari_env(env_id: str, opts: Optional[AtariConfig] = None) -> gym.Env:
+def make_atari_env(env_id: str, opts: Optional[AtariConfig] = None, render_mode: Optional[str] = None) -> gym.Env:
     """One evaluation env: the full game (every life, unclipped score), observations
-    ``uint8 [4, 84, 84]`` as the vector env makes them (newest frame last, zeros before the first)."""
+    ``uint8 [4, 84, 84]`` as the vector env makes them (newest frame last, zeros before the first);
+    ``render_mode="rgb_array"`` renders the emulator's screen (``[210, 160, 3]``) for a video."""
     check_installed(env_id)
     opts = opts or AtariConfig()
     env = gym.make(
-        env_id, frameskip=1, repeat_action_probability=opts.sticky_actions, max_num_frames_per_episode=108_000
+        env_id,
+        frameskip=1,
+        repeat_action_probability=opts.sticky_actions,
+        max_num_frames_per_episode=108_000,
+        render_mode=render_mode,
     )
     env = FireReset(env)  # below the frame skip: one emulator frame of FIRE, as the vector env
     env = gym.wrappers.AtariPreprocessing(

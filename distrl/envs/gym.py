@@ -19,13 +19,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+from pathlib import Path
+from typing import Callable, Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from distrl.envs import atari, mock  # noqa: F401  (mock registers the deterministic test envs)
+from distrl.envs import atari, video
+from distrl.envs import mock  # noqa: F401  (registers the deterministic test envs)
 from distrl.envs.info import EnvInfo, is_factory
 
 #: MinAtar's time limit in steps. The package sets none: a good Breakout policy can keep the ball
@@ -52,14 +55,17 @@ def is_image(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype in (np.uint8, np.bool_)
 
 
-def make_env(env_id: str, atari_opts=None) -> gym.Env:
+def make_env(env_id: str, atari_opts=None, render_mode: Optional[str] = None) -> gym.Env:
     """``gym.make(env_id)``, with images channels-first (``[C, H, W]``, dtype unchanged) and MinAtar's
     time limit (:data:`MINATAR_MAX_EPISODE_STEPS`); an ``ALE/*`` id is the full, preprocessed game
-    (``atari.make_atari_env``, options ``atari_opts``: a :class:`distrl.config.AtariConfig`)."""
+    (``atari.make_atari_env``, options ``atari_opts``: a :class:`distrl.config.AtariConfig`).
+    ``render_mode`` is gymnasium's (``"rgb_array"`` for a video, :mod:`distrl.envs.video`)."""
     if atari.is_atari(env_id):
-        return atari.make_atari_env(env_id, atari_opts)
+        return atari.make_atari_env(env_id, atari_opts, render_mode)
     _register_minatar(env_id)
     kwargs = {"max_episode_steps": MINATAR_MAX_EPISODE_STEPS} if env_id.startswith("MinAtar/") else {}
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
     env = gym.make(env_id, **kwargs)
     space = env.observation_space
     if is_image(space):
@@ -187,7 +193,7 @@ def evaluate(
     policy_logits, env_id: str, episodes: int, seed: int, device: torch.device, atari_opts=None, head=None
 ) -> list[float]:
     """Returns of ``episodes`` greedy episodes, one per env of a vector env (Atari: full games,
-    every life, unclipped scores, epsilon-greedy at ``atari.eval_epsilon``).
+    every life, unclipped scores, epsilon-greedy at ``atari.eval_epsilon``): :func:`play_episodes`.
 
     Args:
         policy_logits: callable ``obs [B, *F] -> logits [B, A]`` (observations as :func:`as_obs` gives them),
@@ -198,26 +204,84 @@ def evaluate(
         from distrl.envs.torchrl_env import evaluate_factory
 
         return evaluate_factory(policy_logits, env_id, episodes, seed, device)
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        logits = policy_logits(obs.to(device))
+        return logits.argmax(-1) if head is None else head.greedy(logits)
+
+    return play_episodes(act, env_id, episodes, seed, atari_opts, atari.eval_epsilon(env_id, atari_opts)).returns
+
+
+@dataclasses.dataclass
+class Episodes:
+    """What :func:`play_episodes` played: episode ``i`` reset with seed ``seeds[i]``."""
+
+    returns: list[float]
+    lengths: list[int]
+    seeds: list[int]
+
+
+@torch.no_grad()
+def play_episodes(
+    act: Callable[[torch.Tensor], torch.Tensor],
+    env_id: str,
+    episodes: int,
+    seed: int,
+    atari_opts=None,
+    epsilon: float = 0.0,
+    *,
+    video_dir: Optional[Path] = None,
+    videos: int = 0,
+    on_step: Optional[Callable[[int, int], None]] = None,
+) -> Episodes:
+    """The first episode of each of ``episodes`` envs of ``env_id`` (:func:`make_env`), env ``i`` reset
+    with seed ``seed + i``, stepped together in one ``SyncVectorEnv``: every distrl evaluation.
+
+    Args:
+        act: ``obs [B, *F] -> action [B]`` (indices) or ``[B, A]`` (a box's, clipped to it here), a tensor
+            on any device; observations as :func:`as_obs` gives them.
+        epsilon: probability of a uniformly random action instead, per env and step (discrete actions;
+            drawn from ``numpy.random.default_rng(seed)``).
+        video_dir: where the first ``videos`` episodes are written, ``episode-000.mp4`` on
+            (:class:`distrl.envs.video.RecordEpisode`).
+        on_step: called after every vector step with ``(episodes finished, vector steps)``.
+    """
     if episodes == 0:
-        return []
-    env = SyncVectorEnv(
-        [lambda: make_env(env_id, atari_opts) for _ in range(episodes)], autoreset_mode=AutoresetMode.SAME_STEP
-    )
-    if isinstance(env.single_action_space, gym.spaces.Box):
-        env = gym.wrappers.vector.ClipAction(env)
-    obs, _ = env.reset(seed=seed)
-    returns = np.zeros(episodes)
-    running = np.ones(episodes, dtype=bool)
-    epsilon = atari.eval_epsilon(env_id, atari_opts)
-    rng = np.random.default_rng(seed)
-    while running.any():
-        logits = policy_logits(as_obs(obs).to(device))
-        action = (logits.argmax(-1) if head is None else head.greedy(logits)).cpu().numpy()
-        if epsilon:  # Atari: a greedy policy that never presses FIRE would wait out the 27k-step limit
-            explore = rng.random(episodes) < epsilon
-            action = np.where(explore, rng.integers(logits.shape[-1], size=episodes), action)
-        obs, reward, term, trunc, _ = env.step(action)
-        returns += reward * running
-        running &= ~(term | trunc)
-    env.close()
-    return returns.tolist()
+        return Episodes([], [], [])
+
+    def env_fn(i: int) -> Callable[[], gym.Env]:
+        if video_dir is None or i >= videos:
+            return lambda: make_env(env_id, atari_opts)
+
+        def recorded() -> gym.Env:
+            env = make_env(env_id, atari_opts, video.render_mode(env_id))
+            fps = env.metadata.get("render_fps") if env.render_mode else None
+            fps = fps / atari.frame_skip(env_id) if fps else video.DEFAULT_FPS
+            return video.RecordEpisode(env, Path(video_dir) / f"episode-{i:03d}.mp4", fps)
+
+        return recorded
+
+    env = SyncVectorEnv([env_fn(i) for i in range(episodes)], autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        if isinstance(env.single_action_space, gym.spaces.Box):
+            env = gym.wrappers.vector.ClipAction(env)
+        obs, _ = env.reset(seed=seed)
+        returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
+        running = np.ones(episodes, dtype=bool)
+        rng = np.random.default_rng(seed)
+        steps = 0
+        while running.any():
+            action = act(as_obs(obs)).cpu().numpy()
+            if epsilon:  # Atari: a greedy policy that never presses FIRE would wait out the 27k-step limit
+                explore = rng.random(episodes) < epsilon
+                action = np.where(explore, rng.integers(env.single_action_space.n, size=episodes), action)
+            obs, reward, term, trunc, _ = env.step(action)
+            returns += reward * running
+            lengths += running
+            running &= ~(term | trunc)
+            steps += 1
+            if on_step is not None:
+                on_step(int((~running).sum()), steps)
+    finally:
+        env.close()
+    return Episodes(returns.tolist(), lengths.tolist(), [seed + i for i in range(episodes)])
