@@ -9,6 +9,8 @@ tests/test_sf_units.py) in every scalar and every gradient, up to float32's redu
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -133,3 +135,55 @@ def test_value_norm_is_refused_where_no_loss_reads_it():
 
     with pytest.raises(ValueError, match="impala's loss does not normalise value targets.*sf's does"):
         plan(override(impala_debug(), **{"net.value_norm": "on"}), 1)
+
+
+def test_decoupled_ppo_against_a_slow_loop():
+    """``algo.decoupled``: per sample ``w = min(pi_prox / mu, rho_bar)``, ``r = pi / pi_prox``, the
+    policy loss ``-mean_i w_i min(r_i A_i, clip(r_i) A_i)`` (A normalised first), written out sample
+    by sample in float64. The network moved one Adam step away from the proximal one so that ``r`` is
+    not 1; ``mu`` spread ``+-0.6`` in log around it so that ``w`` is truncated for some samples."""
+    algo = override(
+        debug(), **{"algo.vtrace": False, "algo.minibatch": "samples", "algo.decoupled": True, "algo.rho_bar": 1.2,
+                    "algo.normalize_advantage": True, "algo.clip_eps": 0.1}
+    ).algo  # fmt: skip
+    model = sharpened_model(2, 3, seed=0)
+    batch = appo_batch(model, log_ratio=0.6)
+    samples = batch_gae(model, batch, algo)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    appo_sample_loss(model, samples, algo)[keys.LOSS].backward()
+    opt.step()
+    got = appo_sample_loss(model, samples, algo)
+    with torch.no_grad():
+        out, _ = model(samples[keys.OBSERVATION])
+        log_pi = torch.log_softmax(out.double(), -1).gather(-1, samples[keys.ACTION].unsqueeze(-1)).squeeze(-1)
+    A = samples[keys.ADVANTAGE].double()
+    A = (A - A.mean()) / (A.std() + 1e-8)
+    terms = []
+    for i in range(A.numel()):
+        prox, mu = float(samples[keys.PROXIMAL_LOG_PROB][i]), float(samples[keys.ACTION_LOG_PROB][i])
+        w = min(math.exp(prox - mu), 1.2)
+        r = math.exp(float(log_pi[i]) - prox)
+        terms.append(w * min(r * float(A[i]), min(max(r, 0.9), 1.1) * float(A[i])))
+    want = -sum(terms) / len(terms)
+    assert abs(float(got["loss_policy"]) - want) < 1e-5 * max(1.0, abs(want))
+    w_all = (samples[keys.PROXIMAL_LOG_PROB] - samples[keys.ACTION_LOG_PROB]).exp()
+    assert bool((w_all > 1.2).any()) and bool((w_all < 1.0).any())  # the truncation acts on some samples only
+    assert 0 < float(got["clip_fraction"]) < 1
+
+
+def test_decoupled_on_fresh_data_is_plain_ppo():
+    """Where the behaviour policy is the network itself (no lag), ``pi_prox = mu`` and decoupled PPO
+    is PPO: the same loss and gradients."""
+    base = {"algo.vtrace": False, "algo.minibatch": "samples"}
+    model = sharpened_model(2, 3, seed=1)
+    batch = appo_batch(model, log_ratio=0.0)
+    plain, decoupled = (override(debug(), **base, **{"algo.decoupled": d}).algo for d in (False, True))
+    samples = batch_gae(model, batch, plain)
+    torch.testing.assert_close(samples[keys.PROXIMAL_LOG_PROB], samples[keys.ACTION_LOG_PROB], rtol=1e-5, atol=1e-6)
+    a, b = appo_sample_loss(model, samples, plain), appo_sample_loss(model, samples, decoupled)
+    ga = torch.autograd.grad(a[keys.LOSS], list(model.parameters()))
+    gb = torch.autograd.grad(b[keys.LOSS], list(model.parameters()))
+    for x, y in zip(ga, gb):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="algo.minibatch=samples"):
+        override(debug(), **{"algo.decoupled": True})

@@ -104,7 +104,7 @@ def batch_gae(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
     rows' last next observations); rewards multiplied by ``algo.reward_scale``. Targets are in reward
     units whatever ``net.value_norm`` says: the learner folds them into the model's ``value_norm``,
     and the loss standardises them."""
-    _, value = model(batch[keys.OBSERVATION])  # [B, T, 1]
+    out, value = model(batch[keys.OBSERVATION])  # [B, T, head.width], [B, T, 1]
     done, terminated = batch[keys.DONE], batch[keys.TERMINATED]
     next_value = _in_reward_units(model, next_values(model.value, value, batch[keys.NEXT_OBSERVATION], done))
     value = _in_reward_units(model, value)
@@ -114,12 +114,18 @@ def batch_gae(model: torch.nn.Module, batch: TensorDict, algo) -> TensorDict:
     flat = batch.select(keys.OBSERVATION, keys.ACTION, keys.ACTION_LOG_PROB).reshape(-1)
     flat[keys.ADVANTAGE] = adv.transpose(0, 1).reshape(-1)
     flat[keys.VALUE_TARGET] = target.transpose(0, 1).reshape(-1)
+    flat[keys.PROXIMAL_LOG_PROB] = model.head.log_prob_entropy(out, batch[keys.ACTION])[0].reshape(-1)
     return flat
 
 
 def appo_sample_loss(model: torch.nn.Module, samples: TensorDict, algo) -> TensorDict:
     """The PPO loss of ``[N]`` samples from :func:`batch_gae` under ``model``: the clipped surrogate
-    on the stored advantages (normalised over these samples when ``algo.normalize_advantage``),
+    on the stored advantages (normalised over these samples when ``algo.normalize_advantage``);
+    with ``algo.decoupled``, decoupled PPO's (Hilton et al., 2021, "Batch size-invariance for policy optimization"):
+    ``E[min(pi_prox / mu, rho_bar) min(r A, clip(r, 1 - eps, 1 + eps) A)]``, ``r = pi / pi_prox``, the
+    proximal policy ``pi_prox`` the network as the batch arrived (:func:`batch_gae`): a lagged sample's
+    ratio starts at 1, where against the behaviour policy ``mu`` dozens of updates old it starts
+    clipped, its gradient zero;
     the value regressed on the stored targets (standardised by the model's ``value_norm`` when it has
     one), the entropy bonus. Returns what :func:`appo_loss` returns (``value_mean`` in the critic's units)."""
     out, value = model(samples[keys.OBSERVATION])  # [N, head.width], [N, 1]
@@ -128,9 +134,14 @@ def appo_sample_loss(model: torch.nn.Module, samples: TensorDict, algo) -> Tenso
     advantage_std = advantage.std()
     if algo.normalize_advantage:
         advantage = (advantage - advantage.mean()) / (advantage_std + 1e-8)
+    old_log_prob = samples[keys.ACTION_LOG_PROB]
+    if algo.decoupled:  # min(r A, clip(r) A) with r = pi / pi_prox, weighted by pi_prox / mu (w > 0 factors out)
+        proximal = samples[keys.PROXIMAL_LOG_PROB]
+        advantage = advantage * (proximal - old_log_prob).exp().clamp(max=algo.rho_bar)
+        old_log_prob = proximal
     out = ppo_loss(
         log_pi,
-        samples[keys.ACTION_LOG_PROB],
+        old_log_prob,
         advantage,
         value.squeeze(-1),
         _as_predicted(model, samples[keys.VALUE_TARGET]),

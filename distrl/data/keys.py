@@ -48,6 +48,9 @@ A3C_IN_KEYS = (OBSERVATION, ACTION, NEXT_OBSERVATION, REWARD, DONE, TERMINATED)
 #: GAE advantage and value target of each sample (TorchRL's ``ClipPPOLoss`` names).
 ADVANTAGE = "advantage"
 VALUE_TARGET = "value_target"
+#: log-probability ``[N]`` of the action under the network as its batch arrived at the learner (the
+#: proximal policy of decoupled PPO, sf's ``algo.decoupled``)
+PROXIMAL_LOG_PROB = "proximal_log_prob"
 
 #: Keys a PPO update reads from every flattened ``[N]`` rollout batch (vecenv learner).
 PPO_IN_KEYS = (OBSERVATION, ACTION, ACTION_LOG_PROB, ADVANTAGE, VALUE_TARGET)

@@ -43,6 +43,9 @@ class SFConfig:
     #: what a minibatch is cut from: ``rows`` (whole [T] rows, advantages under each minibatch's critic)
     #: or ``samples`` (GAE once per batch, then single samples shuffled across it: PPO's; needs vtrace off)
     minibatch: str = "rows"
+    #: decoupled PPO (Hilton et al., 2021): the ratio clipped against the network as each batch arrives,
+    #: the lag corrected by a weight pi_prox / mu truncated at ``rho_bar`` (needs ``minibatch=samples``)
+    decoupled: bool = False
     learner_threads: int = 1  #: torch threads of the learner's process (at world size > 1)
     #: cores for the learner alone at world size > 1, every other rank on the rest (0: no pinning)
     learner_cores: int = 0
@@ -75,6 +78,10 @@ class SFConfig:
         check(
             self.minibatch == "rows" or not self.vtrace,
             "algo.minibatch=samples computes GAE once per batch: set algo.vtrace=false (V-trace needs whole rows)",
+        )
+        check(
+            self.minibatch == "samples" or not self.decoupled,
+            "algo.decoupled takes the proximal policy once per batch: set algo.minibatch=samples",
         )
         check(self.slots_per_group >= 2, "algo.slots_per_group must be >= 2 (one filling, one spare)")
         for name in ("max_policy_lag", "learner_cores", "max_wait_ms"):
