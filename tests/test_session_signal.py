@@ -24,3 +24,24 @@ def test_finish_gives_the_callers_sigterm_handler_back(tmp_path):
     model = torch.nn.Linear(2, 2)
     session.finish("total_frames", [], model, torch.optim.SGD(model.parameters(), lr=0.1))
     assert signal.getsignal(signal.SIGTERM) is mine
+
+
+def test_every_stop_signal_is_a_flag_and_sigcont_marks_a_pause(tmp_path):
+    """SIGINT, SIGHUP and SIGQUIT stop a session as SIGTERM does (the first one names the reason);
+    SIGCONT, which a stopped process gets when it goes on, is remembered (``paused_since``)."""
+    import os
+    import time
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGQUIT, signal.SIGCONT, signal.SIGHUP, signal.SIGINT)}
+    cfg = override(default_config(), **{"run.logger": "none", "run.eval_episodes": 0})
+    session = LearnerSession(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
+    t = time.monotonic()
+    assert not session.signals.paused_since(t)
+    os.kill(os.getpid(), signal.SIGCONT)
+    assert session.signals.paused_since(t)
+    os.kill(os.getpid(), signal.SIGHUP)
+    os.kill(os.getpid(), signal.SIGINT)  # a second signal changes nothing
+    assert session.should_stop() and session.stop_reason == "sighup"
+    model = torch.nn.Linear(2, 2)
+    session.finish("sighup", [], model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert {s: signal.getsignal(s) for s in before} == before

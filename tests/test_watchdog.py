@@ -96,3 +96,107 @@ def test_an_sf_learner_sigstopped_ends_the_job_by_itself(tmp_path, jobs):
         f"status {proc.returncode}"
     )
     assert ended - stopped < watchdog + 60
+
+
+# ---- armed from the first beat to the end: evaluations and checkpoints beat (issue #46) ------------
+
+
+def _session(tmp_path, eval_episodes: int = 2):
+    from distrl.config import override
+    from distrl.recipes.impala.recipe import default as default_config
+    from distrl.roles.session import LearnerSession
+    from distrl.runtime.context import RoleContext
+
+    cfg = override(default_config(), **{"run.logger": "none", "run.eval_episodes": eval_episodes})
+    return LearnerSession(RoleContext(cfg, None, 0, {0: "learner"}, tmp_path))
+
+
+def _evaluates(tmp_path, step_s: float, hang_at: int = 0) -> int:
+    """A learner's greedy evaluation whose policy takes ``step_s`` a step (CartPole, always left:
+    about 10 steps an episode), hanging for good at step ``hang_at`` (0: never)."""
+    import torch
+
+    session, steps = _session(tmp_path), 0
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        nonlocal steps
+        steps += 1
+        time.sleep(600 if steps == hang_at else step_s)
+        return torch.zeros(obs.shape[0], 2)
+
+    supervisor.beat()  # a loop turn: the watchdog is armed
+    return 0 if len(session.greedy_returns(policy)) == 2 else 1
+
+
+def test_an_evaluation_longer_than_the_watchdog_beats_through_it(tmp_path, no_leaked_processes):
+    """Before: the evaluation never beat, so one longer than run.watchdog_s (a full-game Atari
+    evaluation against the 300 s default) got the learner killed; now each step beats."""
+    t0 = time.monotonic()
+    status = supervisor.supervise(
+        lambda: _evaluates(tmp_path, 0.25), 0, "learner", critical=True, grace_s=30, watchdog_s=1.5
+    )
+    assert status == 0 and time.monotonic() - t0 > 2.0  # it did outlast the watchdog's bound
+
+
+def test_a_hung_step_in_an_evaluation_is_the_watchdogs(tmp_path, no_leaked_processes):
+    t0 = time.monotonic()
+    status = supervisor.supervise(
+        lambda: _evaluates(tmp_path, 0.01, hang_at=3), 0, "learner", critical=True, grace_s=30, watchdog_s=1.0
+    )
+    assert status == supervisor.WATCHDOG_EXIT and time.monotonic() - t0 < 8.0
+
+
+def _checkpoints(tmp_path, n: int, extra_s: float) -> int:
+    """``n`` checkpoints whose role state (an Ape-X replay read from its shards) takes ``extra_s`` each."""
+    import torch
+
+    session = _session(tmp_path, eval_episodes=0)
+    session.extra_state = lambda: (time.sleep(extra_s), {})[1]
+    model = torch.nn.Linear(2, 2)
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    supervisor.beat()
+    for _ in range(n):
+        session.checkpoint(model, optim)
+    return 0
+
+
+def test_back_to_back_checkpoints_longer_than_the_watchdog_each_beat(tmp_path, no_leaked_processes):
+    """Four checkpoints of 0.6 s each (2.4 s, against a 1.5 s watchdog): each part of each beats, so the
+    learner lives; before, nothing in a checkpoint beat."""
+    status = supervisor.supervise(
+        lambda: _checkpoints(tmp_path, 4, 0.6), 0, "learner", critical=True, grace_s=30, watchdog_s=1.5
+    )
+    assert status == 0
+
+
+def _waits_for_a_stop_signal(ready) -> int:
+    from distrl.runtime.signals import StopSignals
+
+    signals = StopSignals()
+    signals.install()
+    ready.touch()
+    deadline = time.monotonic() + 20
+    while signals.received is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return 128 + int(signals.received) if signals.received is not None else 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT, signal.SIGINT])
+def test_the_supervisor_forwards_every_stop_signal(sig, tmp_path, no_leaked_processes):
+    """torchrun passes SIGINT, SIGHUP and SIGQUIT to its ranks as it does SIGTERM; the supervisor hands
+    each to its role (before: SIGHUP and SIGQUIT killed the supervisor, and its role with it, with no
+    checkpoint), which exits 128 + N."""
+    import threading
+
+    ready = tmp_path / "ready"
+
+    def signal_once_ready():
+        while not ready.exists():
+            time.sleep(0.05)
+        os.kill(os.getpid(), sig)  # to the supervisor: this process
+
+    threading.Thread(target=signal_once_ready, name="distrl-test-signal", daemon=True).start()
+    status = supervisor.supervise(
+        lambda: _waits_for_a_stop_signal(ready), 0, "learner", critical=True, grace_s=30, watchdog_s=0
+    )
+    assert status == 128 + int(sig)

@@ -32,6 +32,7 @@ from distrl.envs.info import EnvInfo
 from distrl.runtime.job import job_id
 from distrl.runtime.network import prefer_loopback
 from distrl.runtime import faults
+from distrl.runtime.signals import exit_status as signal_exit_status
 from distrl.runtime.supervisor import supervise
 from distrl.transport.local import LocalHub
 
@@ -127,12 +128,14 @@ def _ping(_td):
     return None
 
 
-#: exit status of a run by its stop reason (anything not listed ends with 0)
+#: exit status of a run by its stop reason (anything not listed ends with 0); a stop signal's is
+#: ``128 + N``, as a shell reports a process it ended (SIGTERM 143, SIGINT 130, SIGHUP 129, SIGQUIT 131)
 EXIT_CODES = {"sigterm": 143, "nonfinite_loss": 3, "all_peers_lost": 4}
 
 
 def exit_code(summary: Optional[dict]) -> int:
-    return EXIT_CODES.get((summary or {}).get("stop_reason"), 0)
+    reason = (summary or {}).get("stop_reason")
+    return EXIT_CODES.get(reason) or signal_exit_status(reason) or 0
 
 
 def _exit_status(body: Callable[..., Optional[dict]], *args) -> int:

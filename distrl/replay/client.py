@@ -3,8 +3,14 @@ shard's total priority, importance weights over all of them, priority updates ro
 shard each item came from, statistics, checkpoints of every shard's contents, shutdown; and
 :class:`Inserter`, the one way transitions go in (Ape-X's actors, :class:`ReplayServiceBuffer`).
 
-Every call is asynchronous and bounded by the transport's timeout. The learner's loop is the only
-caller, so nothing here runs on a transport thread.
+Every call is asynchronous and bounded by the transport's timeout, or by :data:`STATE_TIMEOUTS` of
+them for the calls that move a shard's whole contents. The learner's loop is the only caller, so
+nothing here runs on a transport thread.
+
+A call that fails declares its shard lost; one that times out does not. A shard busy with one slow
+call (serialising gigabytes of replay under its lock) makes the calls behind it time out, and is
+still there: whether a shard is alive is for the learner's liveness pings to say, which a transport
+thread answers without the shard's lock (and which a stopped shard leaves unanswered).
 """
 
 from __future__ import annotations
@@ -19,7 +25,11 @@ from tensordict import TensorDict
 
 from distrl.data import keys
 from distrl.replay.weights import shard_weights
-from distrl.transport.base import RemoteError, Transport, TransportError
+from distrl.transport.base import CallTimeoutError, RemoteError, Transport, TransportError
+
+#: the bound of ``replay_state`` and ``load_replay_state``, in call timeouts: the shard serialises or
+#: loads its whole replay (1.4 GiB for an Atari shard of 1M transitions) inside the call
+STATE_TIMEOUTS = 4
 
 
 class ShardedReplayClient:
@@ -48,6 +58,7 @@ class ShardedReplayClient:
         self.sizes = {r: 0 for r in shards}
         self.updates: collections.deque[Future] = collections.deque()  # priority updates in flight
         self.sampled = 0  # items received over the run
+        self.timeouts = 0  # calls that timed out (their shard kept: liveness is the pings')
         self._stats: Optional[dict[int, Future]] = None
         self._last_stats = (time.monotonic(), 0, 0)  # (when, inserted, sampled) at the last poll
         self._wire: dict[int, tuple[int, int, int]] = {}  # rank -> its last (insert bytes, transitions, sample bytes)
@@ -57,12 +68,15 @@ class ShardedReplayClient:
         return [r for r in self.shards if r not in self.t.lost_peers()]
 
     def _result(self, rank: int, fut: Future) -> Optional[TensorDict]:
-        """The reply, or ``None`` if the shard is gone (declared lost); a handler's error is a bug
-        and is raised."""
+        """The reply; ``None`` if the shard is gone (declared lost) or the call timed out (a busy
+        shard: counted, not lost); a handler's error is a bug and is raised."""
         try:
             return fut.result()
         except RemoteError:
             raise
+        except CallTimeoutError:
+            self.timeouts += 1
+            return None
         except TransportError as e:  # lost, timed out, or a transport failure naming a dead peer
             self.on_lost(rank, str(e))
             return None
@@ -214,18 +228,23 @@ class ShardedReplayClient:
 
     def states(self) -> dict[int, torch.Tensor]:
         """Every live shard's contents as the byte tensor it serialised them to (blocking, bounded by
-        the timeout): the learner's checkpoint extra, handed back as is on resume."""
-        futs = {r: self.t.call(r, "replay_state", None, self.timeout) for r in self.live}
+        :data:`STATE_TIMEOUTS` call timeouts): the learner's checkpoint extra, handed back as is on
+        resume. A shard that does not answer in time is left out of this checkpoint, in one line."""
+        futs = {r: self.t.call(r, "replay_state", None, STATE_TIMEOUTS * self.timeout) for r in self.live}
         replies = {r: self._result(r, f) for r, f in futs.items()}
+        for r in (r for r, reply in replies.items() if reply is None and r in self.live):
+            print(
+                f"[learner] replay shard {r} did not hand over its contents in time: not in this checkpoint", flush=True
+            )
         return {r: reply[keys.SHARD_STATE] for r, reply in replies.items() if reply is not None}
 
     def load_states(self, states: dict[int, torch.Tensor]) -> None:
         """Give each shard back what the checkpoint holds for it."""
         for r, state in states.items():
             if r in self.live:
-                self._result(
-                    r, self.t.call(r, "load_replay_state", TensorDict({keys.SHARD_STATE: state}), self.timeout)
-                )
+                msg = TensorDict({keys.SHARD_STATE: state})
+                if self._result(r, self.t.call(r, "load_replay_state", msg, STATE_TIMEOUTS * self.timeout)) is None:
+                    print(f"[learner] replay shard {r} did not take back its contents: it starts empty", flush=True)
 
     def stop(self, exit_: bool = False) -> None:
         """Tell the shards the run is over (inserts answer ``stop``); with ``exit_`` they also leave."""

@@ -19,6 +19,9 @@ class ReplayConfig:
     spi_tolerance: float = 20_000.0  #: drift from that ratio, in sampled items, before the shard holds one side
     queue_size: int = 8  #: insert messages the shard queues before it answers ``held``
     frame_room: float = 1.05  #: frame-stack envs: frames the shard keeps per transition of capacity, each once
+    #: seconds without a word from the learner (any call, its pings) before the shard pings it; it
+    #: leaves only when the learner is gone, or silent for max(run.watchdog_s, idle_s) more
+    idle_s: float = 60.0
 
     def __post_init__(self):
         if self.capacity < 1 or self.queue_size < 1:
@@ -31,3 +34,5 @@ class ReplayConfig:
             raise ValueError(f"replay frame_room must be >= 1, got {self.frame_room}")
         if self.samples_per_insert < 0:
             raise ValueError("replay samples_per_insert must be >= 0")
+        if not self.idle_s > 0:
+            raise ValueError(f"replay idle_s must be > 0, got {self.idle_s}")

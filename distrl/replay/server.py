@@ -27,10 +27,8 @@ It serves, over the transport:
   recipe's ``bytes_per_env_step``), ``replay_state`` / ``load_replay_state`` (the learner
   checkpoints every shard's contents with its own), ``replay_stop``.
 
-A SIGTERM does not end a shard at once: the whole job gets it together (a scheduler ending the
-allocation), and the learner's last checkpoint reads every shard's contents. The shard keeps
-serving until the learner's ``replay_stop`` with ``exit``, for ``transport.call_timeout_s`` plus
-:data:`SIGTERM_MARGIN_S` at most, and leaves sooner when a ping finds the learner gone.
+How long a shard serves, through a busy or paused learner and after a stop signal (SIGTERM,
+SIGINT, SIGHUP, SIGQUIT, which the whole job gets together), is :mod:`distrl.replay.learner_watch`'s.
 
 Sampling and updates run in the handler under the shard's lock: each is one bounded tree
 operation (well under a millisecond at 2^20 items, ``experiments/bench_sampler.py``), and a
@@ -41,16 +39,14 @@ from __future__ import annotations
 
 import io
 import queue
-import signal
 import threading
-import time
-from concurrent.futures import Future
 
 import torch
 from tensordict import TensorDict
 
 from distrl.runtime import faults
 from distrl.runtime.context import RoleContext
+from distrl.replay.learner_watch import LearnerWatch
 from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.data.transitions import is_frames, is_packed, packed_count, unpack_frame_transitions, unpack_transitions
@@ -58,16 +54,11 @@ from distrl.replay.config import ReplayConfig
 from distrl.replay.frame_store import FrameReplayStore
 from distrl.replay.store import ReplayStore, SamplesPerInsertLimiter
 from distrl.replay.sum_tree import SumTreeSampler
-from distrl.transport.base import CallTimeoutError, TransportError
 
 #: the transitions ``[]`` int64 of the insert a held sender keeps, in an ``insert_probe``
 INSERT_N = "insert_n"
 #: ``[]`` bool on an insert sent because a probe said the shard would take it
 INSERT_PROBED = "insert_probed"
-#: seconds a SIGTERMed shard waits for the learner's stop beyond ``transport.call_timeout_s``
-SIGTERM_MARGIN_S = 10.0
-#: bound on each ping a SIGTERMed shard sends the learner, one at a time (a lost connection ends the wait)
-SIGTERM_PING_S = 1.0
 
 
 class ReplayServer:
@@ -88,11 +79,12 @@ class ReplayServer:
         self.inbox: queue.Queue = queue.Queue(maxsize=a.queue_size)
         self.stopped = threading.Event()  # inserts refused: the run is over
         self.exit = threading.Event()  # the loop ends
-        self.sigterm_at: float | None = None  # time.monotonic() of a SIGTERM: the shard waits for the learner
-        self._learner = (ctx.ranks_of("learner") or [None])[0]
-        self._ping: Future | None = None  # to the learner, while a SIGTERM wait lasts
+        learner, t = (ctx.ranks_of("learner") or [None])[0], self.cfg.transport
+        #: the learner's words (its calls and pings), pinging it when it is quiet, the stop signals
+        self.watch = LearnerWatch(
+            ctx.transport, learner, f"[replay {ctx.rank}]", a.idle_s, self.cfg.run.watchdog_s, t.call_timeout_s
+        )
         self.loops = 0  # insert messages taken by the loop
-        self.last_contact = time.monotonic()  # of the learner: a shard outlives it by a bounded time only
         self.counts = {"insert_held": 0, "sample_held": 0, "rejected": 0, "stale_priorities": 0}
         self.inserts = WireMeter()  # insert messages and replies (held ones too), per transition taken
         self.sample_bytes = 0  # sample messages and replies (under the lock)
@@ -105,8 +97,12 @@ class ReplayServer:
         serve("replay_state", self._replay_state)
         serve("load_replay_state", self._load_replay_state)
         serve("replay_stop", self._replay_stop)
+        serve("ping", self._pinged)  # only the learner pings a shard: its pings are a word from it
 
     # ---- handlers (transport threads: bounded work under the lock, never a call out) ------------
+    def _pinged(self, _msg) -> None:
+        self.watch.word()
+
     def _insert(self, msg: TensorDict) -> TensorDict:
         n = packed_count(msg) if is_packed(msg) else msg[keys.TRANSITIONS].shape[0]
         with self.lock:
@@ -136,7 +132,7 @@ class ReplayServer:
     def _sample(self, msg: TensorDict) -> TensorDict:
         n = int(msg[keys.SAMPLE_N])
         charge = float(msg[keys.SAMPLE_CHARGE]) if keys.SAMPLE_CHARGE in msg.keys() else n  # what the limiter counts
-        self.last_contact = time.monotonic()
+        self.watch.word()
         with self.lock:
             if len(self.store) == 0 or not self.limiter.can_sample(charge):
                 self.counts["sample_held"] += 1
@@ -169,7 +165,7 @@ class ReplayServer:
         }
 
     def _update_priorities(self, msg: TensorDict) -> TensorDict:
-        self.last_contact = time.monotonic()
+        self.watch.word()
         with self.lock:
             applied = self.store.update_priority(
                 msg[keys.REPLAY_INDEX], msg[keys.REPLAY_GENERATION], msg[keys.PRIORITY]
@@ -179,7 +175,7 @@ class ReplayServer:
 
     def _replay_stats(self, _msg) -> TensorDict:
         """Counters and the priority distribution (quantiles of raw ``|delta|`` over up to 4096 items)."""
-        self.last_contact = time.monotonic()
+        self.watch.word()
         with self.lock:
             size = len(self.store)
             leaves = self.sampler.tree.sums[0][:size]
@@ -203,7 +199,7 @@ class ReplayServer:
 
     def _replay_state(self, _msg) -> TensorDict:
         """Contents, tree, cursor and counters as one byte tensor (a checkpoint of this shard)."""
-        self.last_contact = time.monotonic()
+        self.watch.word()
         with self.lock:
             self._drain()  # what was accepted is in the checkpoint
             state = {
@@ -216,6 +212,7 @@ class ReplayServer:
         return TensorDict({keys.SHARD_STATE: torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)})
 
     def _load_replay_state(self, msg: TensorDict) -> TensorDict:
+        self.watch.word()
         state = torch.load(io.BytesIO(msg[keys.SHARD_STATE].numpy().tobytes()), weights_only=True)
         with self.lock:
             self.store.inserted = 0  # whatever it held is replaced
@@ -229,6 +226,7 @@ class ReplayServer:
     def _replay_stop(self, msg: TensorDict) -> TensorDict:
         """The run is over: inserts answer ``stop`` from now on; with ``exit`` the loop ends too (the
         learner sends that after its final checkpoint, which reads this shard's contents)."""
+        self.watch.word()
         self.stopped.set()
         if bool(msg[keys.SHARD_EXIT]):
             self.exit.set()
@@ -279,59 +277,19 @@ class ReplayServer:
             self._write(self._items(msg))
 
     def run(self) -> None:
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        self.watch.signals.install(cont=False)  # main thread only (a shard in a thread leaves them to its host)
         try:
             self._loop()
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-
-    def _on_sigterm(self, *_) -> None:
-        # only flags: the loop serves on until the learner has checkpointed this shard's contents
-        if self.sigterm_at is None:
-            self.sigterm_at = time.monotonic()
-
-    def _sigterm_wait_over(self) -> bool:
-        """After a SIGTERM: has the wait for the learner's stop run out, or is the learner gone?"""
-        waited = time.monotonic() - self.sigterm_at
-        if waited > self.cfg.transport.call_timeout_s + SIGTERM_MARGIN_S:
-            print(f"[replay {self.ctx.rank}] SIGTERM: no stop from the learner in {waited:.0f}s, exiting", flush=True)
-            return True
-        if self._learner is None:
-            return False
-        if self._ping is not None and self._ping.done():
-            try:
-                self._ping.result()
-            except CallTimeoutError:  # a busy learner (writing the checkpoint) is not a gone one
-                pass
-            except TransportError as e:
-                print(f"[replay {self.ctx.rank}] SIGTERM: the learner is gone ({e}), exiting", flush=True)
-                return True
-            self._ping = None
-        if self._ping is None:
-            self._ping = self.ctx.transport.call(self._learner, "ping", None, SIGTERM_PING_S)
-        return False
+            self.watch.signals.restore()
 
     def _loop(self) -> None:
-        idle_limit = 2 * self.cfg.transport.call_timeout_s
-        said = False
         while not self.exit.is_set():
-            if self.sigterm_at is not None:
-                if not said:
-                    print(f"[replay {self.ctx.rank}] SIGTERM: serving until the learner's last checkpoint", flush=True)
-                    said = True
-                if self._sigterm_wait_over():
-                    return
+            if self.watch.wait_over():
+                return
             try:
                 msg = self.inbox.get(timeout=0.2)
             except queue.Empty:
-                if time.monotonic() - self.last_contact > idle_limit and self.store.inserted:
-                    print(
-                        f"[replay {self.ctx.rank}] no word from the learner in {idle_limit:.0f}s, exiting", flush=True
-                    )
-                    return
                 continue
             self.loops += 1
             faults.maybe_signal(self.ctx.rank, self.loops)  # a "step" of a shard: one insert message taken

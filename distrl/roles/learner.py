@@ -25,7 +25,7 @@ import torch
 from distrl.nn.models import clip_towers
 from distrl.nn.obs_norm import find_obs_norm, fold_observations
 from distrl.roles.session import LearnerSession
-from distrl.runtime import faults
+from distrl.runtime import faults, supervisor
 from distrl.runtime.context import RoleContext
 
 
@@ -105,6 +105,7 @@ class Learner:
         """Batches and updates until the stop rule says why; then the final evaluation, the goodbyes,
         the last checkpoint and ``summary.json`` (returned)."""
         session = self.session
+        supervisor.beat()  # the watchdog is armed from here to the end (start() is bounded: its calls are)
         try:
             self.start()
             try:

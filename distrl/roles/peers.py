@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from typing import Callable, Optional
 
 from distrl.logging.tracker import RunTracker
+from distrl.runtime import supervisor
 from distrl.runtime.context import RoleContext
 from distrl.transport.base import PeerLostError, TransportError
 
@@ -34,8 +35,11 @@ def _take_one(q: queue.Queue) -> bool:
 class PeerWatch:
     """Liveness of every rank the learner's transport reaches (none for collective recipes)."""
 
-    def __init__(self, ctx: RoleContext, tracker: RunTracker):
+    def __init__(self, ctx: RoleContext, tracker: RunTracker, paused_since: Callable[[float], bool] = lambda t: False):
         self.transport, self.roles, self.tracker = ctx.transport, dict(ctx.roles), tracker
+        #: ``paused_since(t)``: was this process stopped after ``t``? A ping it sent before a pause of
+        #: its own (SIGSTOP, then SIGCONT) may time out unread: that says nothing of the peer
+        self.paused_since = paused_since
         self.grace_s, self.timeout_s = ctx.cfg.run.peer_grace_s, ctx.cfg.transport.call_timeout_s
         #: the other ranks a transport reaches
         self.ranks = [r for r in ctx.roles if r != ctx.rank] if ctx.transport is not None else []
@@ -77,7 +81,8 @@ class PeerWatch:
             except PeerLostError as e:
                 self.lose(rank, e.reason or "connection lost")
             except TransportError as e:  # a timeout: the peer is stopped, wedged or overloaded
-                self.lose(rank, str(e))
+                if not self.paused_since(sent):  # (or we were: then the next ping asks again)
+                    self.lose(rank, str(e))
         if now - self._last_ping < PING_INTERVAL_S:
             return
         self._last_ping = now
@@ -113,6 +118,7 @@ class PeerWatch:
         deadline = time.monotonic() + self.timeout_s
         lost = self.transport.lost_peers
         while time.monotonic() < deadline and waiting() - lost():
+            supervisor.beat()  # bounded by the call timeout: progress for the watchdog
             if heartbeat:
                 self.heartbeat()
             if drain is None or not _take_one(drain):

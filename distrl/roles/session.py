@@ -9,7 +9,6 @@ through ``tracker.count``.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any, Callable, Optional
 import torch
 from tensordict import TensorDict
 
-from distrl.runtime import supervisor
+from distrl.runtime import faults, supervisor
 from distrl.runtime.checkpoint import (
     list_checkpoints,
     resume_checkpoint,
@@ -36,9 +35,14 @@ from distrl.logging.plots import plot_run_curves
 from distrl.nn.models import resolve_device
 from distrl.roles.peers import PeerWatch
 from distrl.runtime.context import RoleContext
+from distrl.runtime.signals import StopSignals
 
 MAX_NONFINITE_STREAK = 10  #: consecutive non-finite losses after which the run stops
 EVAL_SEED_OFFSET = 10_000  #: greedy evaluation seeds are run.seed + this: episodes no training env plays
+
+
+class _Interrupted(Exception):
+    """A stop signal came during an evaluation: its episodes are abandoned."""
 
 
 class LearnerSession:
@@ -63,11 +67,14 @@ class LearnerSession:
         #: (a reply then says ``stop``; Sample Factory mirrors it into its shared memory)
         self.stopping = threading.Event()
         #: the other ranks' liveness: pings, the lost ones, every source lost (:class:`PeerWatch`)
-        self.peers = PeerWatch(ctx, self.tracker)
+        #: SIGTERM, SIGINT, SIGHUP, SIGQUIT: a checkpoint, then the stop (flags only: the loop, an
+        #: evaluation's steps and the checkpoints look at them); SIGCONT: when a pause of ours ended
+        self.signals = StopSignals()
+        self.peers = PeerWatch(ctx, self.tracker, self.signals.paused_since)
         self._last_checkpoint = time.monotonic()
+        self._saved_updates: Optional[int] = None  # the updates the newest checkpoint of this run holds
         self._last_eval = time.monotonic()
         self._nonfinite_streak = 0
-        self._sigterm = threading.Event()
         #: the learner loop's time: ``wait`` (for data), ``learn``, ``eval``, ``checkpoint``, ``other``;
         #: other roles' budgets arrive in their messages (``tracker.budget_book.update``)
         self.budget = TimeBudget()
@@ -90,21 +97,21 @@ class LearnerSession:
         #: what load_policy rebuilds, saved in every checkpoint (nn/ cannot look the recipe up by name):
         #: ``Recipe.policy_network``, unless the learner trains another network (apex's SAC: ``"sac"``)
         self.policy_network: Optional[str] = ctx.recipe.policy_network if ctx.recipe is not None else None
-        self._previous_sigterm = None  # the caller's handler, given back by finish()
-        if threading.current_thread() is threading.main_thread():
-            # Preemption: checkpoint at the next tick, then stop (the handler itself only flags).
-            self._previous_sigterm = signal.signal(signal.SIGTERM, lambda *_: self._sigterm.set())
+        self.signals.install()  # main thread only; finish() gives the caller's handlers back
 
     # ---- stop rule and liveness -----------------------------------------------------------------
     def should_stop(self) -> bool:
         """Whether the loop should stop (``stop_reason`` says why). It also pings the peers, so a
         loop that calls it while it waits for data notices them die (``all_peers_lost``)."""
         supervisor.beat()  # the loop turns: the rank's watchdog (run.watchdog_s) sees progress
-        if self.stop_reason is None and self._sigterm.is_set():
-            self.stop_reason = "sigterm"
+        if self.stop_reason is None and self.signals.received is not None:
+            self.stop_reason, name = self.signals.reason, self.signals.received.name
             if self._trained is not None:  # checkpoint first: evaluation and goodbyes come after
-                self.checkpoint(*self._trained)
-            print("[learner] SIGTERM: stopping after a checkpoint", flush=True)
+                if self._saved_updates == self.tracker.updates:  # (one was being written as it came)
+                    print(f"[learner] {name}: the newest checkpoint holds every update", flush=True)
+                else:
+                    self.checkpoint(*self._trained)
+            print(f"[learner] {name}: stopping after a checkpoint", flush=True)
         if self.stop_reason is None:
             reason = self.tracker.stop_reason()
             if reason == "target_return" and not self._target_confirmed():
@@ -124,6 +131,8 @@ class LearnerSession:
         if self.tracker.episodes < self._confirm_after:
             return False
         returns = self.evaluate()
+        if self.signals.received is not None:  # cut short by a stop signal: the stop comes first
+            return False
         score = sum(returns) / len(returns) if returns else float("inf")
         if returns and self._trained is not None:
             self._record_eval(returns, *self._trained)
@@ -165,10 +174,24 @@ class LearnerSession:
 
     # ---- persistence ------------------------------------------------------------------------------
     def checkpoint(self, model: torch.nn.Module, optim: torch.optim.Optimizer, extra: Optional[dict] = None) -> Path:
+        """Write the newest checkpoint. Its two slow parts (the roles' extra state, an Ape-X replay
+        read over calls that are each bounded; the write) are each preceded by a beat, so the
+        watchdog bounds each by ``run.watchdog_s``."""
         self._last_checkpoint = time.monotonic()
-        return save_checkpoint(self.run_dir, self.tracker.updates, self._state(model, optim, extra))
+        supervisor.beat()
+        state = self._state(model, optim, extra)
+        supervisor.beat()
+        faults.maybe_signal(self.ctx.rank, self.tracker.updates, faults.IN_CHECKPOINT)
+        path = save_checkpoint(self.run_dir, self.tracker.updates, state)
+        self._saved_updates = self.tracker.updates
+        supervisor.beat()
+        return path
 
-    def _state(self, model: torch.nn.Module, optim: torch.optim.Optimizer, extra: Optional[dict] = None) -> dict:
+    def _state(
+        self, model: torch.nn.Module, optim: torch.optim.Optimizer, extra: Optional[dict] = None, roles: bool = True
+    ) -> dict:
+        """What a checkpoint holds; ``roles=False`` leaves out :attr:`extra_state` (``best.pt`` is a
+        policy to keep, not a run to resume: an Ape-X replay of gigabytes stays out of it)."""
         state: dict[str, Any] = {
             "model": model.state_dict(),
             "optim": optim.state_dict(),
@@ -179,7 +202,7 @@ class LearnerSession:
             "action_encoding": self.action_encoding,
             "policy_network": self.policy_network,
         }
-        if self.extra_state is not None:
+        if self.extra_state is not None and roles:
             state["extra"] = self.extra_state()
         state.update(extra or {})
         return state
@@ -204,7 +227,7 @@ class LearnerSession:
     def _record_eval(self, returns: list[float], model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Count an evaluation of the current policy; the best so far is saved as ``best.pt``."""
         if self.tracker.add_eval(returns):
-            save_best(self.run_dir, self._state(model, optim) | {"eval_returns": list(returns)})
+            save_best(self.run_dir, self._state(model, optim, roles=False) | {"eval_returns": list(returns)})
 
     def restore(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> Optional[dict]:
         """Load the newest valid checkpoint when ``run.resume`` is set; returns it (for extras).
@@ -239,10 +262,24 @@ class LearnerSession:
         """Returns of ``run.eval_episodes`` greedy episodes of ``policy`` (``obs [B, *F] -> logits or
         Q [B, A]``, or what ``head`` reads: :mod:`distrl.nn.heads`) on ``run.env``, seeded apart from
         every training env."""
-        run = self.cfg.run
-        return evaluate(
-            policy, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari, head
-        )
+        run, steps = self.cfg.run, 0
+
+        def watched(obs: torch.Tensor) -> torch.Tensor:
+            nonlocal steps
+            steps += 1
+            supervisor.beat()  # each step is progress for the watchdog; a hung env step is silence
+            faults.maybe_signal(self.ctx.rank, steps, faults.IN_EVALUATION)
+            if self.signals.received is not None:  # the checkpoint and the stop cannot wait for the episodes
+                raise _Interrupted
+            return policy(obs)
+
+        try:
+            return evaluate(
+                watched, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari, head
+            )
+        except _Interrupted:
+            print(f"[learner] {self.signals.received.name}: evaluation cut short at step {steps}", flush=True)
+            return []
 
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Once per learner loop iteration: liveness, progress, periodic checkpoint."""
@@ -258,6 +295,7 @@ class LearnerSession:
 
     def finish(self, reason: str, eval_returns: list[float], model, optim, extra: Optional[dict] = None) -> dict:
         """Final progress row, checkpoint and ``summary.json``; closes the metric sinks."""
+        supervisor.beat()  # the watchdog stays armed to the end: each step below beats or is bounded
         if eval_returns and reason != "nonfinite_loss":
             self._record_eval(eval_returns, model, optim)
         self.tracker.maybe_report(force=True)
@@ -276,9 +314,8 @@ class LearnerSession:
             )
         if self.tracker.writer is not None:
             self.tracker.writer.close()
-        # a run inside someone's process leaves their SIGTERM handler as it found it
-        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        self.signals.restore()  # a run inside someone's process leaves their handlers as it found them
+        supervisor.beat()
         if self.cfg.run.logger != "none":
             plot_run_curves(self.run_dir, self.cfg.recipe)
         ev = summary["eval_return_mean"]

@@ -10,6 +10,8 @@ actor's unroll, a learner's update). Kinds:
 | ``kill`` | any rank | SIGKILL itself (a crash no handler sees) |
 | ``stop`` | any rank | SIGSTOP itself (a hung process; SIGCONT resumes it) |
 | ``sigterm`` | any rank | SIGTERM itself (as a scheduler's preemption would) |
+| ``eval_sigterm`` | learner | SIGTERM itself at that step of an evaluation (its vector steps), once |
+| ``checkpoint_sigterm`` | learner | SIGTERM itself in its first checkpoint from that update on, before the write |
 | ``env_error`` | actor, env worker | its environment raises inside ``step``, once |
 | ``env_error_always`` | actor, env worker | its environment raises on every step from then on (the give-up path) |
 | ``bad_obs`` | actor | it sends float64 observations of the wrong width |
@@ -73,9 +75,19 @@ def record(kind: str, rank: int, step: int) -> None:
             f.write(json.dumps({"kind": kind, "rank": rank, "step": step, "time": time.time()}) + "\n")
 
 
-def maybe_signal(rank: int, step: int) -> None:
-    """Deliver a scheduled ``kill``, ``stop`` or ``sigterm`` to this process, once."""
-    for kind, sig in (("kill", signal.SIGKILL), ("stop", signal.SIGSTOP), ("sigterm", signal.SIGTERM)):
+#: the kinds that SIGTERM the learner in the middle of its evaluation and of its checkpoint
+IN_EVALUATION, IN_CHECKPOINT = "eval_sigterm", "checkpoint_sigterm"
+
+
+def maybe_signal(rank: int, step: int, kind: str = "") -> None:
+    """Deliver a scheduled ``kill``, ``stop`` or ``sigterm`` to this process, once; with ``kind``
+    (:data:`IN_EVALUATION`, :data:`IN_CHECKPOINT`), that kind's SIGTERM only."""
+    kinds = (
+        ((kind, signal.SIGTERM),)
+        if kind
+        else (("kill", signal.SIGKILL), ("stop", signal.SIGSTOP), ("sigterm", signal.SIGTERM))
+    )
+    for kind, sig in kinds:
         if due(kind, rank, step) and (kind, rank) not in _fired:
             _fired.add((kind, rank))
             record(kind, rank, step)

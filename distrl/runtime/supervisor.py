@@ -3,7 +3,9 @@
 Why: torchrun tears the whole job down when any of its workers dies, but an actor that dies
 should cost the job one actor, not the run. So the process torchrun started only supervises:
 
-- the child runs the role (transport, loop); the supervisor forwards SIGTERM/SIGINT to it;
+- the child runs the role (transport, loop); the supervisor forwards SIGTERM, SIGINT, SIGHUP and
+  SIGQUIT to it (torchrun passes each on to its ranks), and kills it :data:`SIGNAL_GRACE_S` later if
+  it is still running (the learner checkpoints well within that);
 - a non-critical role (an actor, an env worker) that dies is logged in one line and the rank
   exits 0, so torchrun lets the rest of the job go on;
 - a critical role (the learner) that dies makes the rank exit 1, so torchrun stops the job, or
@@ -33,8 +35,11 @@ import time
 from datetime import timedelta
 from typing import Callable, Optional
 
+from distrl.runtime.signals import STOP_SIGNALS
+
 _PR_SET_PDEATHSIG = 1
 WATCHDOG_EXIT = 5  #: a rank's exit status when its critical role was killed for making no progress
+SIGNAL_GRACE_S = 30.0  #: how long a child may run on after a forwarded stop signal (torchrun's own bound too)
 
 _beat = None  # in a supervised child: the shared timestamp its supervisor watches
 
@@ -53,15 +58,16 @@ def _done_key() -> str:
 
 def child_main(target: Callable[[], int], shared_beat=None) -> None:
     """The body of a child process: dies with its parent (``PR_SET_PDEATHSIG``), takes the default
-    SIGTERM/SIGINT handling, runs ``target`` and exits with its status through ``os._exit``."""
+    handling of the stop signals (a role that checkpoints installs its own), runs ``target`` and
+    exits with its status through ``os._exit``."""
     global _beat
     _beat = shared_beat
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # not Linux: the supervisor's own cleanup still applies
         pass
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
     os._exit(int(target() or 0))
 
 
@@ -131,12 +137,12 @@ def supervise(
         except ProcessLookupError:
             pass
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    old = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
     store, done_since = _Store(), None
     try:
         while child.is_alive():
             child.join(0.5)
-            if forwarded and time.monotonic() - forwarded[0] > 30:  # ignored SIGTERM: end it
+            if forwarded and time.monotonic() - forwarded[0] > SIGNAL_GRACE_S:  # an ignored stop signal: end it
                 child.kill()
             silent = time.monotonic() - shared_beat.value
             if (

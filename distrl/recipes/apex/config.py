@@ -60,6 +60,9 @@ class ApexConfig:
     #: how far (in sampled items) a shard may drift from that ratio before it holds one side
     spi_tolerance: float = 20_000.0
     insert_queue_size: int = 8  #: insert messages a shard queues before it tells actors to hold
+    #: seconds a replay shard goes without a word from the learner (a call, its pings) before it pings
+    #: the learner; it leaves once the learner is gone, not while it is busy or paused (ReplayConfig.idle_s)
+    shard_idle_s: float = 60.0
     hold_sleep_s: float = 0.05  #: how long a held actor or learner waits before it tries again
     params_interval_s: float = 0.2  #: how often an actor reports its statistics to the learner (never waiting)
     #: env steps an actor takes between parameter pulls (each rides on a report; 0: every report
@@ -126,6 +129,7 @@ class ApexConfig:
         check(0 <= self.report_max_eps <= 1, "algo.report_max_eps must be in [0, 1]")
         check(self.learner in LEARNERS, f"algo.learner must be one of {LEARNERS}, got {self.learner!r}")
         check(self.random_steps >= 0, f"algo.random_steps must be >= 0, got {self.random_steps}")
+        check(self.shard_idle_s > 0, f"algo.shard_idle_s must be > 0, got {self.shard_idle_s}")
         check(0 < self.tau <= 1, f"algo.tau must be in (0, 1], got {self.tau}")
         check(self.init_temperature > 0, f"algo.init_temperature must be > 0, got {self.init_temperature}")
 
@@ -140,6 +144,7 @@ class ApexConfig:
             samples_per_insert=self.samples_per_insert,
             spi_tolerance=self.spi_tolerance,
             queue_size=self.insert_queue_size,
+            idle_s=self.shard_idle_s,
         )
 
     @property
