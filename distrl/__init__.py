@@ -15,7 +15,7 @@ __version__ = "0.2.0"
 # Imported on first use (PEP 562): ``distrl --version`` and the launcher stay free of torch imports.
 _EXPORTS = {
     "load_policy": "distrl.nn.trained_policy",
-    "export_policy": "distrl.nn.trained_policy",
+    "export_policy": "distrl.nn.export",
     "SumTreeSampler": "distrl.replay.sum_tree",
     "ReplayServiceBuffer": "distrl.replay.buffer",
     "FleetCollector": "distrl.fleet.collector",

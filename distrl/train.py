@@ -6,7 +6,7 @@
     python launch/train.py impala ...                                     # from a checkout
 
 The installed ``distrl`` command is :func:`console`: ``train`` (this module's :func:`main`),
-``compare``, ``sweep``, ``plot`` and ``export-policy`` (:data:`COMMANDS`).
+``compare``, ``sweep``, ``plot``, ``eval`` and ``export-policy`` (:data:`COMMANDS`).
 
 Every bad option, unknown env id or world size the recipe cannot fill ends here with one
 line on stderr and exit status 2, before any process group starts; so does a run directory that
@@ -107,7 +107,11 @@ COMMANDS = {
     ),
     "sweep": ("distrl.studies.sweep:main", "one recipe over seeds without early stop: the distribution"),
     "plot": ("distrl.logging.plots:main", "learning curves of run directories side by side, one PNG"),
-    "export-policy": ("distrl.nn.trained_policy:export_main", "a trained policy as a TorchRL actor (RUN_DIR OUT.pt)"),
+    "eval": ("distrl.studies.evaluate:main", "play a trained run's policy: returns, an interval, videos (RUN_DIR)"),
+    "export-policy": (
+        "distrl.nn.export:main",
+        "a trained policy to one file: a TorchRL actor, or a torch.export program (RUN_DIR OUT)",
+    ),
 }
 
 

@@ -1,4 +1,4 @@
-"""A trained policy taken back into TorchRL: :func:`load_policy` and ``distrl export-policy``.
+"""A trained policy taken back into TorchRL: :func:`load_policy` (:mod:`distrl.nn.export` writes it to a file).
 
 A run directory holds ``config.json`` and the learner's checkpoints (``checkpoints/ckpt_*.pt``,
 the newest being the final policy, and ``best.pt``, the best-evaluated one). :func:`load_policy`
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import NoReturn, Optional
 
@@ -109,7 +108,7 @@ def _dims(state: dict, prefix: str) -> tuple[tuple[int, ...], int]:
     return obs_shape, weights[-1].shape[0]
 
 
-def _spec(
+def resolve_action_spec(
     action_spec: Optional[TensorSpec], num_actions: Optional[int], action_dim: int, env_id: str, encoding: Optional[str]
 ) -> TensorSpec:
     """The action spec the actor writes to: the user's, else for discrete actions the training env's
@@ -142,7 +141,7 @@ def policy_network(ckpt: dict) -> str:
     )
 
 
-def _build_model(cfg: dict, state: dict, network: str) -> tuple[nn.Module, Optional[int], int]:
+def build_model(cfg: dict, state: dict, network: str) -> tuple[nn.Module, Optional[int], int]:
     """The recipe's network with the checkpoint's weights: ``(model, num_actions or None, action_dim)``."""
     from distrl.config import NetConfig, from_dict
     from distrl.nn.models import ActorCritic, QNetwork
@@ -221,12 +220,12 @@ def load_policy(
     if "model" not in state:
         _fail(f"{checkpoint} checkpoint of {run_dir} holds no model")
     network = policy_network(state)
-    model, num_actions, action_dim = _build_model(cfg, state["model"], network)
+    model, num_actions, action_dim = build_model(cfg, state["model"], network)
     model.to(device)
     encoding = state.get("action_encoding")  # absent from checkpoints written before it was recorded
     if encoding is not None and encoding not in ACTION_ENCODINGS:
         _fail(f"{checkpoint} checkpoint of {run_dir} has action_encoding {encoding!r}, not one of {ACTION_ENCODINGS}")
-    spec = _spec(action_spec, num_actions, action_dim, cfg["run"]["env"], encoding).to(device)
+    spec = resolve_action_spec(action_spec, num_actions, action_dim, cfg["run"]["env"], encoding).to(device)
     obs_key = cfg.get("algo", {}).get("obs_key", keys.OBSERVATION)  # vecenv's on a factory env
     if network == "q_network":
         if sample:
@@ -271,72 +270,3 @@ def load_policy(
         return_log_prob=True,
         safe=isinstance(spec, Bounded),
     )
-
-
-def export_policy(run_dir: str | Path, out: str | Path, **kwargs) -> Path:
-    """Write :func:`load_policy`'s actor to ``out`` whole (``torch.save`` of the module); load it
-    back with ``torch.load(out, weights_only=False)`` where torch, tensordict, torchrl and distrl
-    are installed (the pickle names their classes).
-
-    A whole module cannot be loaded weights-only: ``weights_only=False`` runs whatever the file
-    names, so load only an export you made or got from someone you trust. For a reader who should
-    not have to trust the file, share the run's ``config.json`` and a checkpoint instead:
-    :func:`load_policy` reads the checkpoint weights-only and rebuilds the module from code."""
-    actor = load_policy(run_dir, **kwargs)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(actor, out)
-    return out
-
-
-def export_main(argv: list[str]) -> int:
-    """``distrl export-policy RUN_DIR OUT.pt``: one line on stderr and status 2 on bad input."""
-    from distrl.runtime.args import OneLineParser
-
-    p = OneLineParser(
-        prog="distrl export-policy",
-        description="Write a run's trained policy as a TorchRL actor module (torch.save of the whole "
-        "module; load with torch.load(OUT, weights_only=False), which runs what the file "
-        "names: load only exports you trust).",
-    )
-    p.add_argument("run_dir", help="the run directory (--run-dir of distrl train)")
-    p.add_argument("out", help="file to write, e.g. policy.pt")
-    p.add_argument(
-        "--checkpoint",
-        default="best",
-        help="best (default: checkpoints/best.pt), last (the final policy) or a checkpoint file",
-    )
-    p.add_argument("--sample", action="store_true", help="sample actions by default instead of the greedy mode")
-    # Without either flag, discrete actions are encoded as the training env took them (load_policy).
-    encoding = p.add_mutually_exclusive_group()
-    encoding.add_argument(
-        "--categorical-actions",
-        action="store_true",
-        help="discrete actions as indices (GymEnv(categorical_action_encoding=True)) whatever "
-        "the training env took (default: as it took them; one-hot for a gymnasium id)",
-    )
-    encoding.add_argument(
-        "--one-hot-actions",
-        action="store_true",
-        help="discrete actions one-hot (GymEnv's default) whatever the training env took",
-    )
-    args = p.parse_args(argv)
-    spec = None
-    try:
-        if args.categorical_actions or args.one_hot_actions:
-            cfg, state = load_run(args.run_dir, args.checkpoint)
-            _, num_actions, _ = _build_model(cfg, state["model"], policy_network(state))
-            if num_actions is None:
-                flag = "--categorical-actions" if args.categorical_actions else "--one-hot-actions"
-                _fail(f"{flag}: the run's policy has continuous actions")
-            spec = Categorical(num_actions) if args.categorical_actions else OneHot(num_actions)
-        out = export_policy(args.run_dir, args.out, checkpoint=args.checkpoint, sample=args.sample, action_spec=spec)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"[distrl] wrote {out}: torch.load({str(out)!r}, weights_only=False) gives the TorchRL actor")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(export_main(sys.argv[1:]))
