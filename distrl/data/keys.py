@@ -35,6 +35,10 @@ RESET = "_reset"
 
 #: a discrete policy's unnormalised log-probabilities ``[*B, A]`` float32 (ProbabilisticActor's input)
 LOGITS = "logits"
+#: which discrete actions are legal ``[*B, A]`` bool (True: legal): an env's ``info`` or Dict observation
+#: key, and what a loaded policy reads beside ``observation`` (TorchRL's ``MaskedCategorical`` name).
+#: Inside distrl it travels as the observation's last ``A`` entries (distrl/envs/action_mask.py)
+ACTION_MASK = "action_mask"
 #: a Gaussian policy's mean and standard deviation, each ``[*B, A]`` float32
 LOC = "loc"
 SCALE = "scale"

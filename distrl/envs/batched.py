@@ -43,6 +43,8 @@ class BatchedEnv:
     num_actions: int | None  #: None for continuous actions
     action_dim: int
     max_episode_steps: int | None  #: the time limit if the env declares one (bounds evaluation)
+    #: whether observations end with the env's action mask (distrl/envs/action_mask.py; gymnasium ids only)
+    action_mask: bool = False
 
     def reset(self) -> torch.Tensor:
         """Resets every env; returns the first observation ``[B, *obs_shape]``."""
@@ -210,7 +212,7 @@ class GymVectorEnv(BatchedEnv):
         )
         self.num_envs, self.num_actions, self.action_dim = num_envs, info.num_actions, info.action_dim
         self.obs_shape, self.obs_dtype = info.shape, info.obs_dtype or torch.float32
-        self.max_episode_steps = None
+        self.max_episode_steps, self.action_mask = None, info.action_mask
         space = self.env.single_action_space
         self.low, self.high = (None, None) if self.num_actions else (space.low, space.high)
 

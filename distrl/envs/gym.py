@@ -29,6 +29,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from distrl.envs import atari, video
 from distrl.envs import mock  # noqa: F401  (registers the deterministic test envs)
+from distrl.envs.action_mask import action_masked, wrap_action_mask
 from distrl.envs.info import EnvInfo, is_factory
 
 #: MinAtar's time limit in steps. The package sets none: a good Breakout policy can keep the ball
@@ -73,7 +74,7 @@ def make_env(env_id: str, atari_opts=None, render_mode: Optional[str] = None) ->
         chw = gym.spaces.Box(np.moveaxis(space.low, -1, 0), np.moveaxis(space.high, -1, 0), (c, h, w), space.dtype)
         # a contiguous copy: a strided view would be copied again by every buffer it lands in
         env = gym.wrappers.TransformObservation(env, lambda o: np.ascontiguousarray(np.moveaxis(o, -1, 0)), chw)
-    return env
+    return wrap_action_mask(env, env_id)  # an action mask becomes the observation's last A entries
 
 
 def as_obs(obs: np.ndarray) -> torch.Tensor:
@@ -152,7 +153,7 @@ def _spaces(env_id: str) -> EnvInfo:
                 frame_skip=atari.FRAME_SKIP,
             )
         if isinstance(space, gym.spaces.Discrete):
-            return EnvInfo(obs_dim, int(space.n), 1, obs_shape=shape, obs_dtype=dtype)
+            return EnvInfo(obs_dim, int(space.n), 1, obs_shape=shape, obs_dtype=dtype, action_mask=action_masked(env))
         return EnvInfo(obs_dim, None, int(np.prod(space.shape)), obs_shape=shape, obs_dtype=dtype)
     finally:
         env.close()

@@ -41,6 +41,9 @@ class EnvInfo:
     #: whether ``vecenv`` steps it in the torch-native suite (distrl/envs/torch_envs/) rather than in
     #: gymnasium's vector env on the CPU; every other recipe steps gymnasium's (or the factory's) env
     torch_native: bool = False
+    #: whether the observation ends with the env's action mask, ``num_actions`` 0/1 entries (a Dict
+    #: observation's or ``info``'s ``action_mask``, folded in by distrl/envs/action_mask.py)
+    action_mask: bool = False
 
     @property
     def shape(self) -> tuple[int, ...]:

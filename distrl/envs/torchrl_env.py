@@ -131,6 +131,11 @@ def check_factory(spec: str) -> EnvInfo:
 def _info(spec: str, env: EnvBase) -> EnvInfo:
     """Sizes of a checked env, or ``ValueError`` naming what distrl cannot train on."""
     batch = len(env.batch_size)
+    if keys.ACTION_MASK in env.observation_spec.keys():  # silently ignored, its agent would play illegal moves
+        raise ValueError(
+            f"--env {spec}: distrl reads action masks from gymnasium envs (a Dict observation or info), not from a "
+            "TorchRL env's action_mask: give the gymnasium id (docs/action-masks.md)"
+        )
     if keys.OBSERVATION not in env.observation_spec.keys():
         raise ValueError(
             f"--env {spec}: the env has no {keys.OBSERVATION!r} (it has "

@@ -21,6 +21,7 @@ from torch import nn
 # re-exported: modules import them from here, and pickles of exported policies name distrl.nn.models.Tanh
 from distrl.nn.activations import ACTIVATIONS, Tanh  # noqa: F401
 from distrl.config import NetConfig
+from distrl.nn.action_mask import MaskedOutput
 from distrl.nn.encoders import MLPEncoder, as_shape, make_encoder, resolve_encoder
 from distrl.nn.heads import GaussianParams, greedy_actions, make_head, sample_actions  # noqa: F401  (re-exported)
 from distrl.nn.obs_norm import ObsNorm
@@ -123,11 +124,17 @@ class ActorCritic(nn.Module):
     (``num_actions=None``, ``action_dim=A``); ``policy(obs)`` and ``value(obs)`` are the two towers
     as modules. With observation normalisation (:func:`wants_obs_norm`) both towers start with one
     shared :class:`distrl.nn.obs_norm.ObsNorm` (``obs_norm``; None without). ``obs_shape`` may be an
-    int ``F`` (``(F,)``).
+    int ``F`` (``(F,)``). With ``action_mask`` (an env whose observation ends with its mask,
+    :mod:`distrl.nn.action_mask`) the policy tower sets illegal actions' logits to the lowest float.
     """
 
     def __init__(
-        self, obs_shape: int | Sequence[int], num_actions: int | None, net: NetConfig = NetConfig(), action_dim: int = 1
+        self,
+        obs_shape: int | Sequence[int],
+        num_actions: int | None,
+        net: NetConfig = NetConfig(),
+        action_dim: int = 1,
+        action_mask: bool = False,
     ):
         super().__init__()
         self.obs_shape, self.num_actions = as_shape(obs_shape), num_actions
@@ -150,6 +157,10 @@ class ActorCritic(nn.Module):
             self.obs_norm = ObsNorm(self.obs_shape[0]) if wanted else None
         if self.obs_norm is not None and torso is None:
             policy, value = nn.Sequential(self.obs_norm, policy), nn.Sequential(self.obs_norm, value)
+        if action_mask:
+            if num_actions is None or torso is not None:
+                raise ValueError("action masks need discrete actions and a flat observation (the mlp encoder)")
+            policy = MaskedOutput(policy, num_actions)
         self.policy, self.value = policy, value
         #: ``net.value_norm=on``: statistics of the value targets ``[1]``; ``value`` predicts them standardised
         #: (clamped at 5 sd, Sample Factory's clip), the loss denormalises them for the estimators
@@ -159,7 +170,7 @@ class ActorCritic(nn.Module):
     @classmethod
     def for_env(cls, info, net: NetConfig = NetConfig()) -> "ActorCritic":
         """The network for an env's :class:`distrl.envs.info.EnvInfo` (its shape and action space)."""
-        return cls(info.shape, info.num_actions, net, info.action_dim)
+        return cls(info.shape, info.num_actions, net, info.action_dim, getattr(info, "action_mask", False))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         torso = shared_torso(self.value)
@@ -240,10 +251,16 @@ class QNetwork(nn.Module):
     """Action values over one encoder: ``forward(obs [*B, *obs_shape]) -> Q [*B, A]`` (Ape-X's actors
     and learner). ``q`` is the mlp encoder with a linear head appended (``q.0/2/4``, as ever), or
     ``nn.Sequential(image encoder, Linear)`` as in the papers' DQNs; with ``dueling``,
-    ``nn.Sequential(encoder, DuelingHead)``."""
+    ``nn.Sequential(encoder, DuelingHead)``. With ``action_mask`` that ``q`` is wrapped in a
+    :class:`~distrl.nn.action_mask.MaskedOutput`: illegal actions' values are the lowest float."""
 
     def __init__(
-        self, obs_shape: int | Sequence[int], num_actions: int, net: NetConfig = NetConfig(), dueling: bool = False
+        self,
+        obs_shape: int | Sequence[int],
+        num_actions: int,
+        net: NetConfig = NetConfig(),
+        dueling: bool = False,
+        action_mask: bool = False,
     ):
         super().__init__()
         self.obs_shape, self.num_actions = as_shape(obs_shape), num_actions
@@ -254,6 +271,8 @@ class QNetwork(nn.Module):
             torso = MLPEncoder(self.obs_shape, net) if mlp else make_encoder(self.obs_shape, net)
             head = DuelingHead if dueling else nn.Linear
             self.q = nn.Sequential(torso, head(torso.out_features, num_actions))
+        if action_mask:
+            self.q = MaskedOutput(self.q, num_actions)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.q(obs)

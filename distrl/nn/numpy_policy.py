@@ -13,7 +13,9 @@ A policy MLP (:class:`distrl.nn.encoders.MLPEncoder` with its head, or TorchRL's
 ``nn.Sequential`` of ``Linear`` layers and activation modules; any other module makes
 :meth:`NumpyPolicy.supports` false and the actor keeps its torch policy. Image encoders are such
 modules: a policy over a conv torso always runs in torch (numpy has no fast convolution, and at
-those sizes the convolutions, not torch's dispatch, are the cost).
+those sizes the convolutions, not torch's dispatch, are the cost). A masked policy
+(:class:`distrl.nn.action_mask.MaskedOutput` around such an MLP) runs here too, its mask applied as
+the torch module applies it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from distrl.nn.action_mask import MaskedOutput, masked_value
 from distrl.nn.activations import ACTIVATIONS
 from distrl.nn.encoders import ImageEncoder
 
@@ -57,13 +60,17 @@ class NumpyPolicy:
 
     def __init__(self, mlp: nn.Sequential, seed: int):
         if not self.supports(mlp):
-            raise ValueError(_refusal(mlp))
-        self.mlp = mlp
+            raise ValueError(_refusal(mlp.tower if isinstance(mlp, MaskedOutput) else mlp))
+        #: ``A`` when the last ``A`` observation entries are an action mask (a MaskedOutput), else 0
+        self.masked = mlp.num_actions if isinstance(mlp, MaskedOutput) else 0
+        self.mlp = mlp.tower if self.masked else mlp
         self.rng = np.random.default_rng(seed)
         self.refresh()
 
     @staticmethod
     def supports(mlp: nn.Module) -> bool:
+        if isinstance(mlp, MaskedOutput):
+            mlp = mlp.tower
         return (
             isinstance(mlp, nn.Sequential)
             and len(mlp) > 0
@@ -94,7 +101,12 @@ class NumpyPolicy:
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample from ``softmax(logits(obs))`` by Gumbel-max (:func:`distrl.nn.models.sample_actions`)."""
-        logits = self.logits(obs.numpy())
+        x = obs.numpy()
+        logits = self.logits(x)
+        if self.masked:  # distrl.nn.action_mask.MaskedOutput's rule, a row with no legal action all legal
+            legal = x[:, -self.masked :] > 0.5
+            legal |= ~legal.any(-1, keepdims=True)
+            logits = np.where(legal, logits, np.float32(masked_value(torch.float32)))
         B = logits.shape[0]
         # u in [0, 1): floor it at 1e-10 as sample_actions does (np.maximum: np.clip costs 6x more here)
         u = np.maximum(self.rng.random(logits.shape, dtype=np.float32), np.float32(1e-10))

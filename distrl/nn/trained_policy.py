@@ -32,6 +32,8 @@ encoding (``OneHot`` or ``Categorical``) in every checkpoint (``action_encoding`
 gymnasium id, or a checkpoint from before distrl recorded it, gives one-hot actions, GymEnv's
 default. An ``action_spec`` given to :func:`load_policy` overrides both.
 
+A masked run (docs/action-masks.md) also reads ``action_mask``; neither its mode nor a sample is ever illegal.
+
 Greedy is the mode of the distribution (``InteractionType.DETERMINISTIC``), what every distrl
 evaluation plays. As with any TorchRL actor, a ``set_exploration_type`` context overrides it, and a
 ``Collector`` samples unless given ``exploration_type=ExplorationType.DETERMINISTIC``.
@@ -53,6 +55,7 @@ from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticA
 from distrl.runtime.checkpoint import best_checkpoint_path, list_checkpoints, load_checkpoint, load_latest_checkpoint
 from distrl.data import keys
 from distrl.envs import mock, partial  # noqa: F401  (distrl's own env ids resolve in a TorchRL GymEnv too)
+from distrl.nn.action_mask import MaskBeside, is_masked
 from distrl.nn.heads import LocScale
 from distrl.nn.sac import LocScale as SACLocScale, sac_from_state
 
@@ -158,7 +161,7 @@ def build_model(cfg: dict, state: dict, network: str) -> tuple[nn.Module, Option
         return model.eval(), None, model.action_dim
     if network == "q_network":
         obs_shape, num_actions = _dims(state, "q.")
-        model = QNetwork(obs_shape, num_actions, net, bool(algo.get("dueling", False)))
+        model = QNetwork(obs_shape, num_actions, net, bool(algo.get("dueling", False)), is_masked(state, "q."))
         action_dim = 1
     elif network == "actor_critic":
         obs_shape, out = _dims(state, "policy.")
@@ -169,7 +172,8 @@ def build_model(cfg: dict, state: dict, network: str) -> tuple[nn.Module, Option
         # normalised as the checkpoint says: its statistics are there or not (older vecenv runs
         # switched it with algo.normalize_obs, which net.obs_norm alone does now)
         obs_norm = "on" if any(k.startswith("obs_norm.") for k in state) else "off"
-        model = ActorCritic(obs_shape, num_actions, dataclasses.replace(net, obs_norm=obs_norm), action_dim)
+        net = dataclasses.replace(net, obs_norm=obs_norm)
+        model = ActorCritic(obs_shape, num_actions, net, action_dim, is_masked(state, "policy."))
     else:
         _fail(f"load_policy does not know the network {network!r} of recipe {cfg['recipe']!r}")
     model.load_state_dict(state)
@@ -202,11 +206,11 @@ def load_policy(
 ) -> TensorDictModule:
     """The policy a distrl run trained, as a TorchRL actor (see the module docstring).
 
-    Reads ``observation`` ``[*B, *obs_shape]`` (``algo.obs_key`` for a ``vecenv`` run on a factory env) and
-    writes ``action`` (``[*B]`` indices or ``[*B, A]`` one-hot, as the training env took them or
-    ``action_spec`` says; ``[*B, A]`` floats), plus ``logits`` / ``loc``, ``scale`` and ``action_log_prob``
-    (actor-critics)
-    or ``action_value`` ``[*B, A]`` (apex).
+    Reads ``observation`` ``[*B, *obs_shape]`` (``algo.obs_key`` for a ``vecenv`` run on a factory env;
+    an action-masked run: ``action_mask [*B, A]`` too) and writes ``action`` (``[*B]`` indices or
+    ``[*B, A]`` one-hot, as the training env took them or ``action_spec`` says; ``[*B, A]`` floats), plus
+    ``logits`` / ``loc``, ``scale`` and ``action_log_prob`` (actor-critics) or ``action_value`` ``[*B, A]``
+    (apex).
 
     Args:
         run_dir: a run directory (``--run-dir`` of ``distrl train``).
@@ -227,10 +231,12 @@ def load_policy(
         _fail(f"{checkpoint} checkpoint of {run_dir} has action_encoding {encoding!r}, not one of {ACTION_ENCODINGS}")
     spec = resolve_action_spec(action_spec, num_actions, action_dim, cfg["run"]["env"], encoding).to(device)
     obs_key = cfg.get("algo", {}).get("obs_key", keys.OBSERVATION)  # vecenv's on a factory env
+    masked = is_masked(state["model"], "q." if network == "q_network" else "policy.")  # reads action_mask too
     if network == "q_network":
         if sample:
             _fail("apex's policy is a Q-network, greedy only: wrap it in torchrl.modules.EGreedyModule to explore")
-        return QValueActor(model, in_keys=[obs_key], spec=spec)
+        q = TensorDictModule(MaskBeside(model), [obs_key, keys.ACTION_MASK], ["action_value"]) if masked else model
+        return QValueActor(q, in_keys=None if masked else [obs_key], spec=spec)
     interaction = InteractionType.RANDOM if sample else InteractionType.DETERMINISTIC
     if network == "sac":
         box = {"low": model.action_bias - model.action_scale, "high": model.action_bias + model.action_scale}
@@ -248,7 +254,8 @@ def load_policy(
         dist = OneHotCategorical if isinstance(spec, OneHot) else torch.distributions.Categorical
         if not isinstance(spec, (OneHot, Categorical)):
             _fail(f"the run's policy has {num_actions} discrete actions but the action spec is {type(spec).__name__}")
-        module = TensorDictModule(model.policy, in_keys=[obs_key], out_keys=[keys.LOGITS])
+        in_keys = [obs_key, keys.ACTION_MASK] if masked else [obs_key]
+        module = TensorDictModule(MaskBeside(model.policy) if masked else model.policy, in_keys, [keys.LOGITS])
         return ProbabilisticActor(
             module,
             in_keys=[keys.LOGITS],

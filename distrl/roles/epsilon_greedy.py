@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from distrl.algorithms.apex import epsilon_ladder
+from distrl.nn.action_mask import legal_from_output, random_legal
 
 
 def env_ladder(
@@ -39,15 +40,18 @@ class EpsilonGreedyHead:
     float broadcasts. :meth:`sample` returns the log-probability of the taken action under this
     behaviour policy, ``log(1 - eps + eps / A)`` for the greedy action and ``log(eps / A)`` for
     another, so a trajectory of it carries what an off-policy correction would need.
+
+    With ``masked`` (Q-values of a masked network, :mod:`distrl.nn.action_mask`, illegal actions at the
+    lowest float) the random draw is among the ``L`` legal actions of each row and ``A`` above is ``L``.
     """
 
     continuous = False
 
-    def __init__(self, num_actions: int, epsilon: float | torch.Tensor = 0.0):
+    def __init__(self, num_actions: int, epsilon: float | torch.Tensor = 0.0, masked: bool = False):
         self.num_actions = self.width = num_actions
         self.action_shape: tuple[int, ...] = ()
         self.action_dtype = torch.int64
-        self.epsilon = epsilon
+        self.epsilon, self.masked = epsilon, masked
 
     def sample(self, out: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(action [N] int64, log_prob [N])`` for Q-values ``out [N, A]``."""
@@ -55,7 +59,11 @@ class EpsilonGreedyHead:
         eps = torch.as_tensor(self.epsilon, dtype=out.dtype, device=out.device).expand(N)
         greedy = out.argmax(-1)
         explore = torch.rand(N, generator=generator, device=out.device) < eps
-        uniform = torch.randint(A, (N,), generator=generator, device=out.device)
+        if self.masked:
+            legal = legal_from_output(out)
+            uniform, A = random_legal(legal, generator), legal.sum(-1).to(out.dtype)
+        else:
+            uniform = torch.randint(A, (N,), generator=generator, device=out.device)
         action = torch.where(explore, uniform, greedy)
         prob = torch.where(action == greedy, 1 - eps + eps / A, eps / A)
         return action, torch.log(prob)

@@ -27,6 +27,7 @@ from distrl.algorithms.apex import epsilon_ladder
 from distrl.algorithms.estimators import nstep_returns
 from distrl.data import keys
 from distrl.envs.gym import env_info
+from distrl.nn.action_mask import legal_from_output, random_legal
 from distrl.nn.models import QNetwork
 from distrl.data.transitions import pack_transitions, unpack_transitions
 from distrl.runtime.context import RoleContext
@@ -51,6 +52,7 @@ class ApexActor:
         info = env_info(self.cfg.run.env)
         self.num_actions = info.num_actions
         self.frames = info.frame_stack > 0  # Atari: each frame of the stacks crosses once
+        self.masked = info.action_mask  # the Q-values of illegal actions come out at the lowest float
         self.model = self.build_model(info)
         self.version = -1
         seed = self.cfg.run.seed + 1000 * ctx.rank
@@ -75,13 +77,17 @@ class ApexActor:
 
     def build_model(self, info) -> torch.nn.Module:
         """The local network ``act`` reads, for ``info`` (:class:`~distrl.envs.info.EnvInfo`): a Q-network."""
-        return QNetwork(info.shape, info.num_actions, self.cfg.net, self.algo.dueling)
+        return QNetwork(info.shape, info.num_actions, self.cfg.net, self.algo.dueling, info.action_mask)
 
     def _act(self, obs: torch.Tensor) -> dict:
         q = self.model(obs)
         greedy = q.argmax(-1)
         explore = torch.rand(obs.shape[0], generator=self.generator) < self.epsilon
-        action = torch.where(explore, torch.randint(self.num_actions, greedy.shape, generator=self.generator), greedy)
+        if self.masked:  # explore among the legal actions only (a masked Q-network's output says which)
+            uniform = random_legal(legal_from_output(q), self.generator)
+        else:
+            uniform = torch.randint(self.num_actions, greedy.shape, generator=self.generator)
+        action = torch.where(explore, uniform, greedy)
         return {keys.ACTION: action, keys.CHOSEN_ACTION_VALUE: q.gather(-1, action[:, None]).squeeze(-1)}
 
     def transitions(self, traj: TensorDict) -> tuple[TensorDict, torch.Tensor]:

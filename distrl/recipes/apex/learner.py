@@ -65,7 +65,9 @@ class ApexLearner(Learner):
     def build(self, info) -> Optional[dict]:
         """What learns, for ``info`` (:class:`~distrl.envs.info.EnvInfo`): double DQN's Q-network, its Adam
         and its target (a copy of the restored weights); returns the checkpoint restored, if any."""
-        model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.algo.dueling).to(self.device)
+        # masked (info.action_mask): the double-DQN target's argmax and max run over legal actions only
+        model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.algo.dueling, info.action_mask)
+        model = model.to(self.device)
         state = self.setup(model, torch.optim.Adam(model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps))
         self.target = copy.deepcopy(self.model).requires_grad_(False)  # of the restored weights
         return state

@@ -116,6 +116,14 @@ def lstm_cartpole() -> Config:
 
 def _check_config(cfg: Config) -> None:
     check_action_space(cfg)
+    if cfg.algo.core != "mlp":
+        from distrl.envs.gym import env_info  # gymnasium loads only when a config is checked
+
+        if env_info(cfg.run.env).action_mask:
+            raise ValueError(
+                f"seed's algo.core={cfg.algo.core} does not read action masks ({cfg.run.env} has one); "
+                "algo.core=mlp does"
+            )
     if cfg.algo.request_timeout_s >= cfg.transport.call_timeout_s:
         raise ValueError(
             f"algo.request_timeout_s ({cfg.algo.request_timeout_s}) must be below "

@@ -85,7 +85,8 @@ class VecEnvLearner:
         )
         env = self.env
         # observations normalised as net.obs_norm says (auto: flat observations with continuous actions)
-        self.model = ActorCritic(env.obs_shape, env.num_actions, self.cfg.net, env.action_dim).to(self.device)
+        self.model = ActorCritic(env.obs_shape, env.num_actions, self.cfg.net, env.action_dim, env.action_mask)
+        self.model = self.model.to(self.device)
         # fused: one kernel for all parameters; the per-tensor loop cost 5x more per step (318 vs
         # 64 us on these CPUs), a tenth of a minibatch's whole cost for CartPole's small MLPs.
         # trainable parameters only: ObsNorm's statistics are frozen parameters (distrl/nn/obs_norm.py)
