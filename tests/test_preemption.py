@@ -39,12 +39,14 @@ def _checkpoint_after(run: Path, sent: float) -> float:
 
 
 @pytest.mark.timeout(120)
-def test_sigterm_during_an_evaluation_checkpoints_within_10s(tmp_path, jobs):
+@pytest.mark.parametrize("recipe", ["impala", "vecenv"])  # vecenv evaluates on its own batched envs
+def test_sigterm_during_an_evaluation_checkpoints_within_10s(recipe, tmp_path, jobs):
     """The learner SIGTERMs itself at step 3 of its first periodic evaluation (``eval_sigterm``): the
     evaluation stops there, the learner checkpoints and exits 143 (before: the evaluation ran its
     episodes out first, minutes for a full-game Atari one, past the supervisor's 30 s)."""
     run = tmp_path / "run"
-    args = IMPALA + ["--run-dir", str(run), "--set", "run.eval_interval_s=2", "--set", "run.eval_episodes=50"]
+    args = [recipe] + IMPALA[1:] + ["--run-dir", str(run), "--set", "run.eval_interval_s=2"]
+    args += ["--set", "run.eval_episodes=50"]
     proc = jobs.train(args, env=_fault_env(tmp_path, "eval_sigterm@0:3"), timeout=90)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 143, out[-3000:]

@@ -9,6 +9,7 @@ through ``tracker.count``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -261,25 +262,35 @@ class LearnerSession:
     def greedy_returns(self, policy: Callable[[torch.Tensor], torch.Tensor], head=None) -> list[float]:
         """Returns of ``run.eval_episodes`` greedy episodes of ``policy`` (``obs [B, *F] -> logits or
         Q [B, A]``, or what ``head`` reads: :mod:`distrl.nn.heads`) on ``run.env``, seeded apart from
-        every training env."""
-        run, steps = self.cfg.run, 0
+        every training env; ``[]`` when a stop signal cut it short (:meth:`evaluation`)."""
+        run = self.cfg.run
+        with self.evaluation(policy) as watched:
+            return evaluate(
+                watched, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari, head
+            )
+        return []
+
+    @contextlib.contextmanager
+    def evaluation(self, policy: Callable[[torch.Tensor], torch.Tensor]):
+        """``with session.evaluation(policy) as watched:`` an evaluation that calls ``watched`` for
+        ``policy`` at every step: each step beats (progress for the watchdog; a hung env step is
+        silence) and, once a stop signal came, abandons the episodes (the block is left; the caller
+        returns no result), since the checkpoint and the stop cannot wait for them."""
+        steps = 0
 
         def watched(obs: torch.Tensor) -> torch.Tensor:
             nonlocal steps
             steps += 1
-            supervisor.beat()  # each step is progress for the watchdog; a hung env step is silence
+            supervisor.beat()
             faults.maybe_signal(self.ctx.rank, steps, faults.IN_EVALUATION)
-            if self.signals.received is not None:  # the checkpoint and the stop cannot wait for the episodes
+            if self.signals.received is not None:
                 raise _Interrupted
             return policy(obs)
 
         try:
-            return evaluate(
-                watched, run.env, run.eval_episodes, run.seed + EVAL_SEED_OFFSET, self.device, self.cfg.atari, head
-            )
+            yield watched
         except _Interrupted:
             print(f"[learner] {self.signals.received.name}: evaluation cut short at step {steps}", flush=True)
-            return []
 
     def tick(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Once per learner loop iteration: liveness, progress, periodic checkpoint."""

@@ -33,7 +33,7 @@ from distrl.data.transitions import pack_transitions, unpack_transitions
 from distrl.runtime.context import RoleContext
 from distrl.replay.inserter import Inserter
 from distrl.roles.env_runner import make_env_runner
-from distrl.transport.base import TransportError
+from distrl.transport.base import CallTimeoutError, TransportError
 
 
 class ApexActor:
@@ -183,7 +183,11 @@ class ApexActor:
                     self.inserter.send(msg)
                 budget.maybe_send(t, self.learner, self.ctx.rank)
                 if pending is not None and pending.done():
-                    reply, pending = pending.result(), None
+                    ask, pending = pending, None
+                    try:
+                        reply = ask.result()
+                    except CallTimeoutError:  # a learner busy (a long evaluation) or paused: ask again
+                        continue
                     self._load(reply)
                 if pending is None and time.monotonic() - last_ask >= self.algo.params_interval_s:
                     pull = self._unpulled >= self.params_interval_frames

@@ -33,6 +33,7 @@ from distrl.runtime import faults
 from distrl.envs.atari import eval_epsilon
 from distrl.algorithms.estimators import gae
 from distrl.runtime.context import RoleContext
+from distrl.runtime.signals import STOP_SIGNALS
 from distrl.envs.batched import NativeEnv, TorchRLEnv, evaluate_greedy, make_batched_env
 from distrl.envs.torchrl_env import action_encoding
 from distrl.logging.timing import TimeBudget
@@ -101,11 +102,13 @@ class VecEnvLearner:
         self.session = LearnerSession(ctx, evaluate=self.evaluate) if self.rank == 0 else None
         if self.session is not None and isinstance(env, TorchRLEnv):  # checkpoints say how the env takes actions
             self.session.action_encoding = action_encoding(env.env.action_spec)
-        # Rank 0's session turns SIGTERM into a checkpoint and a stop; the other ranks only flag it
-        # and pass it on through the stop agreement, so a preempted job ends in step, checkpointed.
+        # Rank 0's session turns a stop signal (SIGTERM, or SIGINT, SIGHUP, SIGQUIT) into a checkpoint
+        # and a stop; the other ranks only flag it and pass it on through the stop agreement, so a
+        # preempted job ends in step, checkpointed (a rank ended by Ctrl-C would break the collective).
         self._sigterm = threading.Event()
         if self.session is None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, lambda *_: self._sigterm.set())
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, lambda *_: self._sigterm.set())
         if self.session is not None:
             self.session.restore(self.model, self.optim)
         self._sync_replicas()
@@ -292,9 +295,10 @@ class VecEnvLearner:
         env = make_batched_env(
             self.cfg.run.env, n, self.device, self.cfg.run.seed + 10_000, a.env_factory, a.obs_key, full_game
         )
-        try:
-            return evaluate_greedy(
-                env, self.model.greedy, epsilon=eval_epsilon(self.cfg.run.env, self.cfg.atari), seed=self.cfg.run.seed
-            )
+        try:  # (rank 0's: the session's evaluation, which beats and gives way to a stop signal)
+            with self.session.evaluation(self.model.greedy) as greedy:
+                eps = eval_epsilon(self.cfg.run.env, self.cfg.atari)
+                return evaluate_greedy(env, greedy, epsilon=eps, seed=self.cfg.run.seed)
+            return []
         finally:
             env.close()
