@@ -247,3 +247,12 @@ def test_the_numpy_policy_masks_as_the_torch_one():
     action, log_prob = NumpyPolicy(model.policy, 0).act(obs)
     assert legal.gather(-1, action[:, None]).all()
     assert torch.allclose(log_prob, model.head.log_prob(model.policy(obs), action), atol=1e-5)
+
+
+def test_evaluation_explores_among_legal_actions():
+    """``distrl eval --policy epsilon`` (``play_episodes``' random actions) never plays an illegal one:
+    at epsilon 1 every episode of the masked env runs its 20 steps without the -1 that ends it."""
+    from distrl.envs.gym import play_episodes
+
+    played = play_episodes(lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64), MASKED, 8, seed=0, epsilon=1.0)
+    assert played.lengths == [20] * 8 and min(played.returns) >= 0

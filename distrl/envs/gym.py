@@ -222,6 +222,16 @@ class Episodes:
     seeds: list[int]
 
 
+def random_actions(rng: np.random.Generator, obs: np.ndarray, n: int, masked: bool) -> np.ndarray:
+    """Uniformly random actions ``[B]`` of ``n``; in an action-masked env among each row's legal ones
+    (``obs [B, F + n]``'s last ``n`` entries, distrl/envs/action_mask.py), never an illegal one."""
+    if not masked:
+        return rng.integers(n, size=obs.shape[0])
+    legal = obs[:, -n:] > 0.5
+    legal |= ~legal.any(-1, keepdims=True)
+    return np.where(legal, rng.random(legal.shape), -1.0).argmax(-1)
+
+
 @torch.no_grad()
 def play_episodes(
     act: Callable[[torch.Tensor], torch.Tensor],
@@ -270,12 +280,12 @@ def play_episodes(
         returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
         running = np.ones(episodes, dtype=bool)
         rng = np.random.default_rng(seed)
-        steps = 0
+        steps, masked = 0, epsilon > 0 and env_info(env_id).action_mask
         while running.any():
             action = act(as_obs(obs)).cpu().numpy()
             if epsilon:  # Atari: a greedy policy that never presses FIRE would wait out the 27k-step limit
                 explore = rng.random(episodes) < epsilon
-                action = np.where(explore, rng.integers(env.single_action_space.n, size=episodes), action)
+                action = np.where(explore, random_actions(rng, obs, env.single_action_space.n, masked), action)
             obs, reward, term, trunc, _ = env.step(action)
             returns += reward * running
             lengths += running
