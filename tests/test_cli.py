@@ -192,13 +192,14 @@ def test_every_subcommand_is_listed_and_its_help_shows_defaults(capsys):
 
     assert console(["--help"]) == 0
     listing = capsys.readouterr().out
-    for name in ("train", "compare", "sweep", "plot", "export-policy"):
+    for name in ("train", "compare", "sweep", "plot", "eval", "export-policy"):
         assert f"\n  {name} " in listing and name in COMMANDS
     defaults = {
         "train": "(default: 1)",
         "compare": "(default: CartPole-v1)",
         "sweep": "(default: 0-9)",
         "plot": "(default: curves.png)",
+        "eval": "(default: 10)",
         "export-policy": "(default: checkpoints/best.pt)",
     }
     for name, default in defaults.items():

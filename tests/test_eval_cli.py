@@ -234,3 +234,26 @@ def test_the_exported_program_plays_as_load_policy_without_distrl(runs, tmp_path
             assert got.dtype == torch.int64 and torch.equal(got, want), name
         else:
             assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6), name
+
+
+@pytest.mark.timeout(120)
+def test_a_masked_run_plays_legal_actions_only(tmp_path, in_process, capsys):
+    """An action-masked run (the mask folded into the observation by distrl's env) is played with its mask:
+    no episode of the toy env ends early on an illegal action, and the learners' figure comes back."""
+    run = tmp_path / "masked"
+    argv = ["impala", "--experiment", "debug", "--env", "distrl/MaskedPick-v0", "--run-dir", str(run)]
+    assert in_process([*argv, "--set", "run.logger=none"]) == 0
+    summary, cfg = (json.loads((run / f).read_text()) for f in ("summary.json", "config.json"))
+    n = cfg["run"]["eval_episodes"]
+    for policy in ("greedy", "sample"):
+        out = tmp_path / f"{policy}.json"
+        assert (
+            console(
+                ["eval", str(run), "--checkpoint", "last", "--episodes", str(n), "--policy", policy, "--out", str(out)]
+            )
+            == 0
+        )
+        result = json.loads(out.read_text())
+        assert result["lengths"] == [20] * n, result  # an illegal action ends the episode at once
+        if policy == "greedy":
+            assert result["mean"] == pytest.approx(summary["eval_return_mean"])

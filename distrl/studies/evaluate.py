@@ -147,6 +147,7 @@ def evaluate_run(args) -> dict:
     from torchrl.data import Categorical
 
     from distrl.config import AtariConfig, from_dict
+    from distrl.data import keys
     from distrl.envs import atari
     from distrl.envs.gym import env_info, play_episodes
     from distrl.envs.info import is_factory
@@ -175,8 +176,13 @@ def evaluate_run(args) -> dict:
     actor = load_policy(args.run_dir, checkpoint=args.checkpoint, sample=policy == "sample", action_spec=spec)
     torch.manual_seed(seed)  # --policy sample draws from torch's generator
 
+    masked = keys.ACTION_MASK in actor.in_keys  # the env's mask is the observation's last A entries (make_env)
+
     def act(obs: torch.Tensor) -> torch.Tensor:
-        return actor(TensorDict({actor.in_keys[0]: obs}, batch_size=[obs.shape[0]])).get("action")
+        td = {actor.in_keys[0]: obs}
+        if masked:
+            td = {actor.in_keys[0]: obs[..., : -info.num_actions], keys.ACTION_MASK: obs[..., -info.num_actions :] > 0}
+        return actor(TensorDict(td, batch_size=[obs.shape[0]])).get("action")
 
     start = time.monotonic()
     played = play_episodes(
