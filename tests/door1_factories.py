@@ -3,16 +3,11 @@ refuse in one line (the good ones are in ``distrl/envs/torchrl_factories.py``)."
 
 from __future__ import annotations
 
-from torchrl.envs import GymEnv, StepCounter, TransformedEnv, UnsqueezeTransform
+from torchrl.envs import GymEnv, TransformedEnv, UnsqueezeTransform
 
 
 def raises():
     raise RuntimeError("this factory always fails")
-
-
-def pendulum():
-    """Continuous actions: impala cannot train on them."""
-    return TransformedEnv(GymEnv("Pendulum-v1"), StepCounter())
 
 
 def image_like():

@@ -6,7 +6,9 @@ these CPUs TorchRL's per-step path costs about 300 us a frame against 7 us for t
 nothing but that loop. ``SAME_STEP`` autoreset returns the
 true final observation of a finished episode, which V-trace needs to bootstrap a truncation.
 An ``--env`` of the form ``module:function`` is a user's TorchRL env instead: every function here
-hands it to ``distrl/envs/torchrl_env.py``.
+hands it to ``distrl/envs/torchrl_env.py``. gymnasium's own ``module:EnvId`` (the module registers
+the id on import) is a gymnasium id like any other: :func:`~distrl.envs.info.is_factory` tells the
+two apart and imports the module, :func:`~distrl.envs.info.gym_id` gives the bare id.
 
 Every env is built by :func:`make_env`, the boundary where images change layout once: an
 observation ``[H, W, C]`` of uint8 or bool becomes ``[C, H, W]`` in its own dtype, and stays so on
@@ -30,7 +32,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from distrl.envs import atari, video
 from distrl.envs import mock  # noqa: F401  (registers the deterministic test envs)
 from distrl.envs.action_mask import action_masked, wrap_action_mask
-from distrl.envs.info import EnvInfo, is_factory
+from distrl.envs.info import EnvInfo, gym_id, is_factory
 
 #: MinAtar's time limit in steps. The package sets none: a good Breakout policy can keep the ball
 #: alive for ever, and training and evaluation need episodes that end. The torch versions default
@@ -60,7 +62,9 @@ def make_env(env_id: str, atari_opts=None, render_mode: Optional[str] = None) ->
     """``gym.make(env_id)``, with images channels-first (``[C, H, W]``, dtype unchanged) and MinAtar's
     time limit (:data:`MINATAR_MAX_EPISODE_STEPS`); an ``ALE/*`` id is the full, preprocessed game
     (``atari.make_atari_env``, options ``atari_opts``: a :class:`distrl.config.AtariConfig`).
-    ``render_mode`` is gymnasium's (``"rgb_array"`` for a video, :mod:`distrl.envs.video`)."""
+    ``render_mode`` is gymnasium's (``"rgb_array"`` for a video, :mod:`distrl.envs.video`). A
+    ``module:EnvId`` is made as ``EnvId`` once the module is imported."""
+    env_id = gym_id(env_id)
     if atari.is_atari(env_id):
         return atari.make_atari_env(env_id, atari_opts, render_mode)
     _register_minatar(env_id)
@@ -92,6 +96,7 @@ def check_env_id(env_id: str) -> None:
 
         check_factory(env_id)
         return
+    env_id = gym_id(env_id)  # a module:EnvId's module is imported: its ids are registered
     _register_minatar(env_id)
     if atari.is_atari(env_id):
         atari.check_installed(env_id)
@@ -107,6 +112,7 @@ def env_kind(env_id: str) -> str:
     """What ``env_id`` names, one of :data:`~distrl.envs.info.KINDS` (a gymnasium id must be registered)."""
     if is_factory(env_id):
         return "torchrl"
+    env_id = gym_id(env_id)
     if atari.is_atari(env_id):
         return "ale"
     if env_id.startswith("MinAtar/"):
@@ -154,6 +160,8 @@ def _spaces(env_id: str) -> EnvInfo:
             )
         if isinstance(space, gym.spaces.Discrete):
             return EnvInfo(obs_dim, int(space.n), 1, obs_shape=shape, obs_dtype=dtype, action_mask=action_masked(env))
+        if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+            raise ValueError(f"{env_id}: distrl trains on a Discrete action space or a flat Box; this one is {space}")
         return EnvInfo(obs_dim, None, int(np.prod(space.shape)), obs_shape=shape, obs_dtype=dtype)
     finally:
         env.close()
@@ -204,7 +212,7 @@ def evaluate(
     if is_factory(env_id):  # the user's TorchRL env, made by the same factory as the actors'
         from distrl.envs.torchrl_env import evaluate_factory
 
-        return evaluate_factory(policy_logits, env_id, episodes, seed, device)
+        return evaluate_factory(policy_logits, env_id, episodes, seed, device, head)
 
     def act(obs: torch.Tensor) -> torch.Tensor:
         logits = policy_logits(obs.to(device))
@@ -267,7 +275,9 @@ def play_episodes(
         def recorded() -> gym.Env:
             env = make_env(env_id, atari_opts, video.render_mode(env_id))
             fps = env.metadata.get("render_fps") if env.render_mode else None
-            fps = fps / atari.frame_skip(env_id) if fps else video.DEFAULT_FPS
+            if atari.is_atari(env_id):  # real time: the emulator's 60 frames a second, one in FRAME_SKIP kept
+                fps = 60.0 / atari.FRAME_SKIP  # (ale-py's metadata says 30)
+            fps = fps or video.DEFAULT_FPS
             return video.RecordEpisode(env, Path(video_dir) / f"episode-{i:03d}.mp4", fps)
 
         return recorded

@@ -1,5 +1,7 @@
-"""What an ``--env`` names, before anything is built: a gymnasium id or a TorchRL env factory
-(:func:`is_factory`), and the sizes every role asks of it (:class:`EnvInfo`).
+"""What an ``--env`` names, before anything is built: a gymnasium id (``CartPole-v1``, or gymnasium's
+``module:EnvId``, whose module registers the id on import) or a TorchRL env factory
+(``module:function``), told apart by :func:`is_factory`; and the sizes every role asks of it
+(:class:`EnvInfo`).
 
 It imports nothing of distrl: ``gym.py`` (gymnasium ids) and ``torchrl_env.py`` (factories) both
 build on it, and ``gym.py`` hands a factory to ``torchrl_env.py``, never the other way round.
@@ -7,8 +9,14 @@ build on it, and ``gym.py`` hands a factory to ``torchrl_env.py``, never the oth
 
 from __future__ import annotations
 
+import difflib
+import functools
+import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any
+
+import gymnasium as gym
 
 
 #: the kinds of env an ``--env`` names (:attr:`EnvInfo.kind`)
@@ -51,9 +59,65 @@ class EnvInfo:
         return self.obs_shape if self.obs_shape is not None else (self.obs_dim,)
 
 
+@functools.lru_cache(maxsize=None)
 def is_factory(env: str) -> bool:
     """Whether ``--env`` names a TorchRL env factory (``module:function``, distrl/envs/torchrl_env.py)
-    rather than a gymnasium id. gymnasium ids may carry a module too (``ale_py:ALE/Pong-v5``); the
-    part after a factory's colon is a Python name, which an env id (``Name-vN``) is not."""
+    rather than a gymnasium id; ``ValueError`` in one line when it names neither.
+
+    A plain id (no ``module:``) is gymnasium's. ``module:NAME`` imports ``module`` (gymnasium's own
+    ``make`` does the same for ``module:EnvId``) and decides by what ``NAME`` is there:
+
+    * an attribute that is callable and not a gymnasium ``Env`` class: a factory;
+    * otherwise an id the import registered with gymnasium (``MyEnv-v0``, ``ns/MyEnv-v0``): a gymnasium id;
+    * neither: the error says so, with the module's close matches.
+
+    The answer depends only on the module's code, so every process (each torchrun rank imports the
+    module too: the ids it registers exist only in a process that imported it) decides alike.
+    Cached: each process imports the module once."""
     module, sep, name = env.partition(":")
-    return bool(sep and module) and all(part.isidentifier() for part in name.split("."))
+    if not (sep and module):
+        return False
+    try:
+        target = importlib.import_module(module)
+    except Exception as e:  # ImportError, or the module itself failed on import
+        raise ValueError(
+            f"--env {env}: cannot import module {module!r} ({type(e).__name__}: {_first_line(e)})"
+        ) from None
+    attr = functools.reduce(lambda obj, part: getattr(obj, part, None), name.split("."), target)
+    env_class = inspect.isclass(attr) and issubclass(attr, gym.Env)
+    if callable(attr) and not env_class:
+        return True
+    if name in gym.registry:
+        return False
+    if env_class:
+        ids = [i for i, spec in gym.registry.items() if spec.entry_point in (attr, f"{module}:{name}")]
+        fix = (
+            f"name the id it is registered as: --env {module}:{ids[0]}"
+            if ids
+            else f"register it on import (gymnasium.register(id='{name}-v0', entry_point='{module}:{name}')) "
+            f"and name that id: --env {module}:{name}-v0"
+        )
+        raise ValueError(f"--env {env}: {name!r} is a gymnasium Env class, not an env id; {fix}")
+    ids = [i for i in gym.registry if not i.startswith(("ALE/", "MinAtar/"))]
+    close = difflib.get_close_matches(name, ids, n=3)
+    hint = f"; did you mean {', '.join(f'{module}:{c}' for c in close)}?" if close else ""
+    what = (
+        f"{module}.{name} is of type {type(attr).__name__}, not a function returning a TorchRL env"
+        if attr is not None
+        else f"module {module!r} has no {name!r} (a function returning a TorchRL env)"
+    )
+    raise ValueError(f"--env {env}: {what}, and importing it registers no gymnasium id {name!r}{hint}")
+
+
+def gym_id(env: str) -> str:
+    """The gymnasium id ``env`` names: itself, or for ``module:EnvId`` the ``EnvId`` (the module
+    imported by :func:`is_factory`, so the id is registered in this process)."""
+    if is_factory(env):
+        raise ValueError(f"--env {env} names a TorchRL env factory, not a gymnasium id")
+    module, sep, name = env.partition(":")
+    return name if sep and module else env
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else "no message"

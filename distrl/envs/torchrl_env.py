@@ -9,8 +9,19 @@ The function (the *factory*) returns a TorchRL ``EnvBase``, transforms included.
 
 :func:`check_factory` runs before any process group starts (from ``plan``): it resolves the
 path, builds the env, runs TorchRL's ``check_env_specs`` on it and checks that distrl can train
-on it (a flat float ``observation`` ``[*B, F]``; discrete actions as ``Categorical`` indices or
-``OneHot``, or a continuous box). Every failure is one ``ValueError`` line.
+on it. Every failure is one ``ValueError`` line. What distrl takes:
+
+* observations under ``observation`` (else ``pixels``, TorchRL's key for images): a flat float vector
+  ``[*B, F]``, or an image of uint8, bool or float, channels first ``[*B, C, H, W]`` or last
+  ``[*B, H, W, C]`` (the smaller of the first and last sides is the channels; a tie reads as first);
+* one discrete action (``Categorical`` indices or ``OneHot``) or a flat continuous one (a box
+  ``[*B, A]``, bounded or not).
+
+:func:`make_env` puts the env in the form the gymnasium path gives every role (distrl/envs/gym.py):
+the observation renamed to ``observation``, an image channels first in its own dtype (a
+``PermuteTransform``: uint8 stays uint8 until the network), and a bounded box's actions clipped
+to it at the env (:class:`ClipAction`), so the policy's unclipped sample is what a trajectory
+keeps, as gymnasium's ``ClipAction`` does for a gymnasium id.
 """
 
 from __future__ import annotations
@@ -25,13 +36,17 @@ from typing import Callable, Iterator
 
 import torch
 from tensordict import TensorDictBase
-from torchrl.data import Categorical, OneHot, TensorSpec
-from torchrl.envs import EnvBase, SerialEnv
+from torchrl.data import Bounded, Categorical, MultiCategorical, MultiOneHot, OneHot, TensorSpec
+from torchrl.envs import Compose, EnvBase, PermuteTransform, RenameTransform, SerialEnv, Transform, TransformedEnv
 
 from distrl.data import keys
 from distrl.envs.info import EnvInfo
 
 EnvFactory = Callable[..., EnvBase]
+
+#: TorchRL's key for image observations (``GymEnv`` of a pixel env, ``from_pixels=True``): read as
+#: the observation when an env has no ``observation``
+PIXELS = "pixels"
 
 
 @contextmanager
@@ -95,8 +110,56 @@ def make_env(spec: str, num_envs: int, seed: int) -> EnvBase:
                 )
         else:
             env = SerialEnv(num_envs, fn)
+        env = _as_distrl_sees_it(env)
         env.set_seed(seed)
     return env
+
+
+class ClipAction(Transform):
+    """Clips ``action`` to ``[low, high]`` on its way into the env (an inverse transform), leaving the
+    policy's sample as it was in the TensorDict that a collector keeps. Why not TorchRL's
+    ``ClipTransform``: it takes scalar bounds only, and a box has one per dimension."""
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor):
+        super().__init__(in_keys_inv=[keys.ACTION], out_keys_inv=[keys.ACTION])
+        self.register_buffer("low", low.clone())
+        self.register_buffer("high", high.clone())
+
+    def _inv_apply_transform(self, action: torch.Tensor) -> torch.Tensor:
+        return torch.minimum(torch.maximum(action, self.low), self.high)
+
+
+def channels_last(shape: tuple[int, ...]) -> bool:
+    """Whether an image observation of ``shape`` (3 dims) is ``[H, W, C]``: its last side is smaller
+    than its first (a channel count is a handful, an image side more; a tie reads as ``[C, H, W]``)."""
+    return len(shape) == 3 and shape[-1] < shape[0]
+
+
+def _obs_key(env: EnvBase) -> str | None:
+    names = env.observation_spec.keys()
+    return keys.OBSERVATION if keys.OBSERVATION in names else PIXELS if PIXELS in names else None
+
+
+def _as_distrl_sees_it(env: EnvBase) -> EnvBase:
+    """``env`` behind the transforms that give it the gymnasium path's form (module docstring):
+    ``pixels`` renamed to ``observation``, a channels-last image permuted to ``[C, H, W]``, a bounded
+    box's actions clipped; ``env`` itself when it needs none."""
+    batch, key = len(env.batch_size), _obs_key(env)
+    transforms: list[Transform] = []
+    if key == PIXELS:
+        transforms.append(RenameTransform([PIXELS], [keys.OBSERVATION]))
+    if channels_last(tuple(env.observation_spec[key].shape[batch:])):
+        transforms.append(PermuteTransform((-1, -3, -2), in_keys=[keys.OBSERVATION]))
+    action = env.action_spec
+    if isinstance(action, Bounded) and action.dtype.is_floating_point:
+        transforms.append(ClipAction(action.space.low, action.space.high))
+    return TransformedEnv(env, Compose(*transforms)) if transforms else env
+
+
+def as_obs(obs: torch.Tensor) -> torch.Tensor:
+    """Observations as they travel: floats as float32, images of uint8 or bool in their own dtype
+    (as :func:`distrl.envs.gym.as_obs` gives a gymnasium id's)."""
+    return obs.float() if obs.is_floating_point() and obs.dtype != torch.float32 else obs
 
 
 @functools.lru_cache(maxsize=None)
@@ -129,31 +192,40 @@ def check_factory(spec: str) -> EnvInfo:
 
 
 def _info(spec: str, env: EnvBase) -> EnvInfo:
-    """Sizes of a checked env, or ``ValueError`` naming what distrl cannot train on."""
-    batch = len(env.batch_size)
+    """Sizes of a checked env as distrl sees it (:func:`make_env`'s form: ``obs_shape`` channels
+    first), or ``ValueError`` naming what distrl cannot train on."""
+    batch, key = len(env.batch_size), _obs_key(env)
     if keys.ACTION_MASK in env.observation_spec.keys():  # silently ignored, its agent would play illegal moves
         raise ValueError(
             f"--env {spec}: distrl reads action masks from gymnasium envs (a Dict observation or info), not from a "
             "TorchRL env's action_mask: give the gymnasium id (docs/action-masks.md)"
         )
-    if keys.OBSERVATION not in env.observation_spec.keys():
+    if key is None:
         raise ValueError(
-            f"--env {spec}: the env has no {keys.OBSERVATION!r} (it has "
+            f"--env {spec}: the env has no {keys.OBSERVATION!r} nor {PIXELS!r} (it has "
             f"{sorted(map(str, env.observation_spec.keys()))}); rename or concatenate into it with a "
             "transform (RenameTransform, CatTensors)"
         )
-    obs = env.observation_spec[keys.OBSERVATION]
-    feature_shape = obs.shape[batch:]
-    if len(feature_shape) != 1 or not obs.dtype.is_floating_point:
+    obs = env.observation_spec[key]
+    shape, dtype = tuple(int(d) for d in obs.shape[batch:]), obs.dtype
+    flat = len(shape) == 1 and dtype.is_floating_point
+    image = len(shape) == 3 and (dtype in (torch.uint8, torch.bool) or dtype.is_floating_point)
+    if not (flat or image):
         raise ValueError(
-            f"--env {spec}: distrl trains on a flat float observation [F]; this one is "
-            f"{list(feature_shape)} {obs.dtype} (add a FlattenObservation or DoubleToFloat transform)"
+            f"--env {spec}: distrl trains on a flat float observation [F] or an image (uint8, bool or float; "
+            f"[C, H, W] or [H, W, C]); this one ({key!r}) is {list(shape)} {dtype} (flatten or reshape it "
+            "with a transform: FlattenObservation, DoubleToFloat)"
         )
+    if channels_last(shape):
+        shape = (shape[2], shape[0], shape[1])
+    sizes = dict(obs_shape=shape, obs_dtype=torch.float32 if dtype.is_floating_point else dtype)
+    obs_dim = int(torch.Size(shape).numel())
     action = env.action_spec
-    if isinstance(action, (Categorical, OneHot)) and action.shape[batch:] in ((), (action.space.n,)):
-        return EnvInfo(int(feature_shape[0]), int(action.space.n), 1, action_encoding(action))
+    single = isinstance(action, (Categorical, OneHot)) and not isinstance(action, (MultiCategorical, MultiOneHot))
+    if single and action.shape[batch:] in ((), (action.space.n,)):
+        return EnvInfo(obs_dim, int(action.space.n), 1, action_encoding(action), **sizes)
     if action.dtype.is_floating_point and len(action.shape[batch:]) == 1:
-        return EnvInfo(int(feature_shape[0]), None, int(action.shape[-1]))
+        return EnvInfo(obs_dim, None, int(action.shape[-1]), **sizes)
     raise ValueError(
         f"--env {spec}: distrl trains on one discrete action (Categorical or OneHot) or a flat "
         f"continuous action; this env's is {type(action).__name__} {list(action.shape[batch:])}"
@@ -186,13 +258,15 @@ def one_hot_actions(env: EnvBase) -> bool:
 
 @torch.no_grad()
 def evaluate_factory(
-    policy_logits, spec: str, episodes: int, seed: int, device: torch.device, max_steps: int = 100_000
+    policy_logits, spec: str, episodes: int, seed: int, device: torch.device, head=None, max_steps: int = 100_000
 ) -> list[float]:
     """Greedy returns of ``episodes`` episodes of factory ``spec``: the first episode of each env of
     :func:`make_env` ``(spec, episodes, seed)``, so the same every time for the same seed.
 
     Args:
-        policy_logits: callable ``obs [B, F] -> logits [B, A]``.
+        policy_logits: callable ``obs [B, *F] -> logits [B, A]`` (observations as :func:`as_obs` gives
+            them), or the output a ``head`` (:mod:`distrl.nn.heads`) reads: its ``greedy`` picks the
+            action (a Gaussian's mean, clipped to a bounded box by the env); no head: argmax.
     """
     if episodes == 0:
         return []
@@ -204,8 +278,8 @@ def evaluate_factory(
             returns = torch.zeros(episodes)
             running = torch.ones(episodes, dtype=torch.bool)
             for _ in range(max_steps):
-                obs = td.get(keys.OBSERVATION).reshape(episodes, -1).to(device, torch.float32)
-                action = policy_logits(obs).argmax(-1).cpu()
+                out = policy_logits(as_obs(td.get(keys.OBSERVATION)).to(device))
+                action = (out.argmax(-1) if head is None else head.greedy(out)).cpu()
                 td.set(keys.ACTION, torch.nn.functional.one_hot(action, n) if one_hot else action)
                 out, td = env.step_and_maybe_reset(td)
                 returns += out.get(keys.REWARD).reshape(episodes).float() * running

@@ -2,7 +2,9 @@
 
 Each returns a TorchRL env with a transform, as a user's factory would. The first form is the
 plain one (one ``GymEnv``; distrl batches it in a ``SerialEnv``); the second batches itself with a
-gymnasium vector env inside ``GymWrapper``, TorchRL's fast layout on CPU.
+gymnasium vector env inside ``GymWrapper``, TorchRL's fast layout on CPU. ``match_sign_pixels``
+(a uint8 image, channels last) and ``pendulum`` (a ``Box`` action) show the other observations and
+actions a factory may have.
 """
 
 from __future__ import annotations
@@ -44,3 +46,23 @@ def match_sign_vector_with_stepcounter(num_envs: int) -> EnvBase:
     import distrl.envs.mock  # noqa: F401  (registers the id)
 
     return _vector_with_stepcounter("distrl/MatchSign-v0", num_envs)
+
+
+def match_sign_pixels() -> EnvBase:
+    """The toy env seen as an image: ``pixels``, ``uint8 [6, 6, 1]`` (channels last, as TorchRL's
+    ``GymEnv`` gives a gymnasium image), all 255 for +1 and 0 for -1; distrl reads it as ``[1, 6, 6]``."""
+    import gymnasium as gym
+    import numpy as np
+
+    import distrl.envs.mock  # noqa: F401  (registers the id)
+
+    image = gym.spaces.Box(0, 255, (6, 6, 1), np.uint8)
+    env = gym.wrappers.TransformObservation(
+        gym.make("distrl/MatchSign-v0"), lambda o: np.full(image.shape, 255 * (o[0] > 0), np.uint8), image
+    )
+    return TransformedEnv(GymWrapper(env), StepCounter())
+
+
+def pendulum() -> EnvBase:
+    """Pendulum-v1: a flat observation and a ``Box(-2, 2, (1,))`` action (the Gaussian head)."""
+    return TransformedEnv(GymEnv("Pendulum-v1"), StepCounter())

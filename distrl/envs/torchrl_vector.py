@@ -9,7 +9,9 @@ collected under ``no_grad``. These roles step envs through the few calls of
 ``step(actions) -> (obs, reward, terminated, truncated, info)`` with ``SAME_STEP`` autoreset
 (``info["final_obs"]`` holds the true last observation of an episode that just ended). This
 class gives a factory's ``EnvBase`` those calls, with TorchRL's ``step_and_maybe_reset`` (the
-call its collectors make) underneath, so the roles run unchanged on either kind of env.
+call its collectors make) underneath, so the roles run unchanged on either kind of env: the same
+observations (a flat float32 vector, or an image channels first in its own dtype) and actions
+(indices, or a box's float32 vector, clipped to the box by the env).
 """
 
 from __future__ import annotations
@@ -19,28 +21,26 @@ import torch
 from tensordict import TensorDictBase
 
 from distrl.data import keys
-from distrl.envs.torchrl_env import check_factory, end_flags, make_env, one_hot_actions, quiet_torchrl
+from distrl.envs.torchrl_env import as_obs, check_factory, end_flags, make_env, one_hot_actions, quiet_torchrl
 
 
 class TorchRLVectorEnv:
     """``num_envs`` envs of factory ``spec`` (one ``EnvBase``, ``batch_size [num_envs]``) as a
-    ``SAME_STEP`` gymnasium vector env of discrete actions."""
+    ``SAME_STEP`` gymnasium vector env."""
 
     def __init__(self, spec: str, num_envs: int, seed: int):
         self.spec, self.num_envs = spec, num_envs
-        self.num_actions = check_factory(spec).num_actions
-        if self.num_actions is None:  # the roles that use this class are discrete-action only
-            raise ValueError(f"--env {spec}: only discrete actions are supported here")
+        self.num_actions = check_factory(spec).num_actions  # None: a box
         self.env = make_env(spec, num_envs, seed)
         self.one_hot = one_hot_actions(self.env)
         self._td: TensorDictBase | None = None  # the current step's input: observation (+ transform state)
 
     def _obs(self, td: TensorDictBase) -> np.ndarray:
-        """``observation [B, F]`` of ``td`` as float32 numpy."""
-        return td.get(keys.OBSERVATION).reshape(self.num_envs, -1).to(torch.float32).numpy()
+        """``observation [B, *F]`` of ``td`` as numpy (float32, or the image's own dtype)."""
+        return as_obs(td.get(keys.OBSERVATION)).numpy()
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict]:
-        """Reset every env (reseeded from ``seed`` when given); ``(obs [B, F], {})``."""
+        """Reset every env (reseeded from ``seed`` when given); ``(obs [B, *F], {})``."""
         with quiet_torchrl():
             if seed is not None:
                 self.env.set_seed(seed)
@@ -48,16 +48,20 @@ class TorchRLVectorEnv:
         return self._obs(self._td), {}
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """Step with ``action [B]`` (indices); envs whose episode ended are reset in the same call.
+        """Step with ``action [B]`` (indices) or ``[B, A]`` (a box's); envs whose episode ended are
+        reset in the same call.
 
-        Returns ``obs [B, F]`` (a reset env's first observation), ``reward [B]`` float64 (as gymnasium's),
-        ``terminated [B]`` and ``truncated [B]`` bool, and ``info`` with ``final_obs [B, F]``:
+        Returns ``obs [B, *F]`` (a reset env's first observation), ``reward [B]`` float64 (as gymnasium's),
+        ``terminated [B]`` and ``truncated [B]`` bool, and ``info`` with ``final_obs [B, *F]``:
         every env's true next observation, the one to bootstrap from where an episode ended."""
         if self._td is None:
             self.reset()
-        a = torch.as_tensor(np.asarray(action), dtype=torch.int64).reshape(self.num_envs)
         td = self._td
-        td.set(keys.ACTION, torch.nn.functional.one_hot(a, self.num_actions) if self.one_hot else a)
+        if self.num_actions is None:
+            td.set(keys.ACTION, torch.as_tensor(np.asarray(action), dtype=torch.float32).reshape(self.num_envs, -1))
+        else:
+            a = torch.as_tensor(np.asarray(action), dtype=torch.int64).reshape(self.num_envs)
+            td.set(keys.ACTION, torch.nn.functional.one_hot(a, self.num_actions) if self.one_hot else a)
         with quiet_torchrl():
             out, self._td = self.env.step_and_maybe_reset(td)
         nxt = out.get(keys.NEXT)

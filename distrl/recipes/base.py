@@ -127,13 +127,10 @@ def require_discrete_actions(cfg: Config) -> None:
 
 
 def check_action_space(cfg: Config) -> None:
-    """The actor-critic recipes' check: discrete or continuous actions from a gymnasium id; a TorchRL
-    env factory (``--env module:function``) with discrete actions only (its actors' collector path
-    encodes categorical and one-hot actions, not boxes)."""
-    from distrl.envs.gym import env_info, is_factory
+    """The actor-critic recipes' check: they take one discrete action (the categorical head) or one flat
+    box (the Gaussian head), over flat or image observations, from a gymnasium id and from a TorchRL env
+    factory alike. Resolving the env is the check: what no head reads (a ``MultiDiscrete``, a
+    ``Dict`` of actions, an observation neither flat nor an image) is refused there in one line."""
+    from distrl.envs.gym import env_info
 
-    if is_factory(cfg.run.env) and env_info(cfg.run.env).num_actions is None:
-        raise ValueError(
-            f"{cfg.recipe} takes continuous actions from gymnasium ids only; {cfg.run.env} is a TorchRL "
-            "factory with continuous actions (try the vecenv recipe with algo.env_factory)"
-        )
+    env_info(cfg.run.env)

@@ -22,7 +22,7 @@ from torchrl.collectors import Collector
 
 from distrl.runtime import faults
 from distrl.data import keys
-from distrl.envs.torchrl_env import check_factory, end_flags, make_env, one_hot_actions, quiet_torchrl
+from distrl.envs.torchrl_env import as_obs, check_factory, end_flags, make_env, one_hot_actions, quiet_torchrl
 from distrl.logging.timing import TimeBudget
 from distrl.roles.env_recovery import EnvRecovery
 
@@ -32,8 +32,9 @@ ActFn = Callable[[torch.Tensor], dict]
 
 
 class ActPolicy(nn.Module):
-    """``act`` as a TorchRL policy: reads ``observation [B, F]``, writes what ``act`` returns
-    (``action`` one-hot when the env takes it so) and ``policy_version [B]``.
+    """``act`` as a TorchRL policy: reads ``observation [B, *F]`` (float32, or an image in its own
+    dtype: :func:`~distrl.envs.torchrl_env.as_obs`), writes what ``act`` returns (``action`` one-hot
+    when the env takes it so; a box's as it was sampled: the env clips it) and ``policy_version [B]``.
 
     ``model`` (the actor's network, which ``act`` reads) is a submodule and ``version`` a buffer,
     so ``TensorDict.from_module`` of this module is what ``update_policy_weights_`` writes into."""
@@ -49,7 +50,7 @@ class ActPolicy(nn.Module):
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         obs = td.get(keys.OBSERVATION)
         with self.budget("policy"):
-            out = self.act(obs.reshape(obs.shape[0], -1).to(torch.float32))
+            out = self.act(as_obs(obs))
         self.out_keys = list(out)
         for k, v in out.items():
             if k == keys.ACTION and self.one_hot:
@@ -130,14 +131,14 @@ class CollectorRunner:
         reward = nxt.get(keys.STEP_REWARD).reshape(B, T).to(torch.float32)
         # only what the gymnasium path produces: a user's transforms may add keys of their own
         traj = batch.select(keys.OBSERVATION, keys.POLICY_VERSION, *self.policy.out_keys).clone()
-        traj.set(keys.OBSERVATION, traj.get(keys.OBSERVATION).reshape(B, T, -1).to(torch.float32))
+        traj.set(keys.OBSERVATION, as_obs(traj.get(keys.OBSERVATION)))
         if self.policy.one_hot:
             traj.set(keys.ACTION, traj.get(keys.ACTION).argmax(-1))
         traj.set(
             keys.NEXT,
             TensorDict(
                 {
-                    keys.OBSERVATION: nxt.get(keys.OBSERVATION).reshape(B, T, -1).to(torch.float32),
+                    keys.OBSERVATION: as_obs(nxt.get(keys.OBSERVATION)).clone(),
                     keys.STEP_REWARD: reward.unsqueeze(-1),
                     keys.STEP_DONE: (terminated | truncated).unsqueeze(-1),
                     keys.STEP_TERMINATED: terminated.unsqueeze(-1),

@@ -145,13 +145,14 @@ def default_target(env: str) -> Optional[float]:
     """The env's ``reward_threshold`` (CartPole-v1: 475), ``None`` when it has none; ``ValueError``
     for an env id gymnasium does not know."""
     from distrl.envs.gym import check_env_id, is_factory
+    from distrl.envs.info import gym_id
 
     check_env_id(env)
     if is_factory(env):
         return None
     import gymnasium
 
-    return gymnasium.spec(env).reward_threshold
+    return gymnasium.spec(gym_id(env)).reward_threshold  # a module:EnvId's id, its module imported
 
 
 def plan_entries(args: argparse.Namespace, out: Path, seed: int, target: Optional[float]) -> list[Entry]:

@@ -104,6 +104,11 @@ def _check_config(cfg: Config) -> None:
                 f"only; {cfg.run.env} is continuous: use algo.learner=sac (or auto)"
             )
         return
+    if is_factory(cfg.run.env) and info.num_actions is None:
+        raise ValueError(
+            f"apex's SAC learner takes a Box action space from gymnasium ids only; {cfg.run.env} is a TorchRL env "
+            "factory: train it with impala, seed, sf or a3c (a Gaussian policy), or give apex the gymnasium id"
+        )
     if info.num_actions is not None or is_factory(cfg.run.env) or len(info.shape) != 1:
         raise ValueError(
             f"apex's SAC learner (algo.learner={cfg.algo.learner}) takes gymnasium ids with flat observations "
