@@ -257,3 +257,56 @@ def test_a_masked_run_plays_legal_actions_only(tmp_path, in_process, capsys):
         assert result["lengths"] == [20] * n, result  # an illegal action ends the episode at once
         if policy == "greedy":
             assert result["mean"] == pytest.approx(summary["eval_return_mean"])
+
+
+def fake_run(tmp_path, recipe: str, env: str, build) -> Path:
+    """A run directory as a learner leaves it, with the random weights of ``build(cfg)``: no training."""
+    from distrl.cli.options import experiment_config
+    from distrl.config import override
+    from distrl.runtime.checkpoint import save_checkpoint
+
+    cfg = override(experiment_config(recipe, "debug"), **{"run.env": env})
+    model, network = build(cfg)
+    run = tmp_path / recipe
+    run.mkdir()
+    (run / "config.json").write_text(cfg.to_json())
+    save_checkpoint(run, 1, {"model": model.state_dict(), "config": cfg.to_dict(), "policy_network": network})
+    return run
+
+
+@pytest.mark.parametrize("kind", ["atari_nature", "apex_q", "apex_sac"])
+def test_the_program_of_every_network_plays_as_load_policy(tmp_path, kind):
+    """Without training: an Atari-shaped actor-critic (uint8 frames, the Nature CNN), an Ape-X Q-network
+    and a SAC policy (a box) exported as programs act as load_policy's greedy actors, at any batch size."""
+    import dataclasses
+
+    from distrl.nn.export import export_program
+    from distrl.nn.models import ActorCritic, QNetwork
+    from distrl.nn.sac import SACNetwork
+    from distrl.nn.trained_policy import load_policy
+
+    torch.manual_seed(0)
+    if kind == "atari_nature":
+        pytest.importorskip("ale_py")
+
+        def build(cfg):
+            net = dataclasses.replace(cfg.net, encoder="nature")
+            return ActorCritic((4, 84, 84), 6, net), "actor_critic"
+
+        run = fake_run(tmp_path, "impala", "ALE/Pong-v5", build)
+        obs, spec = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8), Categorical(6)
+    elif kind == "apex_q":
+        run = fake_run(
+            tmp_path, "apex", "CartPole-v1", lambda cfg: (QNetwork(4, 2, cfg.net, cfg.algo.dueling), "q_network")
+        )
+        obs, spec = torch.randn(5, 4), Categorical(2)
+    else:
+        box = torch.tensor([-2.0]), torch.tensor([2.0])
+        run = fake_run(tmp_path, "apex", "Pendulum-v1", lambda cfg: (SACNetwork(3, 1, *box, cfg.net), "sac"))
+        obs, spec = torch.randn(5, 3), None
+    program = torch.export.load(export_program(run, tmp_path / "p.pt2")).module()
+    actor = load_policy(run, action_spec=spec)
+    want = actor(TensorDict({actor.in_keys[0]: obs}, batch_size=[len(obs)]))["action"]
+    for rows in (slice(0, 5), slice(0, 1)):  # the batch dimension is dynamic
+        got = program(obs[rows])
+        assert got.shape == want[rows].shape and torch.allclose(got.float(), want[rows].float(), atol=1e-5), kind
