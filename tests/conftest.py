@@ -73,7 +73,16 @@ INTEGRATION_FIXTURES = {
     "starts_processes": "a module- or session-scoped fixture that starts processes requests it",
     "impala_debug_run": "reads a finished run of impala's debug experiment",
 }
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)
+SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGCONT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCHLD,
+)
 
 
 def pytest_sessionstart(session):

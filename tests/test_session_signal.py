@@ -45,3 +45,25 @@ def test_every_stop_signal_is_a_flag_and_sigcont_marks_a_pause(tmp_path):
     model = torch.nn.Linear(2, 2)
     session.finish("sighup", [], model, torch.optim.SGD(model.parameters(), lr=0.1))
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_second_ctrl_c_a_second_later_interrupts_at_once():
+    """The same Ctrl-C arriving twice (from the terminal, and forwarded by the supervisor) is one stop;
+    a second Ctrl-C a second or more later is the user's: ``KeyboardInterrupt`` then, no checkpoint wait."""
+    import os
+
+    import pytest
+
+    from distrl.runtime.signals import REPEAT_S, StopSignals
+
+    signals = StopSignals()
+    signals.install()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # the same Ctrl-C, forwarded
+        assert signals.reason == "sigint"
+        signals.at -= REPEAT_S + 0.1  # as if a second had passed
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signals.restore()

@@ -310,7 +310,10 @@ class LearnerSession:
         if eval_returns and reason != "nonfinite_loss":
             self._record_eval(eval_returns, model, optim)
         self.tracker.maybe_report(force=True)
-        if reason != "nonfinite_loss":  # keep the last good checkpoint as the newest
+        # keep the last good checkpoint as the newest; after a stop signal's checkpoint no second one
+        # (the updates are all in it, and an Ape-X replay of gigabytes twice may not fit the 30 s given)
+        signalled = self.signals.received is not None and self._saved_updates == self.tracker.updates
+        if reason != "nonfinite_loss" and not signalled:
             self.checkpoint(model, optim)
         saved = list_checkpoints(self.run_dir)  # the newest is what --resume (or a restart) continues from
         extra = {"checkpoint": saved[-1].relative_to(self.run_dir).as_posix() if saved else None, **(extra or {})}

@@ -20,6 +20,9 @@ from typing import Optional
 
 #: the signals that stop a run with a checkpoint (SIGTERM first: the scheduler's)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+#: a SIGINT this long after the first stop signal is a second Ctrl-C: ``KeyboardInterrupt`` at once (sooner,
+#: it is the same Ctrl-C arriving twice: from the terminal and forwarded by the rank's supervisor)
+REPEAT_S = 1.0
 
 
 def exit_status(reason: Optional[str]) -> Optional[int]:
@@ -33,8 +36,10 @@ def exit_status(reason: Optional[str]) -> Optional[int]:
 class StopSignals:
     """Flags for :data:`STOP_SIGNALS` and the time of the last SIGCONT, once :meth:`install` ed.
 
-    ``received`` is the first stop signal (later ones change nothing: Ctrl-C in a terminal reaches a
-    rank both directly and through its supervisor), ``at`` its ``time.monotonic()``.
+    ``received`` is the first stop signal, ``at`` its ``time.monotonic()``. Later ones change nothing
+    (Ctrl-C in a terminal reaches a rank both directly and through its supervisor), but a SIGINT more
+    than :data:`REPEAT_S` after the first raises ``KeyboardInterrupt``: a second Ctrl-C stops a run
+    whose checkpoint the user will not wait for.
     """
 
     def __init__(self):
@@ -61,11 +66,14 @@ class StopSignals:
             self._previous.clear()
 
     def _handle(self, signum: int, _frame) -> None:
+        now = time.monotonic()
         if signum == signal.SIGCONT:
-            self.continued_at = time.monotonic()
+            self.continued_at = now
         elif self.received is None:
-            self.received, self.at = signal.Signals(signum), time.monotonic()
+            self.received, self.at = signal.Signals(signum), now
             self.event.set()
+        elif signum == signal.SIGINT and now - self.at > REPEAT_S:  # Ctrl-C again: the user will not wait
+            raise KeyboardInterrupt
 
     @property
     def reason(self) -> Optional[str]:
