@@ -122,9 +122,34 @@ def _trains(jobs, tmp_path, recipe: str, env: str, nproc: int = 1) -> dict:
 
 
 def test_a_gymnasium_id_registered_on_import_trains_under_torchrun(tmp_path, jobs):
-    """Every rank imports tests.user_envs and reads PixelSign-v0 as a gymnasium id."""
-    s = _trains(jobs, tmp_path, "impala", GYM_ID, nproc=3)
+    """Every rank imports tests.user_envs and reads ReachSign-v0 as a gymnasium id; the policy loads back
+    with the id's Box bounds (``gym.make`` imports the module)."""
+    from tensordict import TensorDict
+
+    import distrl
+
+    s = _trains(jobs, tmp_path, "impala", "tests.user_envs:ReachSign-v0", nproc=3)
     assert s["roles"] == {"0": "learner", "1": "actor", "2": "actor"}
+    policy = distrl.load_policy(tmp_path / "run")
+    bounds = policy.spec[keys.ACTION].space
+    assert bounds.low.tolist() == [-1.0] and bounds.high.tolist() == [1.0]
+    action = policy(TensorDict({keys.OBSERVATION: torch.ones(2, 1)}, batch_size=[2]))[keys.ACTION]
+    assert action.shape == (2, 1) and (action.abs() <= 1).all()
+
+
+def test_load_policy_tells_a_box_factory_from_a_discrete_one():
+    """``net.log_std=state`` leaves no parameter to read: the env's actions decide."""
+    import dataclasses
+
+    from distrl.config import NetConfig
+    from distrl.nn.trained_policy import _gaussian
+
+    net = dataclasses.replace(NetConfig(), log_std="state")
+    assert (
+        _gaussian({}, net, BOX)
+        and not _gaussian({}, net, PIXELS_HWC)
+        and _gaussian({}, net, "tests.user_envs:ReachSign-v0")
+    )
 
 
 @pytest.mark.parametrize("recipe", ["impala", "sf"])

@@ -126,7 +126,7 @@ def resolve_action_spec(
     try:
         import gymnasium as gym
 
-        space = gym.spec(env_id).make().action_space
+        space = gym.make(env_id).action_space  # gym.make imports a module:EnvId's module first
         return Bounded(
             torch.as_tensor(space.low, dtype=torch.float32).reshape(-1),
             torch.as_tensor(space.high, dtype=torch.float32).reshape(-1),
@@ -191,8 +191,14 @@ def _gaussian(state: dict, net, env_id: str) -> bool:
     try:
         import gymnasium as gym
 
-        return isinstance(gym.spec(env_id).make().action_space, gym.spaces.Box)
-    except Exception:  # an id only the user's env factory knows: distrl's recipes take its discrete actions only
+        return isinstance(gym.make(env_id).action_space, gym.spaces.Box)  # a module:EnvId's module imported first
+    except Exception:  # a TorchRL env factory (module:function), or an env this process cannot make
+        pass
+    try:
+        from distrl.envs.torchrl_env import check_factory
+
+        return check_factory(env_id).num_actions is None
+    except Exception:
         return False
 
 
