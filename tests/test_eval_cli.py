@@ -120,8 +120,11 @@ def test_cartpole_eval_20_episodes_with_a_video(runs, tmp_path, capsys):
     run = runs["cartpole"]
     assert console(["eval", str(run), "--episodes", "20", "--video", str(tmp_path / "v"), "--video-episodes", "2"]) == 0
     out = capsys.readouterr()
-    assert "20/20 episodes" in out.err and "[eval] CartPole-v1, 20 episodes, best checkpoint, greedy: mean" in out.out
     result = eval_json(run, run / "eval.json")
+    frames = result["trained"]["env_frames"]
+    assert frames > 0 and result["trained"]["updates"] > 0
+    line = f"[eval] CartPole-v1, 20 episodes, best checkpoint ({frames:,} frames), greedy: mean"
+    assert "20/20 episodes" in out.err and line in out.out
     assert result["policy"] == "greedy" and result["checkpoint"] == "best"
     assert result["lengths"] == [int(r) for r in result["returns"]]  # CartPole: +1 a step
     assert result["videos"] == [str(tmp_path / "v" / f"episode-00{i}.mp4") for i in range(2)]

@@ -17,8 +17,9 @@ random action at probability ``--epsilon``: the default for Atari at ``atari.eva
 in Mnih et al. 2015, since a greedy policy that never presses FIRE stalls a game).
 
 ``eval.json`` (``--out``, default ``RUN_DIR/eval.json``) holds the per-episode returns, lengths and
-seeds, their mean, median, spread, and a 95% percentile-bootstrap interval of the mean
-(:func:`distrl.studies.stats.bootstrap_ci`, seeded by ``--seed``). Bad input (no run directory, no
+seeds, their mean, median, spread, a 95% percentile-bootstrap interval of the mean
+(:func:`distrl.studies.stats.bootstrap_ci`, seeded by ``--seed``), and how far training had got at the
+checkpoint (env frames, updates, seconds). Bad input (no run directory, no
 checkpoint, a policy the run's network cannot play, an env that renders no frames for ``--video``)
 is one line on stderr and exit status 2.
 """
@@ -154,7 +155,8 @@ def evaluate_run(args) -> dict:
     from distrl.nn.trained_policy import load_policy, load_run
     from distrl.roles.session import EVAL_SEED_OFFSET
 
-    cfg, _ = load_run(args.run_dir, args.checkpoint)
+    cfg, state = load_run(args.run_dir, args.checkpoint)
+    tracker = state.get("tracker") or {}  # how far training was when the checkpoint was written
     env_id = cfg["run"]["env"]
     if is_factory(env_id):
         raise ValueError(
@@ -203,6 +205,7 @@ def evaluate_run(args) -> dict:
         "recipe": cfg.get("recipe"),
         "env": env_id,
         "checkpoint": args.checkpoint,
+        "trained": {k: tracker.get(k) for k in ("env_frames", "updates", "wall_s")},
         "policy": policy,
         "epsilon": epsilon if policy == "epsilon" else 0.0,
         "seed": seed,
@@ -233,8 +236,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     out.write_text(json.dumps(result, indent=2) + "\n")
     lo, hi = result["ci95"]
     where = f", videos in {args.video}" if result["videos"] else ""
+    trained = result["trained"]["env_frames"]
+    frames = f" ({trained:,} frames)" if trained is not None else ""
     print(
-        f"[eval] {result['env']}, {result['episodes']} episodes, {result['checkpoint']} checkpoint, "
+        f"[eval] {result['env']}, {result['episodes']} episodes, {result['checkpoint']} checkpoint{frames}, "
         f"{result['policy']}: mean {result['mean']:.2f} (95% CI {lo:.2f} to {hi:.2f}), median {result['median']:.2f}, "
         f"min {result['min']:.2f}, max {result['max']:.2f}; written to {out}{where}",
         flush=True,
