@@ -24,7 +24,8 @@ pytest.importorskip("cv2")
 RANDOM = 1.27
 #: 1.6x random: a mean of 100 random games is 1.27 +- 0.13 (1 sd), so 2.03 is ~6 sd above it
 BAR = 1.6 * RANDOM
-#: agent steps of training at most: on 2026-12-06 (seed 0) sf's preset trained 100 games to a
+#: agent steps of training at most: on 2026-12-06 (seed 0) sf's preset trained 100 games to a mean of 2.12 by
+#: 51k agent steps (169 s, the machine shared; SF2's settings, docs/atari.md); the preset before them to a
 #: mean of 2.04 by 110k agent steps (108 s), 2.3 by 200k and 2.6 by 300k (docs/atari.md, "The test")
 FRAMES = 250_000
 

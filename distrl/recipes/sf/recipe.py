@@ -40,38 +40,35 @@ def minatar() -> Config:
 
 
 def atari() -> Config:
-    """``ALE/*`` games (Pong by default; the Nature encoder). Where each value comes from
-    (SF2 = Sample Factory 2's ``sf_examples/atari/atari_params.py``, CleanRL = ``ppo_atari.py``;
-    the measurements: docs/atari.md):
+    """``ALE/*`` games (Pong by default; the Nature encoder): Sample Factory 2's Atari settings
+    (SF2 = its ``sf_examples/atari/atari_params.py``; CleanRL's ``ppo_atari.py`` shares most), on sf's
+    asynchronous layout. The ablation that chose them: docs/atari.md. From SF2:
 
-    - PPO on GAE(0.95), no V-trace (SF2: ``with_vtrace=False``), clip 0.1, value loss x 0.5,
-      entropy bonus 0.01, gradient norm clipped at 0.5 (SF2 and CleanRL alike), advantages normalised
-      per minibatch, rewards clipped to -1..1 and not scaled;
-    - Adam (eps 1e-5) at lr 5e-4 decayed linearly to 0 over the budget (``run.lr_schedule=linear``,
-      on the clock a resume restores): twice SF2's and CleanRL's 2.5e-4, whose schedules run over
-      10M agent steps, where an hour here is ~4M; on Pong, 5e-4 over 30 minutes evaluated -12.75 at
-      1.43M agent steps where 2.5e-4 over an hour was at -19.3 in training (docs/atari.md);
-    - 1,024 samples an update (32 rows of 32 steps; SF2 and CleanRL: 1,024) in 4 minibatches of 256
-      (both), 2 passes (both take 4): each pass costs the learner, the one bound of this layout on
-      CPUs, as much as the env and inference of a sample together; 2 trains on twice the fresh
-      samples in the same gradient steps per hour (docs/atari.md, the ablation);
-    - rows older than 100 steps dropped (a lag of 25-30 steps is this layout's: 4 batches in flight);
-    - 2 groups of 16 envs per rollout worker (a forward of the conv net costs about as much as an
-      emulator step), the learner on a core of its own (it bounds the run; other ranks moved onto
-      its core cost ~15% a step);
-    - orthogonal initial weights (``net.init=orthogonal``: CleanRL's ``layer_init``, SF2's default;
-      with PyTorch's defaults the Nature features of a Pong frame are ~0.01 and the policy stayed
-      uniform for 1.4M agent steps);
-    - the encoder in bfloat16 where the CPU computes it natively (``net.precision=auto``: a
-      training step 0.45x float32's, inference 0.4x, on AVX512-BF16)."""
+    - PPO on GAE(0.95) taken once per batch, minibatches of single samples shuffled across it
+      (``algo.minibatch=samples``), 4 passes of 4 minibatches of 256 over 1,024 samples (32 rows of
+      32 steps), clip 0.1, value loss x 0.5, entropy bonus 0.01, gradient norm clipped at 0.5,
+      advantages normalised per minibatch, rewards clipped to -1..1;
+    - Adam (eps 1e-5) at lr 2.5e-4 decayed linearly to 0 over the budget (``run.lr_schedule=linear``,
+      on the clock a resume restores);
+    - observations standardised pixel by pixel (``net.obs_norm=on``, SF2's ``normalize_input``) and
+      the critic on standardised value targets (``net.value_norm=on``, its ``normalize_returns``);
+      orthogonal initial weights (``net.init=orthogonal``, SF2's default and CleanRL's ``layer_init``).
+
+    sf's own: decoupled PPO (``algo.decoupled``): batches reach the learner ~55 updates behind the
+    network (4 batches in flight, 16 steps each), and PPO's 0.1 clip against the behaviour policy
+    zeroes the gradient of a quarter of the samples before a step; rows older than 100 updates are
+    dropped; 2 groups of 16 envs per rollout worker; the learner on a core of its own (it bounds the
+    run); the encoder in bfloat16 where the CPU computes it natively (``net.precision=auto``)."""
     return override(
         default(),
-        **{**ATARI_RUN, "algo.envs_per_worker": 32, "algo.batch_size": 32, "algo.lr": 5e-4,
-           "algo.num_epochs": 2, "algo.num_minibatches": 4, "algo.vtrace": False, "algo.gae_lambda": 0.95,
+        **{**ATARI_RUN, "algo.envs_per_worker": 32, "algo.batch_size": 32, "algo.lr": 2.5e-4,
+           "algo.num_epochs": 4, "algo.num_minibatches": 4, "algo.vtrace": False, "algo.gae_lambda": 0.95,
+           "algo.minibatch": "samples", "algo.decoupled": True,
            "algo.clip_eps": 0.1, "algo.max_grad_norm": 0.5,
            "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01, "algo.normalize_advantage": True,
            "algo.max_policy_lag": 100,
            "run.lr_schedule": "linear", "net.precision": "auto", "net.init": "orthogonal",
+           "net.obs_norm": "on", "net.value_norm": "on",
            "algo.learner_cores": 1},  # the learner bounds the run: a core to itself (docs/atari.md)
     )
 
