@@ -256,3 +256,23 @@ def test_evaluation_explores_among_legal_actions():
 
     played = play_episodes(lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64), MASKED, 8, seed=0, epsilon=1.0)
     assert played.lengths == [20] * 8 and min(played.returns) >= 0
+
+
+def masked_pick_factory():
+    """A TorchRL env with an ``action_mask`` key (GymEnv of the Dict-observation env): refused."""
+    from torchrl.envs import GymEnv
+
+    return GymEnv(MASKED)
+
+
+def test_what_does_not_read_masks_says_so_in_one_line():
+    from distrl.cli.options import build_config, make_parser
+    from distrl.cli.runner import plan
+    from distrl.envs.torchrl_env import check_factory
+
+    with pytest.raises(ValueError, match="reads action masks from gymnasium envs") as e:
+        check_factory(f"{__name__}:masked_pick_factory")
+    assert "\n" not in str(e.value)
+    args = ["seed", "--experiment", "debug_lstm", "--env", MASKED, "--logger", "none"]
+    with pytest.raises(ValueError, match="algo.core=lstm does not read action masks"):
+        plan(build_config(make_parser().parse_args(args)), 1)
