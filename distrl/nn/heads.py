@@ -3,7 +3,10 @@
 A policy network ends in a tensor ``out [*B, width]``; its head says what that tensor means:
 
 * :class:`CategoricalHead` (discrete ``A`` actions): ``out`` is the logits ``[*B, A]``; actions
-  are int64 indices ``[*B]``, sampled by Gumbel-max (:func:`distrl.nn.models.sample_actions`).
+  are int64 indices ``[*B]``, sampled by Gumbel-max (:func:`distrl.nn.models.sample_actions`). Under
+  an env's action mask the logits arrive with illegal actions at the lowest float
+  (:mod:`distrl.nn.action_mask`), so sampling, argmax, log-probabilities and entropy here are those
+  of the distribution over legal actions with no change to this head.
 * :class:`GaussianHead` (a ``Box`` of ``A`` dims): ``out`` is ``cat(mean, log_std) [*B, 2A]``
   (:class:`GaussianParams` writes it); actions are float32 ``[*B, A]``.
 
