@@ -360,3 +360,72 @@ def test_mkdocs_build_strict(jobs, tmp_path):
         env=child_env(NO_MKDOCS_2_WARNING="1"),
     )
     assert job.wait(180) == 0, job.tail()
+
+
+# ---- exit statuses --------------------------------------------------------------------------------
+
+
+def code_exit_statuses() -> set:
+    """Every exit status the commands' code can end with: the integers handed to ``sys.exit``,
+    ``os._exit`` or ``SystemExit``, returned by a ``main``/``console`` or by a function whose docstring
+    says it returns an exit status, held by a module constant named ``*EXIT*``, and ``"128 + N"``
+    where a status is 128 plus a signal's number (a stop signal's own: 143, 130, 129, 131)."""
+    from distrl.runtime.signals import STOP_SIGNALS
+    from distrl.train import COMMANDS
+
+    files = {ROOT / "distrl" / "train.py", *(ROOT / "distrl" / "cli").glob("*.py")}
+    files |= set((ROOT / "distrl" / "runtime").glob("*.py"))
+    files |= {ROOT / (target.partition(":")[0].replace(".", "/") + ".py") for target, _ in COMMANDS.values()}
+
+    def ints(node) -> set:
+        """The integers ``node`` can evaluate to as written: a literal, either branch of ``a if c else
+        b``, any operand of ``a or b``, a dict's or tuple's items (not a call's arguments)."""
+        if isinstance(node, ast.Constant):
+            return {node.value} if type(node.value) is int else set()
+        if isinstance(node, ast.IfExp):
+            return ints(node.body) | ints(node.orelse)
+        parts = {ast.BoolOp: "values", ast.Dict: "values", ast.Tuple: "elts"}.get(type(node))
+        return set().union(*(ints(n) for n in getattr(node, parts))) if parts else set()
+
+    found = set()
+    for path in files:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func)
+                if name in ("sys.exit", "os._exit", "SystemExit", "exit"):
+                    found |= ints(ast.Tuple(elts=node.args, ctx=ast.Load()))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node) or ""
+                if node.name in ("main", "console") or "exit status" in " ".join(doc.split()):
+                    for ret in ast.walk(node):
+                        if isinstance(ret, ast.Return) and ret.value is not None:
+                            found |= ints(ret.value)
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+                if 128 in (ints(node.left) | ints(node.right)):
+                    found.add("128 + N")
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Name) and "EXIT" in t.id for t in targets) and node.value is not None:
+                    found |= ints(node.value)
+    if "128 + N" in found:
+        found |= {128 + int(s) for s in STOP_SIGNALS}
+    return found
+
+
+def test_troubleshooting_lists_every_exit_status_the_code_uses():
+    """docs/troubleshooting.md's "Exit statuses" section names every status the code ends with, and
+    its table lists none the code does not."""
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    section = page.split("\n## Exit statuses\n", 1)[1].split("\n## ", 1)[0]
+    used = code_exit_statuses()
+    assert {0, 1, 2, 143} <= used, f"the scan of the code found too little: {sorted(used, key=str)}"
+    missing = [s for s in used if not re.search(rf"(?<![\w.]){re.escape(str(s))}(?![\w.])", section)]
+    assert not missing, f"exit statuses the code uses that troubleshooting.md does not list: {missing}"
+    listed = set()
+    for row in re.findall(r"^\| ([^|]+) \|", section, flags=re.M):
+        if row.strip() not in ("status", "---"):
+            listed |= {s.strip() for s in row.split(",")}
+    stale = sorted(s for s in listed if s not in {str(u) for u in used})
+    assert not stale, f"troubleshooting.md lists exit statuses the code never uses: {stale}"

@@ -193,6 +193,8 @@ def _remove_shared_memory(pid: Optional[int]) -> None:
 
 
 def _verdict(code: Optional[int], rank: int, role: str, critical: bool) -> int:
+    """The rank's exit status once its child ended with ``code`` (negative: killed by that signal): a
+    critical role's own status (1 for a signal), 0 for a non-critical role, which the job outlives."""
     if code == 0:
         return 0
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"

@@ -252,7 +252,7 @@ def run_entries(
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``distrl compare``; returns the exit status (0: every run finished, 1: some failed, 2: bad input)."""
+    """``distrl compare``; the exit status (0: every run finished, 1: some failed, 2: bad input, 130: Ctrl-C)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = make_parser().parse_args(argv)
     from distrl.studies.sweep import parse_seeds
