@@ -31,10 +31,11 @@ def _signalled_at(tmp_path: Path) -> float:
 
 
 def _checkpoint_after(run: Path, sent: float) -> float:
-    """Seconds from ``sent`` (wall clock) to the newest checkpoint's write; it must be after it."""
+    """Seconds from ``sent`` (wall clock) to the newest checkpoint's write; it must be after it (file
+    times come from the kernel's coarse clock, which trails the wall clock by up to a tick: 50 ms kept)."""
     newest = list_checkpoints(run)[-1]
     took = newest.stat().st_mtime - sent
-    assert took > 0, f"the newest checkpoint {newest.name} is older than the signal"
+    assert took > -0.05, f"the newest checkpoint {newest.name} is {-took:.3f}s older than the signal"
     return took
 
 
