@@ -133,7 +133,7 @@ def test_an_evaluation_longer_than_the_watchdog_beats_through_it(tmp_path, no_le
     evaluation against the 300 s default) got the learner killed; now each step beats."""
     t0 = time.monotonic()
     status = supervisor.supervise(
-        lambda: _evaluates(tmp_path, 0.25), 0, "learner", critical=True, grace_s=30, watchdog_s=1.5
+        lambda: _evaluates(tmp_path, 0.3), 0, "learner", critical=True, grace_s=30, watchdog_s=1.5
     )
     assert status == 0 and time.monotonic() - t0 > 2.0  # it did outlast the watchdog's bound
 
