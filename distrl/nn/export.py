@@ -30,6 +30,8 @@ import torch
 from torch import nn
 from torchrl.data import Bounded, Categorical, OneHot
 
+from distrl.envs import atari
+from distrl.envs.gym import env_info
 from distrl.nn.trained_policy import build_model, load_policy, load_run, policy_network, resolve_action_spec
 
 FORMATS = ("torchrl", "pt2")
@@ -91,9 +93,11 @@ def _obs_dtype(env_id: str, obs_shape: tuple[int, ...]) -> torch.dtype:
     MinAtar), uint8 when the env cannot be asked (an id only the user's factory knows)."""
     if len(obs_shape) != 3:
         return torch.float32
+    if atari.is_atari(env_id):  # known without starting the emulator (seconds)
+        return torch.uint8
+    if env_id.startswith("MinAtar/"):
+        return torch.bool
     try:
-        from distrl.envs.gym import env_info
-
         return env_info(env_id).obs_dtype
     except Exception:
         return torch.uint8
