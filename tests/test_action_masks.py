@@ -89,10 +89,23 @@ class _Board(gym.Env):
         return np.ones((2, 3), np.float32), {"action_mask": np.array([1, 0, 1], np.int8)}
 
 
+class _ExtraKey(gym.Env):
+    observation_space = gym.spaces.Dict(
+        {
+            "observation": gym.spaces.Box(0, 1, (2,), np.float32),
+            "action_mask": gym.spaces.MultiBinary(3),
+            "turn": gym.spaces.Discrete(2),
+        }
+    )
+    action_space = gym.spaces.Discrete(3)
+
+
 def test_what_cannot_carry_a_mask_is_refused_in_one_line():
     with pytest.raises(ValueError, match="image") as e:
         wrap_action_mask(_ImageWithMask(), "test/Image-v0")
     assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="nothing else"):
+        wrap_action_mask(_ExtraKey(), "test/ExtraKey-v0")
     env = wrap_action_mask(_Board(), "test/Board-v0")  # a small array is flattened beside its mask
     assert isinstance(env, MaskedObservation) and env.observation_space.shape == (6 + 2,)
     with pytest.raises(ValueError, match="3 entries for 2 actions"):

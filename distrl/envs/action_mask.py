@@ -89,10 +89,10 @@ def mask_source(env: gym.Env, env_id: str) -> str | None:
     if isinstance(space, gym.spaces.Dict):
         if keys.ACTION_MASK not in space.spaces:
             return None
-        if DICT_OBSERVATION not in space.spaces:
+        if set(space.spaces) != {DICT_OBSERVATION, keys.ACTION_MASK}:  # nothing dropped unseen
             raise ValueError(
-                f"{env_id}: a Dict observation with an action_mask needs its state under 'observation', "
-                f"got keys {list(space.spaces)}"
+                f"{env_id}: a Dict observation with an action_mask needs its state under 'observation' and "
+                f"nothing else, got keys {list(space.spaces)} (concatenate the rest into 'observation')"
             )
         return "obs"
     if isinstance(space, gym.spaces.Box) and not (len(space.shape) == 3 and space.dtype in (np.uint8, np.bool_)):
