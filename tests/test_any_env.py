@@ -53,8 +53,8 @@ def test_a_name_that_is_neither_is_one_line(env, message, capsys):
 @pytest.mark.parametrize(
     "recipe,env,message",
     [
-        ("apex", BOX, "apex's SAC learner takes a Box action space from gymnasium ids only; tests.user_envs:continuous "
-         "is a TorchRL env factory: train it with impala, seed, sf or a3c"),
+        ("apex", "tests.user_envs:continuous_unbounded", "apex's SAC learner squashes its actions into a bounded box; "
+         "this env's action spec is UnboundedContinuous"),
         ("vecenv", PIXELS_HWC, "vecenv cannot step a TorchRL env factory"),
         ("sf", "tests.user_envs:two_actions", "distrl trains on one discrete action (Categorical or OneHot) or a flat "
          "continuous action; this env's is MultiCategorical [2]"),
@@ -157,5 +157,6 @@ def test_a_pixel_factory_trains(recipe, tmp_path, jobs):
     _trains(jobs, tmp_path, recipe, PIXELS_HWC)
 
 
-def test_a_box_factory_trains_sf(tmp_path, jobs):
-    _trains(jobs, tmp_path, "sf", BOX)
+@pytest.mark.parametrize("recipe", ["sf", "apex"])  # apex: its SAC learner, squashed into the factory's box
+def test_a_box_factory_trains(recipe, tmp_path, jobs):
+    _trains(jobs, tmp_path, recipe, BOX)

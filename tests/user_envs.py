@@ -89,6 +89,13 @@ def continuous() -> EnvBase:
     return TransformedEnv(GymEnv("ReachSign-v0"), StepCounter())
 
 
+def continuous_unbounded() -> EnvBase:
+    """The same with an ``UnboundedContinuous`` action spec (what a user's own ``EnvBase`` may declare)."""
+    env = continuous()
+    env.action_spec = Unbounded(env.action_spec.shape)
+    return env
+
+
 class TwoActions(EnvBase):
     """Two discrete actions at once (``MultiCategorical [2]``): no head of distrl's reads it. Each
     episode is one step of reward 0."""

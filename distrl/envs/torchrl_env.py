@@ -191,6 +191,27 @@ def check_factory(spec: str) -> EnvInfo:
                 env.close()
 
 
+@functools.lru_cache(maxsize=None)
+def action_box(spec: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(low [A], high [A])`` of factory ``spec``'s bounded box of actions (builds one env and closes
+    it); ``ValueError`` in one line for an unbounded one. What apex's SAC squashes its actions into."""
+    fn = load_factory(spec)
+    with quiet_torchrl():
+        env = fn(num_envs=1) if _takes_num_envs(fn) else fn()
+        try:
+            action = env.action_spec
+            if not (isinstance(action, Bounded) and action.dtype.is_floating_point):
+                raise ValueError(
+                    f"--env {spec}: apex's SAC learner squashes its actions into a bounded box; this env's action "
+                    f"spec is {type(action).__name__} (give it bounds, or train it with impala, seed, sf or a3c)"
+                )
+            low, high = (b.reshape(-1, b.shape[-1])[0].to(torch.float32) for b in (action.space.low, action.space.high))
+            return low.clone(), high.clone()
+        finally:
+            if not env.is_closed:
+                env.close()
+
+
 def _info(spec: str, env: EnvBase) -> EnvInfo:
     """Sizes of a checked env as distrl sees it (:func:`make_env`'s form: ``obs_shape`` channels
     first), or ``ValueError`` naming what distrl cannot train on."""

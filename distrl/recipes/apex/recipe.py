@@ -95,6 +95,7 @@ def debug() -> Config:
 
 def _check_config(cfg: Config) -> None:
     from distrl.envs.gym import env_info, is_factory  # gymnasium loads only when a config is checked
+    from distrl.envs.torchrl_env import action_box
 
     info = env_info(cfg.run.env)
     if learner_kind(cfg) == "dqn":
@@ -104,16 +105,13 @@ def _check_config(cfg: Config) -> None:
                 f"only; {cfg.run.env} is continuous: use algo.learner=sac (or auto)"
             )
         return
-    if is_factory(cfg.run.env) and info.num_actions is None:
+    if info.num_actions is not None or len(info.shape) != 1:
         raise ValueError(
-            f"apex's SAC learner takes a Box action space from gymnasium ids only; {cfg.run.env} is a TorchRL env "
-            "factory: train it with impala, seed, sf or a3c (a Gaussian policy), or give apex the gymnasium id"
+            f"apex's SAC learner (algo.learner={cfg.algo.learner}) takes flat observations and a Box action "
+            f"space; {cfg.run.env} is not one: use algo.learner=dqn for discrete actions"
         )
-    if info.num_actions is not None or is_factory(cfg.run.env) or len(info.shape) != 1:
-        raise ValueError(
-            f"apex's SAC learner (algo.learner={cfg.algo.learner}) takes gymnasium ids with flat observations "
-            f"and a Box action space; {cfg.run.env} is not one: use algo.learner=dqn for discrete actions"
-        )
+    if is_factory(cfg.run.env):
+        action_box(cfg.run.env)  # its policy squashes into the box: an unbounded one is refused in one line
 
 
 def _roles(world_size: int, cfg: Config) -> list[str]:

@@ -28,7 +28,8 @@ import torch
 
 from distrl.algorithms.sac import polyak_update, sac_loss
 from distrl.data import keys
-from distrl.envs.gym import make_env
+from distrl.envs import torchrl_env
+from distrl.envs.gym import is_factory, make_env
 from distrl.nn.sac import ActionHead, SACNetwork
 from distrl.recipes.apex.actor import ApexActor
 from distrl.recipes.apex.config import learner_kind
@@ -38,7 +39,10 @@ from distrl.runtime.context import RoleContext
 
 
 def action_box(env_id: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(low [A], high [A])`` of a gymnasium id's ``Box`` action space (builds one env and closes it)."""
+    """``(low [A], high [A])`` of a gymnasium id's ``Box`` action space (builds one env and closes it), or
+    of a TorchRL env factory's bounded box (:func:`distrl.envs.torchrl_env.action_box`)."""
+    if is_factory(env_id):
+        return torchrl_env.action_box(env_id)
     env = make_env(env_id)
     try:
         space = env.action_space
@@ -94,14 +98,12 @@ class ApexSACActor(ApexActor):
     """An Ape-X actor that plays SAC's policy; see the module docstring."""
 
     def __init__(self, ctx: RoleContext):
+        # before the base class builds the env runner: a TorchRL factory's Collector calls _act as it is built
+        self.low, self.high = action_box(ctx.cfg.run.env)
+        actors = len(ctx.ranks_of("actor"))
+        self.random_left = -(-ctx.cfg.algo.random_steps // actors)  # this actor's share, rounded up
         super().__init__(ctx)
         self.epsilon = 0.0  # no ladder: every actor samples its policy, and every episode counts
-        self.low, self.high = (
-            self.model.action_bias - self.model.action_scale,
-            self.model.action_bias + self.model.action_scale,
-        )
-        actors = len(ctx.ranks_of("actor"))
-        self.random_left = -(-self.algo.random_steps // actors)  # this actor's share, rounded up
         self._greeted = False
 
     def build_model(self, info) -> torch.nn.Module:
