@@ -35,17 +35,15 @@ def a2c() -> Config:
 def minatar() -> Config:
     """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10.
 
-    Bytes on the wire per env step stay under the observation's own 400 bytes plus 64: the network
-    has P = 132,308 parameters, so a push (the gradient) and its reply (the newer parameters) carry
-    2 * 2P = 529,232 bytes in bfloat16, plus ~1.4 KB of version, frames and the segment's episode
-    returns and lengths; a push stands for 64 envs x t_max 20 = 1,280 env steps: 413.5 + ~1 bytes a
-    step (``tests/test_a3c_wire.py``; runs measure 411-415, a reply without newer parameters costing
-    less). In float32 at 16 envs it was up to 2 * 4P / 320 = 3,308 (runs measured 3,287). The return
-    stays a 20-step one; a gradient averages 4x the segments, so there are 4x fewer updates per frame.
+    Gradients and parameters cross in bfloat16 and a push stands for 64 envs x t_max 20 = 1,280 env
+    steps, so bytes on the wire per env step stay under the observation's own 400 plus 64: the
+    network's P = 132,308 parameters make a push and its reply 2 * 2P = 529,232 bytes, 413.5 a step
+    (``tests/test_a3c_wire.py`` checks it; measured: docs/a3c.md, "The gradient", and docs/pixels.md,
+    "Bytes on the wire"). The return stays a 20-step one; a gradient averages 4x the segments, so
+    there are 4x fewer updates per frame.
 
-    The optimizer is IMPALA's MinAtar one (Adam, lr 6e-4, eps 1e-5, clip 1.0), which reached 10 in
-    180 s on 3 processes; with CartPole's RMSProp (eps 1e-3) a one-process run was still at random
-    play's 0.45 after 442k frames (docs/pixels.md)."""
+    The optimizer is IMPALA's MinAtar one (Adam, lr 6e-4, eps 1e-5, clip 1.0): CartPole's RMSProp
+    did not learn here (docs/pixels.md, "Results")."""
     return override(
         default(),
         **{"run.env": "MinAtar/Breakout-v1", "run.total_frames": 50_000_000, "run.max_time_s": 1200.0,
@@ -83,9 +81,7 @@ def mujoco() -> Config:
     parameters stay float32 on the wire (the observation statistics ride in the vector; the nets
     are ~10k parameters).
 
-    Measured: ``--nproc 3 --env InvertedPendulum-v5 --target-return 950 --seed 0`` on 2 shared
-    cores: a greedy 1000 at 34 s (133k frames), the training mean at 950 at 50 s (190k frames, 745
-    updates, staleness 2.1 on average), 2,800 frames/s, 276 bytes on the wire per env step."""
+    Measured: docs/continuous.md, "Results"."""
     return override(
         default(),
         **{**MUJOCO_AC, "algo.envs_per_worker": 16, "algo.t_max": 16, "algo.optimizer": "adam",

@@ -32,8 +32,8 @@ def minatar() -> Config:
     """MinAtar/Breakout-v1 (10x10 images, the minatar encoder), stopping at a greedy score of 10;
     the DQN settings of Young & Tian's MinAtar baselines where they apply (replay 100k, lr 2.5e-4).
 
-    An actor's wire stays within a step's 400-byte observation plus 64 bytes (issue "Pixels I",
-    tests/test_apex_wire.py): unrolls of 128 steps send 131 observations for 128 transitions
+    An actor's wire stays within a step's 400-byte observation plus 64 bytes
+    (tests/test_apex_wire.py): unrolls of 128 steps send 131 observations for 128 transitions
     (409 bytes a step, 14 more per transition), and a pull of the 528 KB net every 16,000 steps
     costs 33 bytes a step."""
     return override(

@@ -63,9 +63,8 @@ def mujoco() -> Config:
     3e-4 as PPO; advantages normalised per batch, so the policy's step does not grow with
     HalfCheetah's return scale; no entropy bonus (the learned log-std explores, and a bonus keeps
     it from shrinking); rewards x0.1 so the critic's targets (up to 1/(1-gamma) = 100x a step's
-    reward) stay near its output's scale; gradient clip 0.5, PPO's. Measured: InvertedPendulum-v5
-    (``--nproc 3 --target-return 950 --seed 0``, 2 cores shared with other runs) reached 950 at 86 s
-    (398k frames, 4,400 fps) and evaluated greedily at 1000.
+    reward) stay near its output's scale; gradient clip 0.5, PPO's. Measured: docs/continuous.md,
+    "Results".
     """
     return override(
         default(),
@@ -85,10 +84,9 @@ def debug() -> Config:
 def debug_lstm() -> Config:
     """``debug`` with the LSTM core: the recurrent path end to end in seconds.
 
-    40k frames, twice ``debug``'s: at 20k the greedy score was 18.7-20 when the cores were busy
-    (the training mean was still ~13). lr 1e-3, not the recipe's 3e-4 (chosen for CartPole's
-    hold): with 3e-4 the greedy score at 40k was 17.4-19.9 over seeds 0-5, three of six under the
-    test's 19; with 1e-3 it was 20 in all of seeds 0-7, and in seeds 10-13 with a busy core.
+    40k frames (twice ``debug``'s) at lr 1e-3 (not the recipe's 3e-4, which is chosen for CartPole's
+    hold): what the LSTM test's greedy score of 19 needs on busy cores (the seeds that chose them:
+    docs/benchmarks.md, "seed history").
     """
     return override(debug(), **{"algo.core": "lstm", "algo.core_size": 32, "net.hidden": (32,),
                                 "run.total_frames": 40_000, "algo.lr": 1e-3})
@@ -98,12 +96,11 @@ def lstm_cartpole() -> Config:
     """CartPole with position and angle only (distrl/CartPoleNoVel-v1): memory is required.
 
     gamma 0.995: without the cart's velocity the policy lets the cart drift, and the episodes it
-    loses end out of bounds 200-400 steps later, past gamma 0.99's horizon (measured: 0.99 stalled
-    at 300-450 and collapsed; 0.995 reached the target). It stops at a training mean of 490 so the
-    greedy policy is sharp: at 450 the greedy evaluation scored 335. Raw advantages (the default):
-    with ``algo.normalize_advantage`` it was at 180 after 2.5M frames. Entropy 0.01, the value
-    it was measured with (the recipe's default is 0.003), with the recipe's defaults of that day:
-    lr 1e-3 and unscaled rewards.
+    loses end out of bounds 200-400 steps later, past gamma 0.99's horizon. It stops at a training
+    mean of 490 so that the greedy policy is sharp. Raw advantages (the default). Entropy 0.01 (the
+    recipe's default is 0.003), lr 1e-3 and unscaled rewards: the recipe's defaults of the day it
+    was measured, kept with it. Measured, and why each setting: docs/seed.md, "LSTM core"; the
+    runs of other settings: docs/benchmarks.md, "seed history".
     """
     return override(
         default(),

@@ -37,8 +37,9 @@ def pendulum() -> Config:
     """Torch Pendulum-v1 (continuous torque) for 2M frames: a short horizon (gamma 0.95), costs
     scaled by 0.1, running observation normalisation (``net.obs_norm``'s ``auto`` for continuous
     actions: theta_dot spans +-8, the rest +-1), an initial log-std of -0.5 and a
-    learning rate annealed to 0, which turn a greedy return that wandered in -190..-260 into one
-    that settles at -144..-167 (seeds 0-3, measured: docs/vecenv.md)."""
+    learning rate annealed to 0: without the normalisation and the annealing the greedy return
+    wandered (measured: docs/vecenv.md, "What holds now"; the runs: docs/benchmarks.md, "vecenv
+    history")."""
     return override(
         default(),
         **{"run.env": "Pendulum-v1", "run.target_return": None, "run.total_frames": 2_000_000, "run.max_time_s": 280.0,
