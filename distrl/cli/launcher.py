@@ -49,7 +49,10 @@ def standalone(nproc: int, argv: list[str]) -> int:
     try:
         run(args)
     except ChildFailedError as e:  # torchrun already printed which rank failed and why
-        return max((f.exitcode for f in e.failures.values()), key=abs, default=1) or 1
+        code = max((f.exitcode for f in e.failures.values()), key=abs, default=1) or 1
+        # a rank killed by signal N (torchrun's exitcode -N: the OOM killer's SIGKILL) ends as a shell
+        # reports it, 128 + N; sys.exit(-N) would leave 256 - N
+        return 128 - code if code < 0 else code
     except SignalException as e:  # SIGTERM/SIGINT to the launcher: torchrun has stopped the ranks
         print(f"[distrl] launcher got signal {e.sigval.name}; the ranks were stopped", file=sys.stderr)
         return 128 + int(e.sigval)
