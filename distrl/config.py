@@ -79,6 +79,9 @@ class RunConfig:
     checkpoint_interval_s: float = 60.0  #: seconds between periodic checkpoints
     peer_grace_s: float = 30.0  #: seconds the learner waits once every peer is lost, then checkpoints and exits 4
     env_max_failures: int = 10  #: consecutive env failures a worker recovers from (with backoff) before it gives up
+    #: an env step (a collector's batch: per step of it) that has not returned after this many seconds
+    #: ends its worker, which the learner then declares lost; 0: never
+    env_step_timeout_s: float = 60.0
     #: a learner whose loop is silent this long (frozen, deadlocked) is killed: the job ends with status 5; 0: never
     watchdog_s: float = 300.0
     resume: bool = False  #: continue from the latest checkpoint in run_dir
@@ -105,6 +108,7 @@ class RunConfig:
         check(self.peer_grace_s >= 0, f"run.peer_grace_s must be >= 0, got {self.peer_grace_s}")
         check(self.watchdog_s >= 0, f"run.watchdog_s must be >= 0, got {self.watchdog_s}")
         check(self.env_max_failures >= 1, f"run.env_max_failures must be >= 1, got {self.env_max_failures}")
+        check(self.env_step_timeout_s >= 0, f"run.env_step_timeout_s must be >= 0, got {self.env_step_timeout_s}")
         check(
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
             f"run.device must be auto, cpu or cuda[:N], got {self.device!r}",

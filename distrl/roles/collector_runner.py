@@ -24,7 +24,7 @@ from distrl.runtime import faults
 from distrl.data import keys
 from distrl.envs.torchrl_env import as_obs, check_factory, end_flags, make_env, one_hot_actions, quiet_torchrl
 from distrl.logging.timing import TimeBudget
-from distrl.roles.env_recovery import EnvRecovery
+from distrl.roles.env_recovery import EnvRecovery, StepWatch
 
 #: observations -> the policy's outputs, as :data:`distrl.roles.env_runner.ActFn` (spelled here, not
 #: imported: env_runner imports this module when it builds a collector runner)
@@ -76,12 +76,15 @@ class CollectorRunner:
         act: ActFn,
         T: int,
         max_failures: int = 10,
+        step_timeout_s: float = 0.0,
     ):
         self.env_spec, self.num_envs, self.seed, self.rank, self.T = env_spec, num_envs, seed, rank, T
         self.info = check_factory(env_spec)
         self.unrolls = 0
         self.env_errors = 0
         self.recovery = EnvRecovery(env_spec, max_failures)
+        # a batch is T steps of each env: its bound is T step bounds
+        self.watch = StepWatch(env_spec, step_timeout_s * T, f"rank {rank}")
         self.budget = TimeBudget()
         self.model, self.act = model, act
         self.collector: Collector | None = None
@@ -114,11 +117,12 @@ class CollectorRunner:
         if act != self.act or T != self.T:  # bound methods compare equal, never identical
             raise ValueError("a CollectorRunner steps the act function and unroll length it was built with")
         self.unrolls += 1
-        if faults.env_fails(self.rank, self.unrolls, self.env_errors):
-            raise RuntimeError("injected environment failure")
         t0 = time.perf_counter()
         policy_s = self.budget.seconds["policy"]
-        batch = next(self._batches)  # [B, T]: TorchRL's collectors are batch-major, time last
+        with self.watch:
+            if faults.env_fails(self.rank, self.unrolls, self.env_errors):
+                raise RuntimeError("injected environment failure")
+            batch = next(self._batches)  # [B, T]: TorchRL's collectors are batch-major, time last
         self.budget.add("env", time.perf_counter() - t0 - (self.budget.seconds["policy"] - policy_s))
         self.recovery.succeeded()
         return self._trajectory(batch)

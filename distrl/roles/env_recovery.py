@@ -9,12 +9,22 @@ forgets the failures in a row, so the backoff starts from ``base_s`` again. The
 the env id, the count and the last exception: the rank dies, and the learner's liveness check
 declares it lost and goes on without it (or stops once every peer is lost, ``run.peer_grace_s``).
 An env that fails now and then is recovered from forever; one that is broken is not retried forever.
+
+An env that hangs instead (a step that never returns: a dead emulator pipe, a simulator waiting on
+a licence server) raises nothing, and the worker's transport threads still answer the learner's
+pings, so liveness alone never sees it. :class:`StepWatch` bounds each step
+(``run.env_step_timeout_s``): a thread of the worker's own ends the process in one line once a step
+has run that long, so the learner's next ping fails and the rank is declared lost like a dead one.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable
+
+ENV_HUNG_EXIT = 6  #: a worker's exit status when its env step outlived ``run.env_step_timeout_s``
 
 
 class EnvFailedError(RuntimeError):
@@ -70,3 +80,42 @@ class EnvRecovery:
             flush=True,
         )
         self.sleep(delay)
+
+
+class StepWatch:
+    """``with watch:`` around each env step: a step running past ``timeout_s`` ends the process.
+
+    The watching thread starts with the first step; it needs the GIL, which a hung step blocked in
+    a system call (a pipe, a socket, a sleep) or in Python code gives up. A step hung in C code that
+    holds the GIL stops the transport threads too, and the learner's pings declare the rank lost.
+    ``timeout_s`` 0: no watch. ``exit`` is ``os._exit`` (tests pass their own).
+    """
+
+    def __init__(self, env_id: str, timeout_s: float, who: str, exit: Callable[[int], None] = os._exit):
+        self.env_id, self.timeout_s, self.who, self._exit = env_id, timeout_s, who, exit
+        self.since: float | None = None  # the running step's start (monotonic), None between steps
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> StepWatch:
+        if self.timeout_s and self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="distrl-env-step-watch", daemon=True)
+            self._thread.start()
+        self.since = time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.since = None
+
+    def _watch(self) -> None:
+        poll = min(1.0, self.timeout_s / 4)
+        while True:
+            time.sleep(poll)
+            since = self.since
+            if since is not None and time.monotonic() - since > self.timeout_s:
+                print(
+                    f"[{self.who}] env {self.env_id}: a step did not return in {self.timeout_s:g}s "
+                    f"(run.env_step_timeout_s); leaving, so the learner declares this rank lost",
+                    flush=True,
+                )
+                self._exit(ENV_HUNG_EXIT)
+                return

@@ -21,7 +21,7 @@ from distrl.runtime import faults
 from distrl.data import keys
 from distrl.envs.gym import as_obs, final_observations, is_factory, make_vector_env
 from distrl.logging.timing import TimeBudget
-from distrl.roles.env_recovery import EnvRecovery
+from distrl.roles.env_recovery import EnvRecovery, StepWatch
 
 #: ``act(obs [B, *F]) -> {keys.ACTION: [B] int64, other per-step outputs: [B, ...]}``
 ActFn = Callable[[torch.Tensor], dict]
@@ -29,14 +29,25 @@ ActFn = Callable[[torch.Tensor], dict]
 
 class EnvRunner:
     """``num_envs`` copies of ``env_id`` stepped by one actor (rank ``rank``, seeds from ``seed``);
-    after ``max_failures`` env failures in a row :meth:`recover` gives up (``env_recovery.py``)."""
+    after ``max_failures`` env failures in a row :meth:`recover` gives up, and a step running past
+    ``step_timeout_s`` (0: unbounded) ends the process (``env_recovery.py``)."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, rank: int, max_failures: int = 10, atari_opts=None):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int,
+        rank: int,
+        max_failures: int = 10,
+        atari_opts=None,
+        step_timeout_s: float = 0.0,
+    ):
         self.env_id, self.num_envs, self.seed, self.rank = env_id, num_envs, seed, rank
         self.atari_opts = atari_opts  # how an ALE/* id's envs are built (distrl.config.AtariConfig)
         self.unrolls = 0  # unrolls started, for fault injection
         self.env_errors = 0  # environment failures over the run
         self.recovery = EnvRecovery(env_id, max_failures)
+        self.watch = StepWatch(env_id, step_timeout_s, f"rank {rank}")
         #: the actor's time: ``policy`` and ``env`` here, the actor adds ``wait``/``send`` (timing.py)
         self.budget = TimeBudget()
         self.env = None
@@ -56,9 +67,10 @@ class EnvRunner:
         self.ep_length = np.zeros(self.num_envs, dtype=np.int64)
 
     def _env_step(self, action: np.ndarray):
-        if faults.env_fails(self.rank, self.unrolls, self.env_errors):
-            raise RuntimeError("injected environment failure")
-        return self.env.step(action)
+        with self.watch:
+            if faults.env_fails(self.rank, self.unrolls, self.env_errors):
+                raise RuntimeError("injected environment failure")
+            return self.env.step(action)
 
     def unroll(self, act: ActFn, T: int) -> tuple[TensorDict, list[float], list[int]]:
         """Step every env ``T`` times with ``act``.
@@ -163,13 +175,14 @@ def make_env_runner(
     T: int,
     max_failures: int = 10,
     atari_opts=None,
+    step_timeout_s: float = 0.0,
 ):
     """The actor's envs: an :class:`EnvRunner` over gymnasium id ``env`` (the fast path), or a
     ``CollectorRunner`` (TorchRL ``Collector``) when ``env`` names a TorchRL env factory. ``model``
     is the network ``act`` reads, ``T`` the unroll length, ``max_failures`` ``run.env_max_failures``,
-    ``atari_opts`` the config's ``atari`` section."""
+    ``atari_opts`` the config's ``atari`` section, ``step_timeout_s`` ``run.env_step_timeout_s``."""
     if is_factory(env):
         from distrl.roles.collector_runner import CollectorRunner
 
-        return CollectorRunner(env, num_envs, seed, rank, model, act, T, max_failures)
-    return EnvRunner(env, num_envs, seed, rank, max_failures, atari_opts)
+        return CollectorRunner(env, num_envs, seed, rank, model, act, T, max_failures, step_timeout_s)
+    return EnvRunner(env, num_envs, seed, rank, max_failures, atari_opts, step_timeout_s)

@@ -14,6 +14,7 @@ actor's unroll, a learner's update). Kinds:
 | ``checkpoint_sigterm`` | learner | SIGTERM itself in its first checkpoint from that update on, before the write |
 | ``env_error`` | actor, env worker | its environment raises inside ``step``, once |
 | ``env_error_always`` | actor, env worker | its environment raises on every step from then on (the give-up path) |
+| ``env_hang`` | actor, env worker | its environment's step never returns (a hung env: ``run.env_step_timeout_s``) |
 | ``bad_obs`` | actor | it sends float64 observations of the wrong width |
 | ``nan_loss`` | learner | every loss from that update on is NaN |
 | ``never_start`` | any rank | never joins the group (sleeps before ``start``) |
@@ -58,7 +59,12 @@ def due(kind: str, rank: int, step: int) -> bool:
 
 def env_fails(rank: int, step: int, failures: int) -> bool:
     """True (and recorded) when the env of ``rank`` is to raise at ``step``: ``env_error`` before
-    its first failure (``failures`` so far), ``env_error_always`` every time."""
+    its first failure (``failures`` so far), ``env_error_always`` every time. ``env_hang`` blocks
+    here for ever instead, as a hung env's step would."""
+    if due("env_hang", rank, step):
+        record("env_hang", rank, step)
+        while True:
+            time.sleep(3600)
     for kind in ("env_error", "env_error_always"):
         if due(kind, rank, step) and (kind == "env_error_always" or not failures):
             record(kind, rank, step)

@@ -58,7 +58,13 @@ class A3CWorker:
         seed = self.cfg.run.seed + 1000 * ctx.rank
         self.generator = torch.Generator().manual_seed(seed)
         self.runner = EnvRunner(
-            self.cfg.run.env, self.algo.envs_per_worker, seed, ctx.rank, self.cfg.run.env_max_failures, self.cfg.atari
+            self.cfg.run.env,
+            self.algo.envs_per_worker,
+            seed,
+            ctx.rank,
+            self.cfg.run.env_max_failures,
+            self.cfg.atari,
+            self.cfg.run.env_step_timeout_s,
         )
 
     def _load(self, reply: TensorDict) -> bool:

@@ -67,6 +67,7 @@ class ApexActor:
             a.unroll_length,
             self.cfg.run.env_max_failures,
             self.cfg.atari,
+            self.cfg.run.env_step_timeout_s,
         )
         self.carry: TensorDict | None = None  # the last n - 1 steps, [B, n-1]
         self.stats = {"frames": 0, "returns": []}  # not yet sent to the learner

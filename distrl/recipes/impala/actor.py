@@ -73,6 +73,7 @@ class ImpalaActor:
             self.T,
             self.cfg.run.env_max_failures,
             self.cfg.atari,
+            self.cfg.run.env_step_timeout_s,
         )
 
     def _load(self, reply: TensorDict) -> None:

@@ -35,7 +35,7 @@ from distrl.data.frame_stream import StackSender
 from distrl.runtime.context import RoleContext
 from distrl.envs.gym import as_obs, env_info, final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget
-from distrl.roles.env_recovery import EnvRecovery
+from distrl.roles.env_recovery import EnvRecovery, StepWatch
 from distrl.roles.batcher import ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED
 from distrl.transport.base import TransportError
 
@@ -61,6 +61,7 @@ class SeedEnvWorker:
         self.first_obs = [as_obs(e.reset(seed=self.seed + g * self.B)[0]) for g, e in enumerate(self.envs)]
         # the failures in a row are forgotten after one unroll's worth of good group steps
         self.recovery = EnvRecovery(self.cfg.run.env, self.cfg.run.env_max_failures, reset_after=algo.unroll_length)
+        self.watch = StepWatch(self.cfg.run.env, self.cfg.run.env_step_timeout_s, f"env_worker {ctx.rank}")
         self.steps = 0
         #: env (stepping + building the message), wait (for the server's actions), send (the call)
         self.budget = TimeBudget()
@@ -108,9 +109,10 @@ class SeedEnvWorker:
     def _step(self, group: int, action: torch.Tensor) -> TensorDict:
         """Step one group with the server's actions (``[B]`` int32, or ``[B, A]`` float32 for a Box,
         which the vector env clips to its bounds: distrl/nn/heads.py); returns its next message."""
-        if faults.env_fails(self.ctx.rank, self.steps, self.recovery.failures):
-            raise RuntimeError("injected environment failure")
-        obs, reward, term, trunc, info = self.envs[group].step(action.numpy())
+        with self.watch:
+            if faults.env_fails(self.ctx.rank, self.steps, self.recovery.failures):
+                raise RuntimeError("injected environment failure")
+            obs, reward, term, trunc, info = self.envs[group].step(action.numpy())
         done = term | trunc
         final = final_observations(obs, info, done)[done]  # [D, *F]: only the ended envs cross the wire
         return self._message(

@@ -44,7 +44,7 @@ from distrl.runtime.context import RoleContext
 from distrl.data import keys, shm
 from distrl.envs.gym import final_observations, make_vector_env
 from distrl.logging.timing import TimeBudget
-from distrl.roles.env_recovery import EnvRecovery
+from distrl.roles.env_recovery import EnvRecovery, StepWatch
 from distrl.recipes.sf import doorbell as bell
 from distrl.recipes.sf.inference import inference_rank_of
 from distrl.recipes.sf.slots import STOP as STOP_FLAG
@@ -80,6 +80,7 @@ class SFRolloutWorker:
         self.recovery = EnvRecovery(
             self.cfg.run.env, self.cfg.run.env_max_failures, reset_after=self.algo.unroll_length
         )
+        self.watch = StepWatch(self.cfg.run.env, self.cfg.run.env_step_timeout_s, f"rollout_worker {ctx.rank}")
 
     # ---- set-up ------------------------------------------------------------------------------
     def _attach(self) -> bool:
@@ -163,9 +164,10 @@ class SFRolloutWorker:
         s, t = grp.slot, grp.t
         action = buf[keys.ACTION][s, :, t]
         try:
-            if faults.env_fails(self.ctx.rank, self.steps, self.recovery.failures):
-                raise RuntimeError("injected environment failure")
-            obs, reward, term, trunc, info = grp.env.step(action)
+            with self.watch:
+                if faults.env_fails(self.ctx.rank, self.steps, self.recovery.failures):
+                    raise RuntimeError("injected environment failure")
+                obs, reward, term, trunc, info = grp.env.step(action)
         except Exception as e:  # the env failed: drop the slot's partial unroll, start the group over
             self._recover(g, e)
             return True
