@@ -92,3 +92,14 @@ def test_a_one_machine_launch_listens_on_loopback_only(launch, tmp_path, jobs):
     assert len(seen) >= 4, seen  # each rank's listeners (and the launcher's stores) were seen
     assert all(addr.startswith(LOOPBACK) for addr in seen), sorted(seen)
     assert read_summary(tmp_path / "run")["world_size"] == 3
+
+
+def test_a_launch_whose_rank_was_killed_by_a_signal_exits_128_plus_its_number():
+    """torchrun reports a rank killed by SIGKILL as exitcode -9: ``distrl train --nproc`` ends with 137,
+    as a shell reports a killed process; otherwise the failed status of largest magnitude."""
+    from distrl.cli.launcher import failed_status
+
+    assert failed_status([-9]) == 137
+    assert failed_status([1, -15]) == 143
+    assert failed_status([1, 5]) == 5
+    assert failed_status([0]) == 1 and failed_status([]) == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 
 import torch.distributed as dist
 
@@ -27,6 +28,14 @@ def _strip_nproc(argv: list[str]) -> list[str]:
         elif not a.startswith("--nproc="):
             out.append(a)
     return out
+
+
+def failed_status(exitcodes: Iterable[int]) -> int:
+    """The exit status of a launch whose ranks failed with torchrun's ``exitcodes``: the one of largest
+    magnitude, and for a rank killed by signal N (torchrun's ``-N``: the OOM killer's SIGKILL) 128 + N,
+    as a shell reports it (``sys.exit(-N)`` would leave 256 - N)."""
+    code = max(exitcodes, key=abs, default=1) or 1
+    return 128 - code if code < 0 else code
 
 
 def standalone(nproc: int, argv: list[str]) -> int:
@@ -49,10 +58,7 @@ def standalone(nproc: int, argv: list[str]) -> int:
     try:
         run(args)
     except ChildFailedError as e:  # torchrun already printed which rank failed and why
-        code = max((f.exitcode for f in e.failures.values()), key=abs, default=1) or 1
-        # a rank killed by signal N (torchrun's exitcode -N: the OOM killer's SIGKILL) ends as a shell
-        # reports it, 128 + N; sys.exit(-N) would leave 256 - N
-        return 128 - code if code < 0 else code
+        return failed_status(f.exitcode for f in e.failures.values())
     except SignalException as e:  # SIGTERM/SIGINT to the launcher: torchrun has stopped the ranks
         print(f"[distrl] launcher got signal {e.sigval.name}; the ranks were stopped", file=sys.stderr)
         return 128 + int(e.sigval)
