@@ -58,6 +58,8 @@ def test_a_name_that_is_neither_is_one_line(env, message, capsys):
         ("vecenv", PIXELS_HWC, "vecenv cannot step a TorchRL env factory"),
         ("sf", "tests.user_envs:two_actions", "distrl trains on one discrete action (Categorical or OneHot) or a flat "
          "continuous action; this env's is MultiCategorical [2]"),
+        ("impala", "tests.user_envs:PairOfActions-v0", "distrl trains on a Discrete action space or a flat Box; this "
+         "one is MultiDiscrete([3 2])"),
     ],
 )  # fmt: skip
 def test_what_a_recipe_cannot_take_is_one_line(recipe, env, message, capsys):

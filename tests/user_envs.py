@@ -1,9 +1,10 @@
-"""A user's env package, as ``--env`` finds it (docs/torchrl.md): importing this module registers two
+"""A user's env package, as ``--env`` finds it (docs/torchrl.md): importing this module registers
 gymnasium ids (``--env tests.user_envs:PixelSign-v0``, gymnasium's ``module:EnvId``), and its
 functions are TorchRL env factories (``--env tests.user_envs:pixels_channels_last``).
 
-Both envs are bandits that learn in seconds: a sign is drawn every step, the agent is paid for
-matching it, and every episode is cut after :data:`STEPS` steps.
+``PixelSign`` and ``ReachSign`` are bandits that learn in seconds: a sign is drawn every step, the agent
+is paid for matching it, and every episode is cut after :data:`STEPS` steps. ``PairOfActions`` and
+``TwoActions`` have actions no head of distrl's reads (the refusals' tests).
 """
 
 from __future__ import annotations
@@ -65,7 +66,21 @@ class ReachSign(_Bandit):
         return np.array([self.sign], np.float32), reward, False, self.t >= STEPS, {}
 
 
-for _id, _cls in (("PixelSign-v0", PixelSign), ("ReachSign-v0", ReachSign)):
+class PairOfActions(_Bandit):
+    """Two discrete choices a step (``MultiDiscrete([3, 2])``): no head of distrl's reads it."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.MultiDiscrete([3, 2])
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, True, False, {}
+
+
+for _id, _cls in (("PixelSign-v0", PixelSign), ("ReachSign-v0", ReachSign), ("PairOfActions-v0", PairOfActions)):
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_cls)
 
