@@ -184,7 +184,7 @@ def evaluate_run(args) -> dict:
         td = {actor.in_keys[0]: obs}
         if masked:
             td = {actor.in_keys[0]: obs[..., : -info.num_actions], keys.ACTION_MASK: obs[..., -info.num_actions :] > 0}
-        return actor(TensorDict(td, batch_size=[obs.shape[0]])).get("action")
+        return actor(TensorDict(td, batch_size=[obs.shape[0]])).get(keys.ACTION)
 
     start = time.monotonic()
     played = play_episodes(
