@@ -53,7 +53,8 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--env",
-        help="gymnasium environment id (default: the experiment's, CartPole-v1), or module:function "
+        help="gymnasium environment id (default: the experiment's, CartPole-v1; module:EnvId imports the module "
+        "that registers it, as gymnasium.make does), or module:function "
         f"returning a TorchRL env, which {', '.join(factory_recipes())} step (vecenv takes a "
         "batched one through --set algo.env_factory=module:function; docs/torchrl.md)",
     )
