@@ -109,12 +109,53 @@ def check_run_dir(p: Plan) -> None:
     Every rank checks, so all of them stop before the group forms. A directory whose ``job_id``
     is this job's (:func:`distrl.runtime.job.job_id`) was just prepared by this job's rank 0, which
     passed the check; any other job's run, whatever torchrun was given, is refused."""
-    if p.cfg.run.resume or not (p.run_dir / "config.json").exists():
+    if p.cfg.run.resume:
+        return check_resume_config(p)
+    if not (p.run_dir / "config.json").exists():
         return
     marker = p.run_dir / "job_id"
     if p.job and marker.is_file() and marker.read_text() == p.job:
         return
     raise ValueError(f"{p.run_dir} already holds a run: add --resume to continue it, or choose another --run-dir")
+
+
+#: what every ``--resume`` must keep: the checkpoint's weights and optimizer state have its shapes
+FIXED_ON_RESUME = ("recipe", "run.env", "net")
+
+
+def _field(d: dict, path: str):
+    for part in path.split("."):
+        d = d.get(part, {}) if isinstance(d, dict) else {}
+    return d
+
+
+def _changes(old, new, path: str) -> list[str]:
+    """``path old -> new`` for each leaf of the two config dicts that differs (a field the old one
+    lacks, added to distrl since, is not a change: its default keeps the old behaviour)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [c for k in sorted(old) for c in _changes(old[k], new.get(k), f"{path}.{k}")]
+    return [] if old == new else [f"{path} {old!r} -> {new!r}"]
+
+
+def check_resume_config(p: Plan) -> None:
+    """A ``--resume`` that changes what the checkpoint is shaped by (the network, the env, the
+    recipe, ``Recipe.fixed_on_resume``) fails here in one line, before ``config.json`` is rewritten
+    or any process group starts; other changes (``algo.lr``, budgets) go on."""
+    saved = p.run_dir / "config.json"
+    if not saved.is_file():
+        return
+    try:
+        old = json.loads(saved.read_text())
+    except (OSError, ValueError):
+        return  # unreadable: the checkpoint's own load decides
+    new = json.loads(p.cfg.to_json())  # as config.json holds it (lists, not tuples)
+    fixed = FIXED_ON_RESUME + p.recipe.fixed_on_resume
+    changed = [c for path in fixed for c in _changes(_field(old, path), _field(new, path), path)]
+    if changed:
+        raise ValueError(
+            f"--resume cannot change {', '.join(changed)}: the checkpoints in {p.run_dir} were trained with "
+            "the old value; resume without it, or start a new run with another --run-dir"
+        )
 
 
 def _prepare_run_dir(p: Plan) -> None:

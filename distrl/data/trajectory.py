@@ -38,6 +38,8 @@ def check_trajectory(
         return f"observation {tuple(obs.shape)} {obs.dtype}, expected [B, T, {want}] {dtype}"
     if obs.is_floating_point() and not torch.isfinite(obs).all():
         return "non-finite observation"
+    if not torch.isfinite(traj[keys.REWARD]).all():
+        return "non-finite reward"
     if action_spec is not None:
         action, (shape, dtype) = traj[keys.ACTION], action_spec
         if action.dtype != dtype or tuple(action.shape[2:]) != tuple(shape):
@@ -47,6 +49,17 @@ def check_trajectory(
         if action.is_floating_point() and not torch.isfinite(action).all():
             return "non-finite action"
     return None
+
+
+def finite_rows(traj: TensorDict) -> torch.Tensor:
+    """``[B]`` bool: which rows of ``traj [B, T]`` have every floating-point leaf (observations,
+    rewards, a Gaussian's actions...) finite. A NaN reward or observation is poisoned data: learned
+    from, it turns the loss NaN, or folds into the observation statistics for good."""
+    ok = torch.ones(traj.shape[0], dtype=torch.bool, device=traj.device)
+    for v in traj.values(include_nested=True, leaves_only=True):
+        if v.is_floating_point():
+            ok &= torch.isfinite(v).flatten(1).all(1)
+    return ok
 
 
 def receive_trajectory(

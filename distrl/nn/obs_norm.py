@@ -79,12 +79,16 @@ class ObsNorm(nn.Module):
         return x * torch.sqrt(self.var + 1e-8).to(x.dtype) + self.mean.to(x.dtype)
 
     @torch.no_grad()
-    def update(self, count: torch.Tensor, total: torch.Tensor, total_sq: torch.Tensor) -> None:
+    def update(self, count: torch.Tensor, total: torch.Tensor, total_sq: torch.Tensor) -> bool:
         """Merge a batch given by its size, sum ``[F]`` and sum of squares ``[F]`` (float64; summed over
-        every actor or rank by the caller: :func:`batch_moments` gives them as one vector)."""
+        every actor or rank by the caller: :func:`batch_moments` gives them as one vector). Returns
+        ``False``, merging nothing, for a batch with a NaN or inf: merged, it would poison the
+        statistics for the rest of the run (and every checkpoint)."""
         count = torch.as_tensor(count, dtype=torch.float64)
+        if not (torch.isfinite(total).all() and torch.isfinite(total_sq).all()):
+            return False
         if float(count) <= 0:
-            return
+            return True
         mean = total / count
         var = (total_sq / count - mean.square()).clamp_min(0.0)
         shape = self.mean.shape
@@ -93,14 +97,15 @@ class ObsNorm(nn.Module):
         self.count.copy_(n)
         self.mean.copy_(m)
         self.var.copy_(v)
+        return True
 
-    def update_moments(self, moments: torch.Tensor) -> None:
-        """Merge a :func:`batch_moments` vector ``[1 + 2F]`` (or a sum of them)."""
-        self.update(moments[0], *moments[1:].to(self.mean.device).chunk(2))
+    def update_moments(self, moments: torch.Tensor) -> bool:
+        """Merge a :func:`batch_moments` vector ``[1 + 2F]`` (or a sum of them); ``False`` if refused."""
+        return self.update(moments[0], *moments[1:].to(self.mean.device).chunk(2))
 
-    def update_batch(self, x: torch.Tensor) -> None:
-        """Merge observations ``[*B, *E]``."""
-        self.update_moments(batch_moments(x, self.mean.dim()))
+    def update_batch(self, x: torch.Tensor) -> bool:
+        """Merge observations ``[*B, *E]``; ``False`` if refused (a NaN or inf among them)."""
+        return self.update_moments(batch_moments(x, self.mean.dim()))
 
 
 def find_obs_norm(model: nn.Module) -> ObsNorm | None:
@@ -109,12 +114,13 @@ def find_obs_norm(model: nn.Module) -> ObsNorm | None:
     return norm if isinstance(norm, ObsNorm) else None
 
 
-def fold_observations(norm: ObsNorm, obs: torch.Tensor, lock=None) -> None:
+def fold_observations(norm: ObsNorm, obs: torch.Tensor, lock=None) -> bool:
     """Merge a trained batch's observations ``[*B, F]`` into ``norm``, under ``lock`` when another
     thread reads the model (SEED's inference takes it around each forward: no batch is served from
-    half-merged statistics). The reduction runs outside the lock; inference waits for the copy only."""
+    half-merged statistics). The reduction runs outside the lock; inference waits for the copy only.
+    ``False`` when the batch held a NaN or inf and nothing was merged."""
     if norm.mean.dim() > 1:  # images: a quarter of the batch is plenty for per-pixel statistics, at
         obs = obs.reshape(-1, *norm.mean.shape)[::4]  # a quarter of the float64 copy (~56 MB at 1,024 frames)
     moments = batch_moments(obs, norm.mean.dim())
     with lock or nullcontext():
-        norm.update_moments(moments)
+        return norm.update_moments(moments)

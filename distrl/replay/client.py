@@ -32,6 +32,12 @@ from distrl.transport.base import CallTimeoutError, RemoteError, Transport, Tran
 STATE_TIMEOUTS = 4
 
 
+def nonfinite_inserts(replies: dict[int, TensorDict]) -> int:
+    """Inserts the shards refused for a NaN or inf (a poisoned reward or priority), over the
+    ``replay_stats`` replies ``replies``."""
+    return sum(int(s["nonfinite"]) for s in replies.values() if "nonfinite" in s.keys())
+
+
 class ShardedReplayClient:
     """The learner's side of the replay service (see the module docstring).
 
@@ -195,6 +201,7 @@ class ShardedReplayClient:
                     "replay/insert_held": sum(int(s["insert_held"]) for s in replies.values()),
                     "replay/sample_held": sum(int(s["sample_held"]) for s in replies.values()),
                     "replay/stale_priorities": sum(int(s["stale_priorities"]) for s in replies.values()),
+                    "replay/nonfinite_inserts": nonfinite_inserts(replies),
                 }
                 wire_in, frames, wire_out = self.wire_totals()
                 if frames:

@@ -52,7 +52,7 @@ from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.data.transitions import is_frames, is_packed, packed_count, unpack_frame_transitions, unpack_transitions
 from distrl.replay.config import ReplayConfig
 from distrl.replay.frame_store import FrameReplayStore
-from distrl.replay.store import ReplayStore, SamplesPerInsertLimiter
+from distrl.replay.store import ReplayStore, SamplesPerInsertLimiter, all_finite
 from distrl.replay.sum_tree import SumTreeSampler
 
 #: the transitions ``[]`` int64 of the insert a held sender keeps, in an ``insert_probe``
@@ -85,7 +85,9 @@ class ReplayServer:
             ctx.transport, learner, f"[replay {ctx.rank}]", a.idle_s, self.cfg.run.watchdog_s, t.call_timeout_s
         )
         self.loops = 0  # insert messages taken by the loop
-        self.counts = {"insert_held": 0, "sample_held": 0, "rejected": 0, "stale_priorities": 0}
+        #: ``nonfinite``: inserts refused for a NaN/inf value or priority (a NaN priority would make
+        #: the sum tree's total NaN: every later sample broken, and the tree checkpointed so)
+        self.counts = {"insert_held": 0, "sample_held": 0, "rejected": 0, "stale_priorities": 0, "nonfinite": 0}
         self.inserts = WireMeter()  # insert messages and replies (held ones too), per transition taken
         self.sample_bytes = 0  # sample messages and replies (under the lock)
         serve = ctx.transport.serve
@@ -260,6 +262,11 @@ class ReplayServer:
 
     def _write(self, items: tuple | None) -> bool:
         """Store one message's transitions (caller holds the lock); ``False`` if it was rejected."""
+        if items is not None and not all_finite(items):
+            self.counts["nonfinite"] += 1
+            if self.counts["nonfinite"] <= 5:
+                print(f"[replay {self.ctx.rank}] rejected an insert holding a NaN or inf", flush=True)
+            return True  # said and counted here, not as a malformed one
         if items is not None:
             self._use_store(len(items) == 3)
         if items is None or not self.store.extend(*items):

@@ -32,6 +32,19 @@ from torchrl.data.replay_buffers.samplers import Sampler
 Layout = dict[Any, tuple[tuple[int, ...], torch.dtype]]
 
 
+def all_finite(parts: tuple) -> bool:
+    """Whether every floating-point tensor among ``parts`` (TensorDicts, tensors, ``None``) is
+    finite: an insert with a NaN reward (in its n-step return) or priority is poisoned data."""
+    for part in parts:
+        if isinstance(part, TensorDictBase):
+            tensors = part.values(include_nested=True, leaves_only=True)
+        else:
+            tensors = (part,) if isinstance(part, torch.Tensor) else ()
+        if any(t.is_floating_point() and not torch.isfinite(t).all() for t in tensors):
+            return False
+    return True
+
+
 def layout_of(batch: TensorDictBase) -> Layout:
     """``{key: (per-item shape, dtype)}`` of a ``[N, ...]`` batch's leaves."""
     return {k: (tuple(v.shape[1:]), v.dtype) for k, v in batch.items(include_nested=True, leaves_only=True)}
@@ -74,13 +87,15 @@ class ReplayStore:
 
     def extend(self, batch: TensorDictBase, priority: Optional[torch.Tensor] = None) -> bool:
         """Append ``batch`` ``[N, ...]`` (with raw priorities ``priority [N]`` when prioritized);
-        returns ``False`` (and counts it) if its layout is wrong."""
+        returns ``False`` (and counts it) if its layout is wrong or a priority is not finite."""
         layout = layout_of(batch) if batch.batch_dims == 1 else None
         if layout is None or (self.layout is not None and layout != self.layout):
             self.rejected += 1
             return False
-        if priority is not None and (self.sampler is None or priority.shape != batch.shape):
-            self.rejected += 1
+        if priority is not None and (
+            self.sampler is None or priority.shape != batch.shape or not torch.isfinite(priority).all()
+        ):
+            self.rejected += 1  # a NaN priority would make the sum tree's total NaN
             return False
         self.layout = layout
         index = self.buffer.extend(batch)

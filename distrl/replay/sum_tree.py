@@ -146,6 +146,7 @@ class SumTreeSampler(Sampler):
         self.alpha, self.beta, self.eps, self.fanout, self.reduction = alpha, beta, eps, fanout, reduction
         self.tree = SumTree(max_capacity, fanout)
         self.max_priority = 1.0  # raw |delta|; what a new item gets
+        self.nonfinite = 0  # NaN/inf priorities refused (their items kept their old ones)
 
     # ---- what the replay buffer calls ------------------------------------------------------------
     def sample(self, storage, batch_size: int) -> tuple[torch.Tensor, dict]:
@@ -166,13 +167,21 @@ class SumTreeSampler(Sampler):
         self.extend(torch.as_tensor([index]))
 
     def update_priority(self, index, priority, *, storage=None) -> None:
-        """Items ``index [B]`` take raw priorities ``priority [B]`` (``|delta|``, or one number)."""
+        """Items ``index [B]`` take raw priorities ``priority [B]`` (``|delta|``, or one number); an
+        item whose priority is NaN or inf keeps its old one (counted in ``nonfinite``): one such leaf
+        would make the tree's total NaN, every later sample broken and the tree checkpointed so."""
         index = torch.as_tensor(index).reshape(-1)
         if index.numel() == 0:
             return
         priority = torch.as_tensor(priority, dtype=torch.float64).reshape(-1)
         if priority.numel() == 1:
             priority = priority.expand(index.shape)
+        finite = torch.isfinite(priority)
+        if not finite.all():
+            self.nonfinite += int((~finite).sum())
+            index, priority = index[finite], priority[finite]
+            if index.numel() == 0:
+                return
         weight = priority_weights(priority, self.alpha, self.eps)
         self.max_priority = max(self.max_priority, abs(priority).max().item())
         self.tree.set(index, weight)

@@ -136,7 +136,8 @@ class Learner:
         of ``towers`` (default: ``model.tower_parameters()``) is clipped to ``algo.max_grad_norm`` on its
         own (:func:`distrl.nn.models.clip_towers`). ``lock`` is held around the step, for a model that
         another thread reads (SEED's inference). Returns the gradient norm before clipping, or ``None``
-        when a non-finite loss or gradient skipped the step (counted; a streak stops the run).
+        when a non-finite loss or gradient (of a finite loss too) skipped the step: nothing applied,
+        counted in ``skipped_nonfinite_updates``; a streak stops the run.
         """
         session, tracker = self.session, self.tracker
         towers = towers if towers is not None else self.model.tower_parameters()
@@ -147,11 +148,16 @@ class Learner:
                 return None
             self.optim.zero_grad(set_to_none=True)
             loss.backward()
+            if faults.due_at("inf_grad", self.ctx.rank, tracker.updates, faults.INF_GRAD_TIMES):
+                next(p for tower in towers for p in tower if p.grad is not None).grad.view(-1)[0] = float("inf")
         elif faults.due("nan_loss", self.ctx.rank, tracker.updates):  # A3C: the workers' gradients
             for p in (p for tower in towers for p in tower if p.grad is not None):
                 p.grad.mul_(float("nan"))
         grad_norm = clip_towers(towers, self.algo.max_grad_norm)
-        if loss is None and not session.loss_is_finite(grad_norm):
+        # a finite loss can still have a non-finite gradient (an overflow in backward): that step
+        # would put NaN weights into the model, its publication and its checkpoint
+        if not session.loss_is_finite(grad_norm):
+            self.optim.zero_grad(set_to_none=True)
             return None
         if self.cfg.run.lr_schedule != "constant":
             set_lr(self.optim, lr_factor(self.cfg.run.lr_schedule, tracker.progress()[0]))
@@ -173,8 +179,8 @@ class Learner:
         and weights of one version), :meth:`publish`, and log ``stats`` (the loss's scalars) as
         ``learner/*`` with the gradient norm and ``metrics``."""
         norm = find_obs_norm(self.model)
-        if norm is not None and observations is not None:
-            fold_observations(norm, observations, lock)
+        if norm is not None and observations is not None and not fold_observations(norm, observations, lock):
+            self.tracker.count("nonfinite_observations_not_folded")
         self.publish()
         self.tracker.observe(
             {f"learner/{k}": float(v.detach()) for k, v in stats.items()}

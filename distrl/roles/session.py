@@ -21,6 +21,7 @@ from tensordict import TensorDict
 from distrl.runtime import faults, supervisor
 from distrl.runtime.checkpoint import (
     list_checkpoints,
+    rescale_lr,
     resume_checkpoint,
     rng_state,
     save_best,
@@ -246,6 +247,9 @@ class LearnerSession:
             return None
         model.load_state_dict(state["model"])
         optim.load_state_dict(state["optim"])
+        saved_lr, new_lr = state.get("config", {}).get("algo", {}).get("lr"), getattr(self.cfg.algo, "lr", None)
+        if rescale_lr(optim, saved_lr, new_lr):  # a --resume --set algo.lr=X: the state's old rate would undo it
+            print(f"[learner] --resume: algo.lr {saved_lr:g} -> {new_lr:g} applied (optimizer state kept)", flush=True)
         self.tracker.load_state_dict(state["tracker"])
         set_rng_state(state["rng"])
         print(f"[learner] resumed from update {self.tracker.updates}, {self.tracker.env_frames:,} frames", flush=True)

@@ -189,3 +189,18 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
+
+
+def rescale_lr(optim: torch.optim.Optimizer, saved_lr: Optional[float], new_lr: Optional[float]) -> bool:
+    """After ``optim``'s state was loaded from a run at ``saved_lr``: every group's rate and its
+    schedule's start (``initial_lr``, :func:`distrl.roles.learner.set_lr`) scaled by new / old, so a
+    new ``algo.lr`` is applied and the schedule's clock (the budget done) goes on where it was.
+    Returns whether anything changed (``False`` when either is unknown or they are equal)."""
+    if saved_lr is None or new_lr is None or not saved_lr > 0 or float(saved_lr) == float(new_lr):
+        return False
+    ratio = float(new_lr) / float(saved_lr)
+    for group in optim.param_groups:
+        group["lr"] *= ratio
+        if "initial_lr" in group:
+            group["initial_lr"] *= ratio
+    return True

@@ -59,6 +59,9 @@ class Recipe:
     #: the network ``load_policy`` rebuilds from its checkpoint: ``"actor_critic"`` (``ActorCritic``: logits,
     #: or a Gaussian's mean and std) or ``"q_network"`` (``QNetwork``: Q-values, acted on greedily)
     policy_network: str = "actor_critic"
+    #: config fields (dotted) that a ``--resume`` may not change besides the network's: what its
+    #: checkpoint's state is shaped by (Ape-X's shard count: one saved replay a shard)
+    fixed_on_resume: tuple[str, ...] = ()
 
     def rank_table(self, world_size: int, cfg: Config) -> dict[int, str]:
         """Rank -> role for a launch of ``world_size`` processes (1 means one process, local)."""

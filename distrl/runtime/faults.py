@@ -17,6 +17,8 @@ actor's unroll, a learner's update). Kinds:
 | ``env_hang`` | actor, env worker | its environment's step never returns (a hung env: ``run.env_step_timeout_s``) |
 | ``bad_obs`` | actor | it sends float64 observations of the wrong width |
 | ``nan_loss`` | learner | every loss from that update on is NaN |
+| ``inf_grad`` | learner | a finite loss's gradient is infinite at that update and the next 9 (each once) |
+| ``nan_reward`` | Ape-X actor | one reward of that unroll is NaN, once |
 | ``never_start`` | any rank | never joins the group (sleeps before ``start``) |
 | ``crash_before_rename`` | checkpoint writer | dies between a checkpoint's temp file and its rename |
 
@@ -101,3 +103,17 @@ def maybe_signal(rank: int, step: int, kind: str = "") -> None:
 
 
 _fired: set[tuple[str, int]] = set()
+
+INF_GRAD_TIMES = 10  #: updates whose gradient ``inf_grad`` makes infinite
+_fired_at: dict[tuple[str, int], list[int]] = {}
+
+
+def due_at(kind: str, rank: int, step: int, times: int = 1) -> bool:
+    """True (and recorded) when ``kind`` is due at ``step`` and has fired fewer than ``times`` times,
+    never twice at one step: a skipped update retried at the same step count goes through."""
+    fired = _fired_at.setdefault((kind, rank), [])
+    if not due(kind, rank, step) or len(fired) >= times or step in fired:
+        return False
+    fired.append(step)
+    record(kind, rank, step)
+    return True

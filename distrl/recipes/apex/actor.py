@@ -167,6 +167,8 @@ class ApexActor:
                     self.runner.recover(e, f"actor {self.ctx.rank}")
                     self.carry = None
                     continue
+                if faults.due_at("nan_reward", self.ctx.rank, self.runner.unrolls):  # poisoned data, once
+                    traj[keys.NEXT][keys.STEP_REWARD].view(-1)[0] = float("nan")
                 self.stats["frames"] += traj.numel()
                 self._unpulled += traj.numel()
                 self.stats["returns"].extend(returns)

@@ -33,7 +33,7 @@ from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.nn.models import QNetwork
 from distrl.runtime.context import RoleContext
-from distrl.replay.client import ShardedReplayClient
+from distrl.replay.client import ShardedReplayClient, nonfinite_inserts
 from distrl.replay.weights import annealed_beta
 from distrl.roles.board import ParameterBoard
 from distrl.roles.learner import Learner
@@ -173,6 +173,8 @@ class ApexLearner(Learner):
             tracker.set_count("env_errors", errors)
         self.actor_held_s += p["held_s"]
         metrics = {"actor/held_s": self.actor_held_s} | self.replay.poll_stats()  # run totals, as learner/held_s
+        if metrics.get("replay/nonfinite_inserts"):  # poisoned data the shards refused, in summary.json's counters
+            tracker.set_count("rejected_nonfinite_inserts", int(metrics["replay/nonfinite_inserts"]))
         wire = self.wire_bytes()
         metrics |= {f"learner/{k}": wire[k] for k in ("bytes_per_env_step", "params_bytes_per_env_step")}
         for i, eps in enumerate(sorted(rungs, reverse=True)):  # rung 0 explores most
@@ -253,6 +255,8 @@ class ApexLearner(Learner):
 
     def summary_extra(self) -> dict:
         stats = self.replay.stats_now()  # the shards' final wire totals and store sizes
+        if nonfinite_inserts(stats):
+            self.tracker.set_count("rejected_nonfinite_inserts", nonfinite_inserts(stats))
         store_bytes = sum(int(s["store_bytes"]) for s in stats.values())  # allocated, for a full replay
         return {
             **{k: round(v, 2) for k, v in self.wire_bytes().items()},

@@ -140,4 +140,5 @@ RECIPE = Recipe(
     compare_nproc=4,
     table_row=("Ape-X", "2018", "CPU (inference)", "GPU", "async", "off-policy (DQN, SAC)"),
     policy_network="q_network",  # a SAC run saves "sac" (ApexSACLearner)
+    fixed_on_resume=("algo.shards", "algo.learner"),  # the checkpoint holds one replay a shard, one learner's state
 )

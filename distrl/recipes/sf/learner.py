@@ -37,6 +37,7 @@ from distrl.runtime.affinity import pin_rank
 from distrl.algorithms.appo import appo_loss, appo_sample_loss, batch_gae
 from distrl.algorithms.ppo import minibatches
 from distrl.data import keys, shm
+from distrl.data.trajectory import finite_rows
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
@@ -225,6 +226,14 @@ class SFLearner(Learner):
             return False
         rows = self._copy_out(self.handed.popleft())
         self._give_spares()
+        finite = finite_rows(rows)
+        if not finite.all():  # a NaN reward or observation: never trained on, never in the statistics
+            bad = int((~finite).sum())
+            if self.tracker.count("rejected_nonfinite_rows", bad) == bad:
+                print(
+                    f"[learner] rejected {bad} rows holding a NaN or inf (counted: rejected_nonfinite_rows)", flush=True
+                )
+            rows = rows[finite]
         self.tracker.add_episodes(rows[keys.NEXT, keys.EPISODE_RETURN][rows[keys.DONE]].tolist())
         self.rows.add(self._within_lag(rows))
         return True

@@ -268,7 +268,9 @@ class VecEnvLearner:
         moments = batch_moments(self.buf.obs)  # additive: the ranks' sum is the moments of all their data
         if self.world > 1:
             dist.all_reduce(moments)
-        self.model.obs_norm.update_moments(moments)
+        # every rank holds the same sum, so all refuse a NaN or inf together (the models stay equal)
+        if not self.model.obs_norm.update_moments(moments) and self.session is not None:
+            self.session.tracker.count("nonfinite_observations_not_folded")
 
     def run(self) -> dict | None:
         while not self.iterate():
