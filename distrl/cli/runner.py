@@ -29,7 +29,7 @@ from distrl.config import Config, override
 from distrl.recipes import RECIPE_NAMES
 from distrl.envs.gym import check_env_id, env_info, is_factory
 from distrl.envs.info import EnvInfo
-from distrl.runtime.job import job_id
+from distrl.runtime.job import job_id, write_private
 from distrl.runtime.network import prefer_loopback
 from distrl.runtime import faults
 from distrl.runtime.signals import exit_status as signal_exit_status
@@ -160,9 +160,10 @@ def check_resume_config(p: Plan) -> None:
 
 def _prepare_run_dir(p: Plan) -> None:
     p.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only also when runner.run is called directly
-    (p.run_dir / "job_id").write_text(p.job)  # before config.json: see check_run_dir
-    (p.run_dir / "config.json").write_text(p.cfg.to_json())
-    (p.run_dir / "roles.json").write_text(json.dumps({str(r): n for r, n in p.roles.items()}, indent=2))
+    # by name, never through a symlink (distrl/runtime/job.py)
+    write_private(p.run_dir / "job_id", p.job)  # before config.json: see check_run_dir
+    write_private(p.run_dir / "config.json", p.cfg.to_json())
+    write_private(p.run_dir / "roles.json", json.dumps({str(r): n for r, n in p.roles.items()}, indent=2))
 
 
 def _ping(_td):
@@ -171,7 +172,7 @@ def _ping(_td):
 
 #: exit status of a run by its stop reason (anything not listed ends with 0); a stop signal's is
 #: ``128 + N``, as a shell reports a process it ended (SIGTERM 143, SIGINT 130, SIGHUP 129, SIGQUIT 131)
-EXIT_CODES = {"sigterm": 143, "nonfinite_loss": 3, "all_peers_lost": 4}
+EXIT_CODES = {"sigterm": 143, "nonfinite_loss": 3, "all_peers_lost": 4, "checkpoint_failed": 7}
 
 
 def exit_code(summary: Optional[dict]) -> int:

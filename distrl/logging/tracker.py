@@ -273,7 +273,10 @@ class RunTracker:
             "time_budget": self.budget_book.per_role(),
         }
         out.update(extra or {})
-        (self.run_dir / "summary.json").write_text(json.dumps(out, indent=2))
+        try:
+            (self.run_dir / "summary.json").write_text(json.dumps(out, indent=2))
+        except OSError as e:  # a full disk or a read-only run directory: said, and the status still tells
+            print(f"[{self.name}] summary.json not written ({' '.join(str(e).split())})", flush=True)
         return out
 
     # ---- checkpointing ----------------------------------------------------------------------

@@ -171,6 +171,7 @@ class CollectorRunner:
         self._new_collector(int(self.policy.version))
 
     def close(self) -> None:
+        self.watch.close()
         if self.collector is not None:
             try:
                 with quiet_torchrl():

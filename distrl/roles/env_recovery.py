@@ -95,9 +95,11 @@ class StepWatch:
         self.env_id, self.timeout_s, self.who, self._exit = env_id, timeout_s, who, exit
         self.since: float | None = None  # the running step's start (monotonic), None between steps
         self._thread: threading.Thread | None = None
+        self._closed = threading.Event()  # set: the thread ends (a new one starts at the next step)
 
     def __enter__(self) -> StepWatch:
         if self.timeout_s and self._thread is None:
+            self._closed = threading.Event()
             self._thread = threading.Thread(target=self._watch, name="distrl-env-step-watch", daemon=True)
             self._thread.start()
         self.since = time.monotonic()
@@ -106,10 +108,16 @@ class StepWatch:
     def __exit__(self, *exc) -> None:
         self.since = None
 
+    def close(self) -> None:
+        """Stop watching (the worker closes its envs); a later step starts a new watch."""
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
     def _watch(self) -> None:
         poll = min(1.0, self.timeout_s / 4)
-        while True:
-            time.sleep(poll)
+        while not self._closed.wait(poll):
             since = self.since
             if since is not None and time.monotonic() - since > self.timeout_s:
                 print(

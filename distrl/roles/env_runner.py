@@ -161,6 +161,7 @@ class EnvRunner:
         self._new_env()
 
     def close(self) -> None:
+        self.watch.close()
         if self.env is not None:
             self.env.close()
 

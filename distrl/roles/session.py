@@ -13,7 +13,7 @@ import contextlib
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import torch
 from tensordict import TensorDict
@@ -23,7 +23,8 @@ from distrl.runtime.checkpoint import (
     list_checkpoints,
     rescale_lr,
     resume_checkpoint,
-    rng_state,
+    failed_write_line,
+    run_state,
     save_best,
     save_checkpoint,
     set_rng_state,
@@ -75,6 +76,7 @@ class LearnerSession:
         self.peers = PeerWatch(ctx, self.tracker, self.signals.paused_since)
         self._last_checkpoint = time.monotonic()
         self._saved_updates: Optional[int] = None  # the updates the newest checkpoint of this run holds
+        self.checkpoint_error: Optional[str] = None  # a write that failed (a full disk): the run stops
         self._last_eval = time.monotonic()
         self._nonfinite_streak = 0
         #: the learner loop's time: ``wait`` (for data), ``learn``, ``eval``, ``checkpoint``, ``other``;
@@ -175,39 +177,37 @@ class LearnerSession:
         return False
 
     # ---- persistence ------------------------------------------------------------------------------
-    def checkpoint(self, model: torch.nn.Module, optim: torch.optim.Optimizer, extra: Optional[dict] = None) -> Path:
-        """Write the newest checkpoint. Its two slow parts (the roles' extra state, an Ape-X replay
-        read over calls that are each bounded; the write) are each preceded by a beat, so the
-        watchdog bounds each by ``run.watchdog_s``."""
+    def checkpoint(self, model: torch.nn.Module, optim: torch.optim.Optimizer, extra: dict | None = None):
+        """Write the newest checkpoint; returns it (``None`` if the write failed: :meth:`_save`). Its two
+        slow parts (the roles' extra state, an Ape-X replay read over calls that are each bounded; the
+        write) are each preceded by a beat, so the watchdog bounds each by ``run.watchdog_s``."""
         self._last_checkpoint = time.monotonic()
         supervisor.beat()
         state = self._state(model, optim, extra)
         supervisor.beat()
         faults.maybe_signal(self.ctx.rank, self.tracker.updates, faults.IN_CHECKPOINT)
-        path = save_checkpoint(self.run_dir, self.tracker.updates, state)
-        self._saved_updates = self.tracker.updates
+        path = self._save("checkpoint", lambda: save_checkpoint(self.run_dir, self.tracker.updates, state))
+        self._saved_updates = self.tracker.updates if path else self._saved_updates
         supervisor.beat()
         return path
+
+    def _save(self, what: str, write: Callable[[], Path]) -> Optional[Path]:
+        """``write()``; one that fails (``OSError``: a full disk, a read-only folder) stops the run in one line."""
+        try:
+            return write()
+        except OSError as e:
+            print(failed_write_line(self.run_dir, what, self.tracker.updates, e), flush=True)
+            self.checkpoint_error, self.stop_reason = self.checkpoint_error or f"{what}: {e}", "checkpoint_failed"
+            return None
 
     def _state(
         self, model: torch.nn.Module, optim: torch.optim.Optimizer, extra: Optional[dict] = None, roles: bool = True
     ) -> dict:
-        """What a checkpoint holds; ``roles=False`` leaves out :attr:`extra_state` (``best.pt`` is a
-        policy to keep, not a run to resume: an Ape-X replay of gigabytes stays out of it)."""
-        state: dict[str, Any] = {
-            "model": model.state_dict(),
-            "optim": optim.state_dict(),
-            "tracker": self.tracker.state_dict(),
-            "rng": rng_state(),
-            "config": self.cfg.to_dict(),
-            "wandb_id": self._wandb_id,
-            "action_encoding": self.action_encoding,
-            "policy_network": self.policy_network,
-        }
-        if self.extra_state is not None and roles:
-            state["extra"] = self.extra_state()
-        state.update(extra or {})
-        return state
+        """What a checkpoint holds (:func:`~distrl.runtime.checkpoint.run_state`); ``roles=False`` leaves out
+        :attr:`extra_state` (``best.pt`` is a policy to keep, not a run to resume: no Ape-X replay)."""
+        fields = dict(wandb_id=self._wandb_id, action_encoding=self.action_encoding, policy_network=self.policy_network)
+        roles_state = self.extra_state() if self.extra_state is not None and roles else None
+        return run_state(model, optim, self.tracker.state_dict(), self.cfg.to_dict(), fields, roles_state, extra)
 
     def periodic_eval(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Every ``run.eval_interval_s``: a greedy evaluation, logged as ``eval/return_mean``.
@@ -229,7 +229,8 @@ class LearnerSession:
     def _record_eval(self, returns: list[float], model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Count an evaluation of the current policy; the best so far is saved as ``best.pt``."""
         if self.tracker.add_eval(returns):
-            save_best(self.run_dir, self._state(model, optim, roles=False) | {"eval_returns": list(returns)})
+            state = self._state(model, optim, roles=False) | {"eval_returns": list(returns)}
+            self._save("best.pt", lambda: save_best(self.run_dir, state))
 
     def restore(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> Optional[dict]:
         """Load the newest valid checkpoint when ``run.resume`` is set; returns it (for extras).
@@ -317,10 +318,12 @@ class LearnerSession:
         # keep the last good checkpoint as the newest; after a stop signal's checkpoint no second one
         # (the updates are all in it, and an Ape-X replay of gigabytes twice may not fit the 30 s given)
         signalled = self.signals.received is not None and self._saved_updates == self.tracker.updates
-        if reason != "nonfinite_loss" and not signalled:
+        if reason != "nonfinite_loss" and not signalled and self.checkpoint_error is None:
             self.checkpoint(model, optim)
         saved = list_checkpoints(self.run_dir)  # the newest is what --resume (or a restart) continues from
         extra = {"checkpoint": saved[-1].relative_to(self.run_dir).as_posix() if saved else None, **(extra or {})}
+        if self.checkpoint_error is not None:  # whatever stopped the run, what it promised is not all kept
+            reason, extra["checkpoint_error"] = "checkpoint_failed", self.checkpoint_error
         summary = self.tracker.summary(reason, eval_returns, extra)
         best = self.tracker.best_eval
         if best is not None and eval_returns and summary["eval_return_mean"] < best["return_mean"]:

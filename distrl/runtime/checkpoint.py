@@ -3,8 +3,10 @@
 A checkpoint is written to a temporary file, flushed and fsynced, then renamed into place
 (``os.replace`` is atomic on POSIX), so a crash at any moment leaves either the previous valid
 checkpoint or the new one, never half a file. A write that fails (a full disk) removes its
-temporary file and raises; the temporary files a crash leaves are removed by the next successful
-checkpoint and by :func:`resume_checkpoint`.
+temporary file and raises (the learner then stops in one line: ``LearnerSession.checkpoint``); the
+temporary files a crash leaves are removed by the next successful checkpoint and by
+:func:`resume_checkpoint`. The temporary file is opened with ``O_NOFOLLOW``: a symlink in its place
+is refused, not written through.
 
 Checkpoints are ``ckpt_<step>.pt`` (the learner's update count) and are ordered by that number,
 never by file name. Pruning keeps the checkpoint just written, always, and the ``keep - 1``
@@ -94,6 +96,15 @@ def best_checkpoint_path(run_dir: str | Path) -> Path:
     return checkpoint_dir(run_dir) / "best.pt"
 
 
+def failed_write_line(run_dir: str | Path, what: str, updates: int, error: OSError) -> str:
+    """The learner's one line for a checkpoint (or ``best.pt``) not written, naming the newest kept."""
+    saved = list_checkpoints(run_dir)
+    return (
+        f"[learner] {what} at update {updates} not written ({' '.join(str(error).split())}); "
+        f"stopping: the newest checkpoint is {saved[-1].name if saved else 'none'}"
+    )
+
+
 def _owner_only_dir(folder: Path) -> None:
     """Create ``folder`` (and its parents) if needed and make it ``0o700``, whatever the umask."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -105,7 +116,8 @@ def _write_atomic(final: Path, state: dict[str, Any]) -> Path:
     _owner_only_dir(final.parent)
     tmp = final.parent / f".{final.name}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # O_NOFOLLOW: a symlink planted as the temp file is refused (ELOOP), not written through
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         os.fchmod(fd, 0o600)  # a leftover temp file keeps its old mode through O_CREAT
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
@@ -177,6 +189,25 @@ def resume_checkpoint(run_dir: str | Path, allow_fresh: bool = False) -> Optiona
             "set run.allow_fresh=true (--set run.allow_fresh=true) to start the run over anyway"
         )
     return state
+
+
+def run_state(
+    model: torch.nn.Module,
+    optim: torch.optim.Optimizer,
+    tracker: dict,
+    config: dict,
+    fields: dict,
+    roles: Optional[dict] = None,
+    extra: Optional[dict] = None,
+) -> dict[str, Any]:
+    """What a learner's checkpoint holds: model, optimizer, the run's counters (``tracker``), every RNG
+    state, the config, ``fields`` (W&B id, action encoding, policy network), the roles' state
+    under ``"extra"`` (an Ape-X replay) when given, and ``extra`` on top."""
+    state = {"model": model.state_dict(), "optim": optim.state_dict(), "tracker": tracker, "rng": rng_state()}
+    state |= {"config": config, **fields}
+    if roles is not None:
+        state["extra"] = roles
+    return state | (extra or {})
 
 
 def rng_state() -> dict[str, Any]:

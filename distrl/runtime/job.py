@@ -10,6 +10,11 @@ A launch also owns its run directory: :func:`claim_run_dir` makes it owner-only 
 takes ``RUN_DIR/.lock`` (``fcntl.flock``) for as long as the launch runs, so a second launch on the
 same directory, ``--resume`` or not, stops in one line naming the holder's pid and host. The kernel
 drops a dead holder's lock, so a crash or a SIGKILL leaves nothing to clean up.
+
+A run directory another user owns is refused in one line (its owner could swap its files under
+the run), and the files a launch writes there by name (the lock, ``job_id``, ``config.json``,
+``roles.json``: :func:`write_private`) are opened with ``O_NOFOLLOW``: a symlink planted in their
+place is refused, not written through.
 """
 
 from __future__ import annotations
@@ -56,6 +61,36 @@ def job_id(timeout_s: float = 120.0) -> str:
 
 
 LOCK_NAME = ".lock"  #: in the run directory: ``pid host start`` of the launch that holds it
+#: the files a launch writes into its run directory by name: none may be a symlink
+NAMED_FILES = (LOCK_NAME, "job_id", "config.json", "roles.json")
+
+
+def _check_owner(run_dir: Path) -> None:
+    """One line (``ValueError``) if ``run_dir`` exists and another user owns it, or if one of
+    :data:`NAMED_FILES` in it is a symlink."""
+    try:
+        owner = run_dir.stat().st_uid
+    except FileNotFoundError:
+        return
+    if owner != os.getuid():
+        raise ValueError(
+            f"{run_dir} belongs to another user (uid {owner}, you are {os.getuid()}): a run directory must be "
+            "your own; choose another --run-dir"
+        )
+    links = [name for name in NAMED_FILES if (run_dir / name).is_symlink()]
+    if links:
+        raise ValueError(
+            f"{run_dir}: {', '.join(links)} is a symlink, which a run does not write through; "
+            "remove it or choose another --run-dir"
+        )
+
+
+def write_private(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` (mode ``0o600`` if new) without following a symlink at ``path``
+    (``OSError`` ELOOP instead)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 class RunDirBusy(ValueError):
@@ -77,9 +112,10 @@ def ensure_run_dir_free(run_dir: str | Path) -> None:
     """Raise :class:`RunDirBusy` (one line) if a live launch holds ``run_dir``; creates and writes
     nothing (``distrl train --nproc`` checks here before it starts the ranks, rank 0 of which then
     takes the lock)."""
+    _check_owner(Path(run_dir))
     lock = Path(run_dir) / LOCK_NAME
     try:
-        fd = os.open(lock, os.O_RDONLY)
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return
     except OSError as e:  # another user's run directory: not ours to take either
@@ -99,16 +135,20 @@ def claim_run_dir(run_dir: str | Path, wait_s: float = 0.0) -> Iterator[Path]:
     """Hold ``run_dir`` for this launch: create it owner-only (``0o700``; an existing one of ours is
     made so), take ``RUN_DIR/.lock`` and write ``pid host start`` into it. :class:`RunDirBusy` (one
     line naming the holder) if another live process holds it after ``wait_s`` seconds (a restarted
-    rank 0 waits for its predecessor's last child to go). Released on exit from the block, or by the
+    rank 0 waits for its predecessor's last child to go); ``ValueError`` (one line) for another user's
+    directory or a symlink among :data:`NAMED_FILES`. Released on exit from the block, or by the
     kernel when the process dies."""
     run_dir = Path(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
+    _check_owner(run_dir)
     with contextlib.suppress(FileExistsError):
         run_dir.mkdir(mode=0o700)  # the umask can only take bits away from 0o700
-    if run_dir.stat().st_uid == os.getuid():
-        os.chmod(run_dir, 0o700)  # a directory made before distrl did this, or by hand
+    os.chmod(run_dir, 0o700)  # a directory made before distrl did this, or by hand
     lock = run_dir / LOCK_NAME
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as e:  # a symlink put there since the check above
+        raise ValueError(f"{run_dir}: cannot open its lock file {lock.name} ({e.strerror}); choose another --run-dir")
     try:
         os.fchmod(fd, 0o600)
         deadline = time.monotonic() + wait_s

@@ -12,7 +12,9 @@ should cost the job one actor, not the run. So the process torchrun started only
   restarts it under ``--max-restarts`` (the learner then resumes from its last checkpoint);
 - when rank 0's role ends, its supervisor sets a key in torchrun's store; a supervisor whose
   child is still alive a grace period later (a stopped or wedged process) kills it, so a
-  SIGSTOPped actor cannot hold the job open forever;
+  SIGSTOPped actor cannot hold the job open forever; a store that stops answering counts as that
+  key set only after several failed checks over :data:`STORE_LOST_S` (its agent paused a few
+  seconds is not the end of the job);
 - a watchdog: a critical role's loop beats (:func:`beat`, a shared timestamp the learner session
   writes on every loop turn; a role that never beats, SF's inference, is not watched); a critical
   child silent for ``watchdog_s`` after its first beat (SIGSTOPped, deadlocked,
@@ -31,6 +33,7 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from datetime import timedelta
 from typing import Callable, Optional
@@ -71,47 +74,91 @@ def child_main(target: Callable[[], int], shared_beat=None) -> None:
     os._exit(int(target() or 0))
 
 
-class _Store:
-    """A lazily connected client of torchrun's store (MASTER_ADDR:MASTER_PORT); never raises."""
+STORE_LOST_CHECKS = 3  #: failed store checks in a row, at least ...
+STORE_LOST_S = 10.0  #: ... this many seconds apart from the first, before the store counts as gone
 
-    def __init__(self):
+
+class _Store:
+    """A lazily connected client of torchrun's store (MASTER_ADDR:MASTER_PORT); never raises.
+
+    The store lives in torchrun's agent on rank 0's node: one check that fails (the agent stopped
+    or busy a few seconds, a dropped connection) is a hiccup, not the end of the job. The store
+    counts as lost, and so rank 0 as done, only after :data:`STORE_LOST_CHECKS` failures in a row
+    spanning :data:`STORE_LOST_S` or more; one answer forgets them. A check that has no answer in
+    ``timeout_s`` is a failure: TCPStore's ``check`` ignores the store's timeout, so a stopped agent
+    would block the supervisor (its watchdog, its forwarding of signals) for as long as it is
+    stopped; each check runs in a thread of its own, and an unanswered one is waited on again at the
+    next check rather than a second started.
+    """
+
+    def __init__(self, lost_checks: int = STORE_LOST_CHECKS, lost_s: float = STORE_LOST_S, timeout_s: float = 2.0):
         self._store = None
-        self.lost = False  # it was reachable and is not any more: rank 0's node is gone
+        self.lost_checks, self.lost_s, self.timeout_s = lost_checks, lost_s, timeout_s
+        self.reached = False  # connected once: a store never reached is not yet up, not gone
+        self.failures = 0  # failed or unanswered checks in a row
+        self._failing_since: Optional[float] = None
+        self._probe: Optional[threading.Thread] = None  # the check in flight
+        self._answer: list = []  # what it found: [True/False], [an exception], [None]: not reached yet
+        self.lost = False  # it was reachable and has not been for long: rank 0's node is gone
 
     def get(self):
-        if self._store is None and not self.lost:
-            try:
-                import torch.distributed as dist
+        """The client, connected now if need be (raises if that fails)."""
+        if self._store is None:
+            import torch.distributed as dist
 
-                self._store = dist.TCPStore(
-                    os.environ["MASTER_ADDR"],
-                    int(os.environ["MASTER_PORT"]),
-                    None,
-                    False,
-                    timedelta(seconds=2),
-                    wait_for_workers=False,
-                )
-            except Exception:
-                return None
+            self._store = dist.TCPStore(
+                os.environ["MASTER_ADDR"],
+                int(os.environ["MASTER_PORT"]),
+                None,
+                False,
+                timedelta(seconds=self.timeout_s),
+                wait_for_workers=False,
+            )
+            self.reached = True
         return self._store
 
-    def is_set(self, key: str) -> bool:
-        store = self.get()
-        if store is None:
-            return self.lost
+    def _check(self, key: str, answer: list) -> None:
         try:
-            return store.check([key])
-        except Exception:
-            self.lost, self._store = True, None
+            answer.append(self.get().check([key]))
+        except Exception as e:
+            self._store = None  # the next check reconnects
+            answer.append(e if self.reached else None)
+
+    def _failed(self) -> bool:
+        """One more failure in a row; the store is lost once they are enough and long enough."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        self.failures += 1
+        if self.failures >= self.lost_checks and now - self._failing_since >= self.lost_s:
+            self.lost = True
+        return self.lost
+
+    def is_set(self, key: str) -> bool:
+        """Whether ``key`` is set, or the store is lost; waits at most ``timeout_s``."""
+        if self.lost:
             return True
+        if self._probe is None:
+            self._answer = []
+            self._probe = threading.Thread(target=self._check, args=(key, self._answer), daemon=True)
+            self._probe.start()
+        self._probe.join(self.timeout_s)
+        if self._probe.is_alive():  # no answer yet: waited on again at the next check
+            return self._failed()
+        self._probe = None
+        answer = self._answer[0] if self._answer else None
+        if answer is None:  # not reached yet: not up, not gone
+            return False
+        if isinstance(answer, Exception):
+            return self._failed()
+        self.failures, self._failing_since = 0, None
+        return bool(answer)
 
     def set(self, key: str) -> None:
-        store = self.get()
-        if store is not None:
-            try:
-                store.set(key, "1")
-            except Exception:
-                pass
+        try:
+            self.get().set(key, "1")
+        except Exception:
+            pass
 
 
 def supervise(

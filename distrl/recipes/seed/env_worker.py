@@ -170,6 +170,7 @@ class SeedEnvWorker:
             # The learner is gone or answered nothing in time: it owns the run, so we end.
             print(f"[env_worker {self.ctx.rank}] learner unreachable, exiting: {e}", flush=True)
         finally:
+            self.watch.close()
             for env in self.envs:
                 env.close()
 

@@ -260,6 +260,8 @@ class SFRolloutWorker:
             self._close()
 
     def _close(self) -> None:
+        if hasattr(self, "watch"):
+            self.watch.close()
         for grp in getattr(self, "groups", []):
             grp.env.close()
         for b in (getattr(self, "bell", None), getattr(self, "slot_bell", None)):
