@@ -23,6 +23,7 @@ from typing import Callable, Optional
 import torch
 
 from distrl.recipes import get_recipe
+from distrl.runtime.agreement import agree
 from distrl.runtime.checkpoint import DamagedCheckpoints
 from distrl.runtime.context import Recipe, RoleContext
 from distrl.config import Config, override
@@ -197,6 +198,10 @@ def run(p: Plan, rank: int = 0) -> int:
         _prepare_run_dir(p)
     if p.world_size == 1:
         return _exit_status(_run_local, p)
+    why = agree(rank, p.cfg.to_json(), p.cfg.transport.init_timeout_s)  # same options and code on every rank
+    if why:
+        print(f"error: {why}", file=sys.stderr, flush=True)
+        return 2
     prefer_loopback()  # one machine: TensorPipe and gloo listen on 127.0.0.1 only (distrl/runtime/network.py)
     role = p.roles[rank]
     body = _run_collective if p.recipe.group == "collective" else run_rpc
