@@ -139,10 +139,12 @@ class _Env:
 def _worker(S: int = 4, B: int = 2, T: int = 3, rank: int = 2):
     """A rollout worker's state without its processes: numpy slots ``[S, B, T]``, one group on slot 1."""
     from distrl.recipes.sf.rollout_worker import SFRolloutWorker, _Group
+    from distrl.roles.env_recovery import StepWatch
 
     w = SFRolloutWorker.__new__(SFRolloutWorker)
     w.ctx, w.algo = SimpleNamespace(rank=rank), SimpleNamespace(unroll_length=T, slot_timeout_s=1.0)
     w.recovery = SimpleNamespace(failures=0, succeeded=lambda: None)
+    w.watch = StepWatch("test-env", 0.0, f"rollout_worker {rank}")  # no step bound
     w.budget, w.steps, w.num_slots = TimeBudget(), 1, S
     w.buf = {
         k: np.zeros((S, B, T, 1) if k in (keys.OBSERVATION, keys.NEXT_OBSERVATION) else (S, B, T))
