@@ -288,11 +288,13 @@ class _Env:
 
 def test_rollout_worker_steps_its_envs_with_the_float_actions_inference_wrote():
     from distrl.recipes.sf.rollout_worker import SFRolloutWorker, _Group
+    from distrl.roles.env_recovery import StepWatch
 
     S, B, T, A = 2, 3, 4, 2
     w = SFRolloutWorker.__new__(SFRolloutWorker)
     w.ctx, w.algo = SimpleNamespace(rank=2), SimpleNamespace(unroll_length=T, slot_timeout_s=1.0)
     w.recovery = SimpleNamespace(failures=0, succeeded=lambda: None)
+    w.watch = StepWatch("test-env", 0.0, "rollout_worker 2")  # no step bound
     w.budget, w.steps, w.num_slots = TimeBudget(), 1, S
     layout = rollout_layout(S, B, T, 3, 1, 4, action_shape=(A,), action_dtype=torch.float32)["traj"]
     nxt = layout[keys.NEXT]
