@@ -31,7 +31,7 @@ def test_help_explains_every_option(jobs):
         (["sac"], "unknown recipe 'sac'; known recipes: a3c, apex"),
         (["impala", "--set", "algo.lr=-1"], "algo.lr must be > 0"),
         (["apex", "--env", "Pendulum-v1", "--set", "algo.learner=dqn"], "double-DQN learner (algo.learner=dqn)"),
-        (["apex", "--set", "algo.learner=sac"], "apex's SAC learner (algo.learner=sac) takes gymnasium ids"),
+        (["apex", "--set", "algo.learner=sac"], "SAC learner (algo.learner=sac) takes flat observations and a Box"),
         (["impala", "--nproc", "3", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),  # before any process
     ],
 )

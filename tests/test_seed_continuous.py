@@ -246,6 +246,7 @@ def test_env_worker_steps_pendulum_with_the_servers_float_actions(tmp_path):
             assert msg[OBS].shape == (2, 3) and msg[REWARD].dtype == torch.float32
         assert isinstance(worker.envs[0], gym.wrappers.vector.ClipAction)
     finally:
+        worker.watch.close()  # its env-step watch (run.env_step_timeout_s) started with the first step
         for env in worker.envs:
             env.close()
 
