@@ -77,12 +77,7 @@ def is_factory(env: str) -> bool:
     module, sep, name = env.partition(":")
     if not (sep and module):
         return False
-    try:
-        target = importlib.import_module(module)
-    except Exception as e:  # ImportError, or the module itself failed on import
-        raise ValueError(
-            f"--env {env}: cannot import module {module!r} ({type(e).__name__}: {_first_line(e)})"
-        ) from None
+    target = import_env_module(env, module)
     attr = functools.reduce(lambda obj, part: getattr(obj, part, None), name.split("."), target)
     env_class = inspect.isclass(attr) and issubclass(attr, gym.Env)
     if callable(attr) and not env_class:
@@ -118,6 +113,18 @@ def gym_id(env: str) -> str:
     return name if sep and module else env
 
 
-def _first_line(e: BaseException) -> str:
+def import_env_module(env: str, module: str):
+    """``module`` of ``--env env`` imported; ``ValueError`` in one line if it cannot be (ImportError, or
+    the module itself failed on import)."""
+    try:
+        return importlib.import_module(module)
+    except Exception as e:
+        raise ValueError(
+            f"--env {env}: cannot import module {module!r} ({type(e).__name__}: {first_line(e)})"
+        ) from None
+
+
+def first_line(e: BaseException) -> str:
+    """An exception's message in one line, for a one-line error."""
     text = str(e).strip()
     return text.splitlines()[0] if text else "no message"

@@ -27,7 +27,6 @@ keeps, as gymnasium's ``ClipAction`` does for a gymnasium id.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import logging
 import warnings
@@ -40,7 +39,7 @@ from torchrl.data import Bounded, Categorical, MultiCategorical, MultiOneHot, On
 from torchrl.envs import Compose, EnvBase, PermuteTransform, RenameTransform, SerialEnv, Transform, TransformedEnv
 
 from distrl.data import keys
-from distrl.envs.info import EnvInfo
+from distrl.envs.info import EnvInfo, first_line, import_env_module
 
 EnvFactory = Callable[..., EnvBase]
 
@@ -69,12 +68,7 @@ def quiet_torchrl() -> Iterator[None]:
 def load_factory(spec: str) -> EnvFactory:
     """The callable ``spec`` (``"module:function"``) names; ``ValueError`` in one line if it is not there."""
     module, _, name = spec.partition(":")
-    try:
-        fn = importlib.import_module(module)
-    except Exception as e:  # ImportError, or the module itself failed on import
-        raise ValueError(
-            f"--env {spec}: cannot import module {module!r} ({type(e).__name__}: {_first_line(e)})"
-        ) from None
+    fn = import_env_module(spec, module)
     for part in name.split("."):
         fn = getattr(fn, part, None)
         if fn is None:
@@ -82,11 +76,6 @@ def load_factory(spec: str) -> EnvFactory:
     if not callable(fn):
         raise ValueError(f"--env {spec}: {name!r} is not callable")
     return fn
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else "no message"
 
 
 def _takes_num_envs(fn: EnvFactory) -> bool:
@@ -175,7 +164,7 @@ def check_factory(spec: str) -> EnvInfo:
         try:
             env = fn(num_envs=2) if _takes_num_envs(fn) else fn()
         except Exception as e:
-            raise ValueError(f"--env {spec}: the factory raised {type(e).__name__}: {_first_line(e)}") from None
+            raise ValueError(f"--env {spec}: the factory raised {type(e).__name__}: {first_line(e)}") from None
         if not isinstance(env, EnvBase):
             raise ValueError(f"--env {spec}: the factory returned {type(env).__name__}, not a TorchRL EnvBase")
         try:
@@ -183,7 +172,7 @@ def check_factory(spec: str) -> EnvInfo:
                 check_env_specs(env, seed=0)
             except Exception as e:
                 raise ValueError(
-                    f"--env {spec}: torchrl check_env_specs failed: {type(e).__name__}: {_first_line(e)}"
+                    f"--env {spec}: torchrl check_env_specs failed: {type(e).__name__}: {first_line(e)}"
                 ) from None
             return _info(spec, env)
         finally:
