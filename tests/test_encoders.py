@@ -141,13 +141,39 @@ def test_auto_picks_by_shape(shape, name):
         ),
         ("minatar", (4, 2, 10), "at least 3x3"),
         ("impala", (16,), "encoder impala takes images"),
-        ("mlp", MINATAR, "encoder mlp takes flat observations [F], got shape (4, 10, 10)"),
+        ("mlp", (4, 0, 10), "encoder mlp takes observations of positive sizes, got shape (4, 0, 10)"),
     ],
 )
 def test_a_shape_an_encoder_cannot_take_is_a_one_line_error(name, shape, message):
     with pytest.raises(ValueError) as err:
         make_encoder(shape, NetConfig(encoder=name))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_mlp_by_name_flattens_an_image_into_separate_towers():
+    """``net.encoder=mlp`` on MinAtar's ``[4, 10, 10]`` (gymnax's ``flatten_3d``, vecenv's ``minatar_gymnax``):
+    separate policy and value MLPs on the 400 flattened cells, counted by hand; the same numbers as
+    a flat MLP given the flattened grid; the shape kept for reloading; numpy actors leave it to torch."""
+    net = NetConfig(encoder="mlp", hidden=(256, 256), activation="relu")
+    model = ActorCritic(MINATAR, 3, net)
+    tower = 400 * 256 + 256 + 256 * 256 + 256
+    assert n_params(model.policy) == tower + 256 * 3 + 3 and n_params(model.value) == tower + 256 + 1
+    assert n_params(model) == 2 * tower + 256 * 4 + 4  # no shared torso
+    flat = ActorCritic((400,), 3, net)
+    flat.load_state_dict(
+        {
+            k.replace(".1.", ".0.").replace(".3.", ".2.").replace(".5.", ".4."): v
+            for k, v in model.state_dict().items()
+            if "obs_shape" not in k
+        }
+    )
+    obs = images(2, 5)
+    out, value = model(obs)
+    assert out.shape == (2, 5, 3) and value.shape == (2, 5, 1)
+    flat_out, flat_value = flat(obs.reshape(2, 5, 400).float())
+    assert torch.equal(out, flat_out) and torch.equal(value, flat_value)
+    assert model.policy.obs_shape.tolist() == list(MINATAR) and not NumpyPolicy.supports(model.policy)
+    assert "obs_shape" not in dict(flat.named_buffers()) and resolve_encoder(MINATAR) == "minatar"
 
 
 def test_images_in_the_wrong_layout_are_refused():
@@ -276,9 +302,10 @@ def test_the_numpy_policy_refuses_an_image_policy_in_one_line():
     assert "\n" not in str(err.value)
 
 
-# 4. a checkpoint of an image network, back as a TorchRL actor
+# 4. a checkpoint of an image network (mlp: the image flattened), back as a TorchRL actor
 @pytest.mark.parametrize(
-    "recipe,name", [("impala", "minatar"), ("impala", "impala"), ("apex", "auto"), ("vecenv", "auto")]
+    "recipe,name",
+    [("impala", "minatar"), ("impala", "impala"), ("apex", "auto"), ("vecenv", "auto"), ("vecenv", "mlp")],
 )
 def test_load_policy_rebuilds_an_image_network(tmp_path, recipe, name):
     torch.manual_seed(3)
@@ -287,7 +314,9 @@ def test_load_policy_rebuilds_an_image_network(tmp_path, recipe, name):
     head = model.q[-1].advantage if recipe == "apex" else model.policy[-1]  # apex's default head is dueling
     with torch.no_grad():
         head.weight.mul_(300)  # decisive, so a wrong network would pick other actions
-    cfg = override(experiment_config(recipe, "debug"), **{"run.env": "MinAtar/Breakout-v1", "net.encoder": name})
+    cfg = experiment_config(recipe, "debug")  # its net as the model's (the mlp's widths are the config's)
+    cfg = override(cfg, **{"run.env": "MinAtar/Breakout-v1", "net.encoder": name, "net.hidden": net.hidden})
+    cfg = override(cfg, **{"net.activation": net.activation})
     (tmp_path / "config.json").write_text(cfg.to_json())
     save_checkpoint(tmp_path, 1, {"model": model.state_dict(), "config": cfg.to_dict()})
     policy = distrl.load_policy(tmp_path)

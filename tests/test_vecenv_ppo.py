@@ -247,6 +247,24 @@ def test_config_invariants(field, value):
         override(get_recipe("vecenv").default_config(), **{f"algo.{field}": value})
 
 
+def test_minatar_gymnax_preset_has_gymnax_blines_ppo_settings():
+    """The values of gymnax-blines' ``agents/<Game>-MinAtar/ppo.yaml`` (commit 3f029d6; the same for all
+    four games with a PPO row) and its ``Categorical-MLP`` (2 x 256, ReLU, separate towers on the
+    flattened grid), 10M steps with nothing to stop a run sooner."""
+    from distrl.cli.options import experiment_config
+
+    cfg = experiment_config("vecenv", "minatar_gymnax")
+    a, net, run = cfg.algo, cfg.net, cfg.run
+    gymnax = dict(num_envs=64, rollout_length=128, epochs=4, num_minibatches=8, lr=5e-4, anneal_lr=False)
+    gymnax |= dict(gamma=0.999, gae_lambda=0.95, clip_eps=0.2, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5)
+    assert {k: getattr(a, k) for k in gymnax} == gymnax
+    assert (net.encoder, net.hidden, net.activation) == ("mlp", (256, 256), "relu")
+    assert run.env == "MinAtar/Breakout-v1" and run.total_frames == 10_000_000 and run.target_return is None
+    assert run.max_time_s * 2_000 >= run.total_frames  # the clock stops a run only below 2k steps/s
+    model = ActorCritic((4, 10, 10), 3, net)
+    assert model.policy[1].in_features == 400 and model.value[1].in_features == 400  # two MLPs on the flat grid
+
+
 def test_obs_norm_merges_batches_like_one_big_batch():
     from distrl.nn.obs_norm import ObsNorm
 

@@ -8,7 +8,8 @@ them into one batch for its convolutions and restores them after.
 ========  ========================  ======================================================
 name      observation               layers
 ========  ========================  ======================================================
-mlp       flat ``[F]``              ``Linear`` + activation per ``net.hidden`` width
+mlp       flat ``[F]`` (or any,     ``Linear`` + activation per ``net.hidden`` width
+          flattened: by name only)
 minatar   ``[C, H, W]``, H, W >= 3  Young & Tian 2019 (MinAtar)
 nature    ``[C, H, W]``, H, W >= 36 Mnih et al. 2015 (the DQN of Nature)
 impala    ``[C, H, W]``             Espeholt et al. 2018 (IMPALA's deep residual network)
@@ -34,6 +35,7 @@ always wrote.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Sequence
 
 import torch
@@ -71,22 +73,28 @@ class MLPEncoder(nn.Sequential):
     policy, value or Q tower, laid out as TorchRL's ``MLP`` lays it out (``Linear`` layers at 0, 2,
     4, ...), built in the same order, so its state dict and its initial weights under a seed are
     those of every earlier distrl release.
+
+    Images ``[*B, C, H, W]`` (only when ``net.encoder=mlp`` names it; ``auto`` gives them a conv
+    encoder) start with an ``nn.Flatten`` to ``[*B, C*H*W]``: gymnax-blines' MinAtar PPO network
+    (``flatten_3d``, the ``minatar_gymnax`` preset of vecenv). The shape is then kept as an
+    ``obs_shape`` buffer, as the image encoders keep theirs, so a checkpoint reloads with it.
     """
 
     def __init__(self, obs_shape: Sequence[int], net: NetConfig, head: int | None = None):
         shape = as_shape(obs_shape)
-        if len(shape) != 1:
-            raise ValueError(
-                f"encoder mlp takes flat observations [F], got shape {shape}: "
-                "set net.encoder to minatar, nature or impala (or auto) for images [C, H, W]"
-            )
-        act, widths, layers = ACTIVATIONS[net.activation], [shape[0], *net.hidden], []
+        if not shape or min(shape) < 1:
+            raise ValueError(f"encoder mlp takes observations of positive sizes, got shape {shape}")
+        flat = math.prod(shape)
+        act, widths = ACTIVATIONS[net.activation], [flat, *net.hidden]
+        layers: list[nn.Module] = [nn.Flatten(-len(shape))] if len(shape) > 1 else []
         for n_in, n_out in zip(widths, widths[1:]):
             layers += [nn.Linear(n_in, n_out), act()]
         if head is not None:
             layers.append(nn.Linear(widths[-1], head))
         super().__init__(*layers)
-        self.in_features, self.out_features = shape[0], widths[-1] if head is None else head
+        self.in_features, self.out_features = flat, widths[-1] if head is None else head
+        if len(shape) > 1:  # what distrl.nn.trained_policy reads back (a flat tower's state dict stays as it was)
+            self.register_buffer("obs_shape", torch.tensor(shape, dtype=torch.int64))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return super().forward(to_float(obs))

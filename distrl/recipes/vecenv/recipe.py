@@ -8,6 +8,7 @@ Policy lag is 0: every sample comes from the parameters being updated.
 
 Presets (``--experiment NAME``): ``default`` is torch CartPole to 475; ``pendulum`` the
 continuous-action run; ``minatar`` torch MinAtar Breakout from ``[4, 10, 10]`` bool images;
+``minatar_gymnax`` gymnax's MinAtar PPO (an MLP on the flattened grid, 10M steps);
 ``debug`` finishes in seconds on CPU; ``gym_serial`` runs the same PPO through the generic TorchRL path.
 """
 
@@ -60,6 +61,36 @@ def minatar() -> Config:
         **{"run.env": "MinAtar/Breakout-v1", "run.target_return": 10.0, "run.max_time_s": 300.0,
            "run.eval_episodes": 16, "algo.num_envs": 128, "algo.rollout_length": 32, "algo.epochs": 3,
            "algo.num_minibatches": 4, "algo.lr": 1e-3, "algo.entropy_coef": 0.05, "algo.allreduce_dtype": "bfloat16"},
+    )
+
+
+def minatar_gymnax() -> Config:
+    """Torch MinAtar (Breakout by default; ``--env MinAtar/<Game>-v1`` for the others) with gymnax's PPO
+    settings, for 10M env steps: the run beside gymnax's published PPO row (its README's table).
+
+    Every value from gymnax-blines' ``agents/<Game>-MinAtar/ppo.yaml`` (the same file for Asterix,
+    Breakout, Freeway and SpaceInvaders; github.com/RobertTLange/gymnax-blines, commit 3f029d6):
+    ``num_train_steps`` 10M, ``num_train_envs`` 64, ``n_steps`` 128, ``epoch_ppo`` 4, ``n_minibatch``
+    8, ``lr_begin`` = ``lr_end`` 5e-4 (constant: its 5% warm-up goes from 5e-4 to 5e-4), ``gamma``
+    0.999, ``gae_lambda`` 0.95, ``clip_eps`` 0.2, ``entropy_coeff`` 0.01, ``critic_coeff`` 0.5,
+    ``max_grad_norm`` 0.5 (global); ``Categorical-MLP`` with ``num_hidden_units`` 256,
+    ``num_hidden_layers`` 2, ``flatten_3d``: separate policy and value MLPs on the flattened grid,
+    ReLU (``utils/models.py``, ``CategoricalSeparateMLP``); Adam eps 1e-5 (``utils/ppo.py``, as
+    vecenv's). Here that is ``net.encoder=mlp`` on ``[C, 10, 10]`` (``distrl.nn.encoders.MLPEncoder``
+    flattens it). What differs (``utils/ppo.py``): gymnax also clips the value loss at ``clip_eps``
+    and normalises advantages per minibatch (vecenv: no value clip, advantages over the rollout);
+    flax's initialisation (lecun-normal kernels, biases uniform in [0, 0.05]) is PyTorch's here.
+    The envs differ too: the package's sticky actions (0.1) and distrl's 10,000-step time limit,
+    where gymnax's MinAtar (April 2023) had no sticky actions and ended episodes at 1,000 steps
+    (Freeway: its own 2,500). No target return, no early stop; ``max_time_s`` far past 10M steps."""
+    return override(
+        default(),
+        **{"run.env": "MinAtar/Breakout-v1", "run.target_return": None, "run.total_frames": 10_000_000,
+           "run.max_time_s": 7200.0, "run.eval_episodes": 64, "run.eval_interval_s": 120.0,
+           "algo.num_envs": 64, "algo.rollout_length": 128, "algo.epochs": 4, "algo.num_minibatches": 8,
+           "algo.lr": 5e-4, "algo.anneal_lr": False, "algo.gamma": 0.999, "algo.gae_lambda": 0.95,
+           "algo.clip_eps": 0.2, "algo.entropy_coef": 0.01, "algo.value_coef": 0.5, "algo.max_grad_norm": 0.5,
+           "net.encoder": "mlp", "net.hidden": (256, 256), "net.activation": "relu"},
     )
 
 
