@@ -4,8 +4,10 @@
   ``checkpoint_failed`` and exit 7, and ``summary.json`` says so, naming the newest checkpoint kept
   (before: a traceback, exit 1, no ``summary.json``);
 - a run directory another user owns is refused in one line, exit 2;
-- the lock file, ``config.json`` (and ``job_id``, ``roles.json``) and a checkpoint's temporary file
-  are opened without following a symlink: one planted there is refused, its target untouched.
+- the lock file, ``config.json`` (and ``job_id``, ``roles.json``), a checkpoint's temporary file,
+  ``summary.json``, ``metrics.jsonl`` (and its rewound rows, the CSV files, ``wandb_id``) and
+  ``curves.png`` are opened without following a symlink: one planted there is refused, its target
+  untouched.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def test_a_run_directory_another_user_owns_is_refused_in_one_line(tmp_path, in_p
     assert sorted(p.name for p in run.iterdir()) == before  # nothing written, no lock taken
 
 
-@pytest.mark.parametrize("name", [LOCK_NAME, "config.json", "job_id"])
+@pytest.mark.parametrize("name", [LOCK_NAME, "config.json", "job_id", "summary.json", "metrics.jsonl"])
 def test_a_symlink_planted_as_a_run_file_is_refused_not_followed(tmp_path, in_process, capsys, name):
     run, victim = tmp_path / "run", tmp_path / "victim"
     run.mkdir(mode=0o700)
@@ -106,3 +108,53 @@ def test_a_symlink_planted_as_a_checkpoints_temp_file_is_refused_not_followed(tm
     assert e.value.errno == errno.ELOOP
     assert victim.read_text() == "keep me"
     assert list(folder.iterdir()) == []  # the link removed with the failed write, no checkpoint
+
+
+def test_a_symlink_planted_after_the_check_is_not_written_through(tmp_path, capsys):
+    """A link that appears once the run has started (the check at start passed): every run file the
+    learner writes by name is opened ``O_NOFOLLOW``, so the write fails (ELOOP) and the target keeps
+    its bytes: the summary in one line, the metrics rows, the CSV files, the rewound rows, the W&B
+    id, the curves."""
+    from distrl.logging.metrics import MetricsWriter, wandb_run_id
+    from distrl.logging.plots import plot_run_curves
+    from distrl.logging.tracker import RunTracker
+
+    run, victim = tmp_path / "run", tmp_path / "victim"
+    run.mkdir(mode=0o700)
+    victim.write_text("keep me")
+
+    def plant(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        path.symlink_to(victim)
+        return path
+
+    def refused(write, path):
+        with pytest.raises(OSError) as e:
+            write()
+        assert e.value.errno == errno.ELOOP and victim.read_text() == "keep me", path
+        path.unlink()
+
+    refused(lambda: MetricsWriter(run, "none", "x", {}), plant(run / "metrics.jsonl"))
+    refused(lambda: wandb_run_id(run), plant(run / "wandb_id"))
+    writer = MetricsWriter(run, "csv", "x", {})
+    writer.write({"learner/loss": 1.0}, step=10)
+    refused(
+        lambda: writer.write({"learner/entropy": 0.5}, step=20),
+        plant(run / "csv" / "scalars" / "learner" / "entropy.csv"),
+    )
+    plant(run / "metrics.rewound.jsonl")
+    refused(lambda: writer.rewind(5), run / "metrics.rewound.jsonl")
+    writer.close()
+
+    plant(run / "curves.png")
+    plot_run_curves(run, "impala")  # a plot that fails is a warning line, never the run
+    assert "curves.png not written" in capsys.readouterr().out and victim.read_text() == "keep me"
+
+    plant(run / "summary.json")
+    from distrl.recipes.impala.recipe import debug
+
+    RunTracker(debug(), run, {0: "learner"}, None, "impala").summary("max_time", [])
+    out = capsys.readouterr().out
+    assert out.count("summary.json not written") == 1 and "Too many levels of symbolic links" in out, out
+    assert victim.read_text() == "keep me"

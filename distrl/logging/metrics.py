@@ -4,7 +4,8 @@ W&B and CSV go through TorchRL's loggers (``WandbLogger`` in offline mode: no ac
 network; ``CSVLogger``). Metric names are ``role/name``. W&B gets one history row per
 :meth:`MetricsWriter.write` (one progress report), the resolved config, tags for the recipe and
 the env, and its project, entity, group and run name from ``run.wandb_*``. A resumed run
-continues the history from its checkpoint's step (:meth:`MetricsWriter.rewind`).
+continues the history from its checkpoint's step (:meth:`MetricsWriter.rewind`). Every file here is
+opened without following a symlink (``distrl.runtime.job.open_private``), TorchRL's CSV files too.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Mapping, Optional
+
+from distrl.runtime.job import open_private, write_private
 
 
 class MetricsWriter:
@@ -30,7 +33,7 @@ class MetricsWriter:
         recipe_name: Optional[str] = None,
     ):
         self.path = Path(run_dir) / "metrics.jsonl"
-        self._file = open(self.path, "a", buffering=1)
+        self._file = open_private(self.path, "a", buffering=1)
         self.backend = backend
         self._wandb_floor = -1  # W&B gets only rows past this step (rewind)
         self._logger = None
@@ -68,7 +71,17 @@ class MetricsWriter:
                 self._logger.log_metrics({k: float(v) for k, v in metrics.items()}, step=int(step))
         elif self._logger is not None:
             for name, value in metrics.items():
+                self._csv_file(name)
                 self._logger.log_scalar(name, float(value), step=int(step))
+
+    def _csv_file(self, name: str) -> None:
+        """Open metric ``name``'s CSV file for TorchRL's ``CSVLogger`` before it does (it would follow
+        a symlink: ``open(path, "a+")``), the one it then appends to (its ``files``, by path)."""
+        exp = self._logger.experiment
+        path = os.path.join(exp.log_dir, "scalars", name + ".csv")
+        if path not in exp.files:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            exp.files[path] = open_private(path, "a+")
 
     def rewind(self, step: int) -> None:
         """Make the history read as one run that goes on from ``step``, before a resumed run's
@@ -93,12 +106,12 @@ class MetricsWriter:
         self._wandb_floor = max((s for s, _ in rows + _rows(aside)), default=-1)
         gone = [line for s, line in rows if s > step]
         if gone:  # aside first: a crash in between leaves rows twice, never none
-            with open(aside, "a") as f:
+            with open_private(aside, "a") as f:
                 f.writelines(line + "\n" for line in gone)
         _rewrite(self.path, [line for s, line in rows if s <= step])
         for csv in sorted((self.path.parent / "csv" / "scalars").rglob("*.csv")):
             _rewrite(csv, [line for line in csv.read_text().splitlines() if _csv_step(line) <= step])
-        self._file = open(self.path, "a", buffering=1)
+        self._file = open_private(self.path, "a", buffering=1)
 
     def close(self) -> None:
         self._file.close()
@@ -130,7 +143,7 @@ def _csv_step(line: str) -> float:
 def _rewrite(path: Path, lines: list[str]) -> None:
     """Replace ``path`` by ``lines`` atomically (temporary file, fsync, ``os.replace``)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
+    with open_private(tmp, "w") as f:
         f.writelines(line + "\n" for line in lines)
         f.flush()
         os.fsync(f.fileno())
@@ -140,6 +153,10 @@ def _rewrite(path: Path, lines: list[str]) -> None:
 def wandb_run_id(run_dir: Path) -> str:
     """The W&B run id of this run directory, made once and kept so a resumed run continues it."""
     path = run_dir / "wandb_id"
-    if not path.exists():
-        path.write_text(uuid.uuid4().hex[:12])
-    return path.read_text().strip()
+    try:  # read without following a symlink either: a planted id would send the run's history elsewhere
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        run_id = uuid.uuid4().hex[:12]
+        write_private(path, run_id)
+        return run_id

@@ -20,6 +20,7 @@ from distrl.config import Config
 from distrl.envs.atari import frame_skip
 from distrl.logging.metrics import MetricsWriter
 from distrl.logging.timing import BudgetBook
+from distrl.runtime.job import write_private
 
 
 def _duration(seconds: float) -> str:
@@ -274,7 +275,7 @@ class RunTracker:
         }
         out.update(extra or {})
         try:
-            (self.run_dir / "summary.json").write_text(json.dumps(out, indent=2))
+            write_private(self.run_dir / "summary.json", json.dumps(out, indent=2))  # never through a symlink
         except OSError as e:  # a full disk or a read-only run directory: said, and the status still tells
             print(f"[{self.name}] summary.json not written ({' '.join(str(e).split())})", flush=True)
         return out

@@ -13,8 +13,10 @@ drops a dead holder's lock, so a crash or a SIGKILL leaves nothing to clean up.
 
 A run directory another user owns is refused in one line (its owner could swap its files under
 the run), and the files a launch writes there by name (the lock, ``job_id``, ``config.json``,
-``roles.json``: :func:`write_private`) are opened with ``O_NOFOLLOW``: a symlink planted in their
-place is refused, not written through.
+``roles.json``: :func:`write_private`; ``summary.json``, ``metrics.jsonl`` and the CSV files,
+``wandb_id``, ``curves.png``: :func:`open_private`) are opened with ``O_NOFOLLOW``: a symlink planted
+in their place is refused, not written through. A directory the run writes in (``checkpoints/``,
+``csv/``) may be a link: moving checkpoints to a larger disk is the user's choice.
 """
 
 from __future__ import annotations
@@ -62,7 +64,17 @@ def job_id(timeout_s: float = 120.0) -> str:
 
 LOCK_NAME = ".lock"  #: in the run directory: ``pid host start`` of the launch that holds it
 #: the files a launch writes into its run directory by name: none may be a symlink
-NAMED_FILES = (LOCK_NAME, "job_id", "config.json", "roles.json")
+NAMED_FILES = (
+    LOCK_NAME,
+    "job_id",
+    "config.json",
+    "roles.json",
+    "summary.json",
+    "metrics.jsonl",
+    "metrics.rewound.jsonl",
+    "wandb_id",
+    "curves.png",
+)
 
 
 def _check_owner(run_dir: Path) -> None:
@@ -85,11 +97,18 @@ def _check_owner(run_dir: Path) -> None:
         )
 
 
+def open_private(path: str | Path, mode: str = "w", **kw):
+    """``open(path, mode, **kw)`` for writing (``"w"``, ``"a"``, ``"a+"``, ``"wb"``...), the file made
+    ``0o600`` if new, without following a symlink at ``path`` (``OSError`` ELOOP instead)."""
+    flags = os.O_CREAT | os.O_NOFOLLOW | (os.O_RDWR if "+" in mode else os.O_WRONLY)
+    flags |= os.O_APPEND if "a" in mode else os.O_TRUNC
+    return os.fdopen(os.open(path, flags, 0o600), mode, **kw)
+
+
 def write_private(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` (mode ``0o600`` if new) without following a symlink at ``path``
     (``OSError`` ELOOP instead)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
+    with open_private(path, "w") as f:
         f.write(text)
 
 
