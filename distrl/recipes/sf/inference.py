@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from distrl.runtime import faults
 from distrl.runtime.affinity import pin_rank
 from distrl.runtime.context import RoleContext
 from distrl.data import keys, shm
@@ -146,9 +147,11 @@ class SFInference:
         traj = {
             key: traj[key].numpy() for key in (keys.OBSERVATION, keys.ACTION, keys.ACTION_LOG_PROB, keys.POLICY_VERSION)
         }
-        last_stats = time.monotonic()
+        last_stats, turns = time.monotonic(), 0
         with torch.no_grad():
             while not stop[0]:
+                turns += 1
+                faults.maybe_signal(self.ctx.rank, turns)  # fault injection (distrl/runtime/faults.py)
                 with self.budget("wait"):
                     batch = self.batcher.next_batch(idle_timeout_s=0.05)
                 with self.budget("params"):
