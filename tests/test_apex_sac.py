@@ -127,7 +127,7 @@ def test_inverted_pendulum_learns_loads_back_and_resumes(tmp_path, jobs):
     assert out[keys.ACTION].abs().max() <= 3.0  # InvertedPendulum's box is [-3, 3]
 
     # the checkpoint holds the replay and the target critics; --resume goes on from them
-    assert {"replay", "target_qvalue"} <= set(state["extra"]), state["extra"].keys()
+    assert {"replay", "target", "replay_rng"} <= set(state["extra"]), state["extra"].keys()
     # (the budgets count the whole run: the resumed part gets 500 env steps, and time to take them)
     args = common + ["--total-frames", str(s["env_frames"] + 500), "--max-time-s", str(s["wall_s"] + 60)]
     proc = jobs.train(args + ["--resume"], timeout=120)

@@ -52,8 +52,9 @@ class FrameReplayStore(ReplayStore):
         device: torch.device | str = "cpu",
         sampler=None,
         frame_room: float = 1.05,
+        generator: Optional[torch.Generator] = None,
     ):
-        super().__init__(capacity, batch_size, device, sampler)
+        super().__init__(capacity, batch_size, device, sampler, generator)
         if frame_room < 1 or sampler is None:
             raise ValueError(
                 f"a frame store needs frame_room >= 1 (got {frame_room}) and a prioritized sampler "

@@ -72,8 +72,12 @@ class ReplayServer:
         self.ctx, self.cfg = ctx, ctx.cfg
         self.replay = a = replay if replay is not None else ctx.cfg.algo.replay
         self.sampler = SumTreeSampler(a.capacity, alpha=a.alpha, beta=1.0, eps=a.priority_eps)
-        self.sampler._rng = torch.Generator().manual_seed(self.cfg.run.seed + 7919 * ctx.rank)
-        self.store = ReplayStore(a.capacity, None, sampler=self.sampler)  # the learner's split sets each size
+        # the sampler's draws: the store's buffer sets it on the sampler and keeps its state in the store's
+        # (so in this shard's checkpoint); set on the sampler directly, it was replaced by torch's global one
+        self.generator = torch.Generator().manual_seed(self.cfg.run.seed + 7919 * ctx.rank)
+        # (sized None: the learner's split sets each size)
+        self.store = ReplayStore(a.capacity, None, sampler=self.sampler, generator=self.generator)
+        self._stats_rng = torch.Generator().manual_seed(self.cfg.run.seed + 7919 * ctx.rank + 1)  # not the samples'
         self.limiter = SamplesPerInsertLimiter(a.samples_per_insert, a.spi_tolerance, a.min_size)
         self.lock = threading.Lock()
         self.inbox: queue.Queue = queue.Queue(maxsize=a.queue_size)
@@ -182,7 +186,7 @@ class ReplayServer:
             size = len(self.store)
             leaves = self.sampler.tree.sums[0][:size]
             if size > 4096:
-                leaves = leaves[torch.randint(size, (4096,), generator=self.sampler._rng)]
+                leaves = leaves[torch.randint(size, (4096,), generator=self._stats_rng)]
             a = self.replay
             raw = (leaves.pow(1.0 / a.alpha) - a.priority_eps) if size and a.alpha > 0 else leaves
             q = torch.quantile(raw.float(), torch.tensor([0.5, 0.9, 1.0])) if size else torch.zeros(3)
@@ -200,7 +204,7 @@ class ReplayServer:
             )
 
     def _replay_state(self, _msg) -> TensorDict:
-        """Contents, tree, cursor and counters as one byte tensor (a checkpoint of this shard)."""
+        """Contents, tree, cursor, the sampler's RNG and counters as one byte tensor (a checkpoint of this shard)."""
         self.watch.word()
         with self.lock:
             self._drain()  # what was accepted is in the checkpoint
@@ -255,9 +259,11 @@ class ReplayServer:
         if isinstance(self.store, FrameReplayStore) != frames and self.store.inserted == 0:
             a = self.replay
             self.store = (
-                FrameReplayStore(a.capacity, None, sampler=self.sampler, frame_room=a.frame_room)
+                FrameReplayStore(
+                    a.capacity, None, sampler=self.sampler, frame_room=a.frame_room, generator=self.generator
+                )
                 if frames
-                else ReplayStore(a.capacity, None, sampler=self.sampler)
+                else ReplayStore(a.capacity, None, sampler=self.sampler, generator=self.generator)
             )
 
     def _write(self, items: tuple | None) -> bool:

@@ -58,6 +58,9 @@ class ReplayStore:
         batch_size: items returned by :meth:`sample`; ``None``: each call says how many.
         device: where the storage lives (the learner's device: samples need no copy).
         sampler: how items are drawn; uniform by default, or a prioritized ``SumTreeSampler``.
+        generator: what the sampler draws from (``None``: torch's global generator). Handed to
+            TorchRL's buffer, which sets it on the sampler when it initialises (a generator set on the
+            sampler beforehand is replaced) and keeps its state in :meth:`state_dict`.
     """
 
     def __init__(
@@ -66,6 +69,7 @@ class ReplayStore:
         batch_size: Optional[int],
         device: torch.device | str = "cpu",
         sampler: Optional[Sampler] = None,
+        generator: Optional[torch.Generator] = None,
     ):
         if capacity < 1 or (batch_size is not None and batch_size < 1):
             raise ValueError(f"capacity and batch_size must be >= 1, got {capacity} and {batch_size}")
@@ -77,6 +81,7 @@ class ReplayStore:
             batch_size=batch_size,
             sampler=sampler or RandomSampler(),
             writer=self.writer,
+            generator=generator,
         )
         self.layout: Layout | None = None  # fixed by the first accepted insert
         self.inserted = 0  # items accepted over the run (evicted ones included)

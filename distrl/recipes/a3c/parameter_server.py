@@ -43,6 +43,7 @@ from distrl.data import keys
 from distrl.data.wire import WireMeter, payload_nbytes
 from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
+from distrl.runtime import faults
 from distrl.runtime.context import RoleContext
 from distrl.roles.board import ParameterBoard
 from distrl.roles.learner import Learner
@@ -188,6 +189,7 @@ class ParameterServer(Learner):
         ``model.obs_norm`` after the step (the step trained on the statistics the workers acted
         with), before the new version is published."""
         tracker = self.tracker
+        faults.maybe_signal(self.ctx.rank, tracker.updates)  # injected kill/stop/sigterm (reliability tests)
         cap = self.algo.max_staleness
         kept, staleness, frames, moments = [], [], 0, []
         for m in msgs:

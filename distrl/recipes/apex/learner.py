@@ -47,7 +47,10 @@ class ApexLearner(Learner):
     def __init__(self, ctx: RoleContext):
         super().__init__(ctx)
         state = self.build(env_info(self.cfg.run.env))
-        self._restored_replay = (state or {}).get("extra", {}).get("replay")
+        saved = (state or {}).get("extra", {})
+        self._restored_replay = saved.get("replay")
+        if saved.get("target") is not None:  # the target as it was: between copies it is not the online net
+            self.target.load_state_dict(saved["target"])
         self.replay = ShardedReplayClient(
             ctx.transport,
             ctx.ranks_of("replay"),
@@ -56,6 +59,8 @@ class ApexLearner(Learner):
             self.session.peers.lose,
             self.cfg.run.log_interval_s / 2,
         )
+        if saved.get("replay_rng") is not None:  # which shard each sample comes from goes on where it was
+            self.replay.generator.set_state(saved["replay_rng"])
         self.session.extra_state = self.extra_state
         self._request: Optional[list] = None
         self.held_s = 0.0  # the learner's own wait on held samples
@@ -64,17 +69,24 @@ class ApexLearner(Learner):
 
     def build(self, info) -> Optional[dict]:
         """What learns, for ``info`` (:class:`~distrl.envs.info.EnvInfo`): double DQN's Q-network, its Adam
-        and its target (a copy of the restored weights); returns the checkpoint restored, if any."""
+        and its target (a copy of the weights; ``__init__`` then loads a resumed run's own target);
+        returns the checkpoint restored, if any."""
         # masked (info.action_mask): the double-DQN target's argmax and max run over legal actions only
         model = QNetwork(info.shape, info.num_actions, self.cfg.net, self.algo.dueling, info.action_mask)
         model = model.to(self.device)
         state = self.setup(model, torch.optim.Adam(model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps))
-        self.target = copy.deepcopy(self.model).requires_grad_(False)  # of the restored weights
+        self.target = copy.deepcopy(self.model).requires_grad_(False)
         return state
 
     def extra_state(self) -> dict:
-        """What a checkpoint holds beyond the model and optimizer: every shard's contents."""
-        return {"replay": self.replay.states()}
+        """What a checkpoint holds beyond the model and optimizer: every shard's contents (each with its
+        sampler's RNG), the target network (double DQN's or SAC's critics: it trails the online one) and
+        the generator that picks each sample's shard."""
+        return {
+            "replay": self.replay.states(),
+            "target": self.target.state_dict(),
+            "replay_rng": self.replay.generator.get_state(),
+        }
 
     def serve(self, ctx: RoleContext) -> None:
         """The actors' side: their parameter pulls and statistics (handlers), the board they read."""

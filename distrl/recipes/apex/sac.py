@@ -66,15 +66,14 @@ class ApexSACLearner(ApexLearner):
         # optimizers at one rate, and each loss reaches only its own parameters (sac_loss)
         state = self.setup(model, torch.optim.Adam(model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps))
         self.session.policy_network = "sac"  # load_policy rebuilds a SACNetwork (distrl/nn/trained_policy.py)
+        # a resumed run's own target critics are loaded by ApexLearner.__init__ (checkpoints before it
+        # held them under "target_qvalue")
         self.target = copy.deepcopy(self.model.qvalue).requires_grad_(False)
         restored = (state or {}).get("extra", {}).get("target_qvalue")
         if restored is not None:
             self.target.load_state_dict(restored)
         self.target_entropy = -float(info.action_dim)  # -|A| (Haarnoja et al., 2018, section 5)
         return state
-
-    def extra_state(self) -> dict:
-        return super().extra_state() | {"target_qvalue": self.target.state_dict()}
 
     def _learn(self, batch) -> None:
         faults.maybe_signal(self.ctx.rank, self.tracker.updates)

@@ -29,6 +29,7 @@ from distrl.data import keys
 from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
 from distrl.nn.recurrent import RecurrentActorCritic, UnrolledCore
+from distrl.runtime import faults
 from distrl.runtime.context import RoleContext
 from distrl.recipes.seed.inference import InferenceServer
 from distrl.roles.rows import RowQueue
@@ -47,7 +48,7 @@ class SeedLearner(Learner):
         info = env_info(self.cfg.run.env)
         self.recurrent = self.algo.core == "lstm"
         # discrete ids: a categorical head; continuous ones: a Gaussian (and ObsNorm, net.obs_norm)
-        self.setup(
+        state = self.setup(
             RecurrentActorCritic.for_env(info, self.cfg.net, self.algo.core_size)
             if self.recurrent
             else ActorCritic.for_env(info, self.cfg.net)
@@ -70,6 +71,11 @@ class SeedLearner(Learner):
             stopping=self.session.stopping,
             obs_dtype=info.obs_dtype or torch.float32,
         )
+        # the inference thread's sampling generator lives in this process: it travels in the checkpoint
+        self.session.extra_state = lambda: {"inference_rng": self.server.generator.get_state()}
+        saved = (state or {}).get("extra", {}).get("inference_rng")
+        if saved is not None:
+            self.server.generator.set_state(saved)
         ctx.transport.serve("hello", self.server.hello)
         ctx.transport.serve("infer", self.server.infer)
         needed = len(self.workers) * self.algo.groups_per_worker + 2
@@ -101,6 +107,7 @@ class SeedLearner(Learner):
         return batch.to(self.device, non_blocking=True)
 
     def update(self, batch: TensorDict) -> None:
+        faults.maybe_signal(self.ctx.rank, self.tracker.updates)  # injected kill/stop/sigterm (reliability tests)
         traj = batch[keys.TRAJ]
         self.tracker.add_lag(self.tracker.updates - traj[keys.POLICY_VERSION])
         model = (
