@@ -18,11 +18,11 @@ leaving loses the replay, which only the learner's checkpoint keeps.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future
 from typing import Optional
 
 from distrl.runtime.signals import StopSignals
-from distrl.transport.base import CallTimeoutError, Transport, TransportError
+from distrl.transport.base import Transport
+from distrl.transport.liveness import PeerProbe
 
 #: seconds a signalled shard waits for the learner's stop beyond ``transport.call_timeout_s``
 SIGTERM_MARGIN_S = 10.0
@@ -53,7 +53,8 @@ class LearnerWatch:
         self.last_contact = time.monotonic()  #: of the learner's last word
         self.asking = False  #: the learner has been silent past ``idle_s`` (said once)
         self._said_signal = False
-        self._ping: Optional[Future] = None  # the shard's own ping to the learner
+        #: the shard's own pings to the learner, one at a time: an answer is a word from it
+        self.probe = None if learner is None else PeerProbe(transport, learner, self.word)
 
     def word(self) -> None:
         """A call from the learner came (handlers call it: any transport thread)."""
@@ -61,21 +62,8 @@ class LearnerWatch:
 
     def gone(self, timeout: float) -> Optional[str]:
         """Ask the learner (one ping in flight, bounded by ``timeout``): why it is gone, once a ping
-        fails; ``None`` while it answers, or while a ping is out or has timed out."""
-        if self.learner is None:
-            return None
-        if self._ping is not None and self._ping.done():
-            ping, self._ping = self._ping, None
-            try:
-                ping.result()
-                self.word()
-            except CallTimeoutError:  # a busy or paused learner is not a gone one
-                pass
-            except TransportError as e:
-                return str(e)
-        if self._ping is None:
-            self._ping = self.t.call(self.learner, "ping", None, timeout)
-        return None
+        fails; ``None`` while it answers, or while a ping is out or has timed out (:class:`PeerProbe`)."""
+        return None if self.probe is None else self.probe.gone(timeout)
 
     def wait_over(self) -> bool:
         """Should the shard leave now? Called on every turn of its loop (each says why, once)."""

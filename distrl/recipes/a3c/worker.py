@@ -7,7 +7,10 @@ A worker never waits for another worker. It waits for the server only for the re
 apply): the next segment therefore starts from the newest parameters the server has published,
 which need not include this worker's previous gradient yet (one source of staleness, measured).
 Under ``algo.sync`` (A2C) it asks ``pull`` every ``algo.sync_poll_s`` until the round's mean has
-been applied, so every gradient of a round comes from the same version.
+been applied, so every gradient of a round comes from the same version. A push that times out (a
+server busy or paused past ``transport.call_timeout_s``) is not the end: the worker waits while the
+server may be alive (``distrl/transport/liveness.py``), pulls the parameters its lost reply carried,
+and goes on; a server gone ends it.
 
 With ``algo.wire_dtype`` bfloat16 the gradient is rounded to bfloat16 for the push and the
 parameters arrive in bfloat16; the worker widens them to float32 and acts with exactly those, and
@@ -40,6 +43,7 @@ from distrl.nn.models import ActorCritic
 from distrl.nn.obs_norm import batch_moments
 from distrl.roles.env_runner import EnvRunner
 from distrl.transport.base import CallTimeoutError, TransportError
+from distrl.transport.liveness import patience_s, wait_while_alive
 
 
 class A3CWorker:
@@ -136,6 +140,20 @@ class A3CWorker:
                 return True
         return False
 
+    def _await_server(self) -> None:
+        """After a push timed out: wait while the server may be alive (``distrl/transport/liveness.py``);
+        raises once it is gone, or silent past the bound. The push may have arrived or not: a gradient
+        is lost or applied late, as staleness allows."""
+        c = self.cfg
+        wait_while_alive(
+            self.ctx.transport,
+            self.server,
+            f"worker {self.ctx.rank}",
+            c.transport.call_timeout_s,
+            patience_s(c.transport.call_timeout_s, c.run.watchdog_s),
+            peer="the parameter server",
+        )
+
     def run(self) -> None:
         t = self.ctx.transport
         try:
@@ -152,7 +170,13 @@ class A3CWorker:
                 with budget("learn"):
                     msg = self.gradient(*segment)
                 with budget("send"):
-                    reply = t.call_sync(self.server, "push", msg, self.cfg.transport.call_timeout_s)
+                    try:
+                        reply = t.call_sync(self.server, "push", msg, self.cfg.transport.call_timeout_s)
+                    except CallTimeoutError:  # a server busy or paused: wait while it may be alive
+                        self._await_server()
+                        if self._pull():  # the push's reply is lost: its parameters (and a stop) come this way
+                            return
+                        continue
                 if self._load(reply):
                     return
                 with budget("wait"):

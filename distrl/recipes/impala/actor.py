@@ -6,6 +6,9 @@ One message per unroll carries the trajectory (packed: each observation crosses 
 reply carries newer parameters once the actor's are ``algo.params_every`` updates old. So
 parameters are picked up without a separate call, and the actor keeps stepping while a send is in
 flight (one send outstanding at a time: the bound on its memory and on the learner's queue pressure).
+A send that times out (a learner busy or paused past ``transport.call_timeout_s``) is not the end:
+the actor waits while the learner may be alive and leaves only once it is gone
+(``distrl/transport/liveness.py``).
 
 Actions are what the model's head samples (:mod:`distrl.nn.heads`): int64 ``[B, T]`` indices of a
 discrete space (uint8 on the wire), or float32 ``[B, T, A]`` draws of a Gaussian over a ``Box``,
@@ -26,7 +29,8 @@ from distrl.envs.gym import env_info
 from distrl.nn.models import ActorCritic
 from distrl.nn.numpy_policy import NumpyPolicy
 from distrl.roles.env_runner import make_env_runner
-from distrl.transport.base import TransportError
+from distrl.transport.base import CallTimeoutError, TransportError
+from distrl.transport.liveness import patience_s, wait_while_alive
 
 
 def wire_message(msg: TensorDict, frames: FrameSender | None = None, acked: int = -1) -> TensorDict:
@@ -110,6 +114,20 @@ class ImpalaActor:
             }
         )
 
+    def _await_learner(self) -> TensorDict:
+        """After a send timed out: wait while the learner may be alive (``distrl/transport/liveness.py``;
+        raises once it is gone, or silent past the bound), then go on as if its reply had come empty.
+        Its reply is lost, so nothing of the frames is acknowledged: the next message carries them whole."""
+        c = self.cfg
+        wait_while_alive(
+            self.ctx.transport,
+            self.learner,
+            f"actor {self.ctx.rank}",
+            c.transport.call_timeout_s,
+            patience_s(c.transport.call_timeout_s, c.run.watchdog_s),
+        )
+        return TensorDict({keys.STOP: torch.tensor(False)})
+
     def run(self) -> None:
         t = self.ctx.transport
         timeout = self.cfg.transport.call_timeout_s
@@ -128,7 +146,10 @@ class ImpalaActor:
                 budget = self.runner.budget
                 if pending is not None:  # at most one send in flight
                     with budget("wait"):
-                        reply = pending.result()
+                        try:
+                            reply = pending.result()
+                        except CallTimeoutError:  # a learner busy or paused: wait while it may be alive
+                            reply = self._await_learner()
                     if bool(reply[keys.STOP]):
                         return
                     self._load(reply)

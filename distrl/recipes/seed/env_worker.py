@@ -19,6 +19,10 @@ An env group that raises is recreated the same way (``distrl/roles/env_recovery.
 one line, backoff, give up after ``run.env_max_failures`` in a row): the fresh group takes a fresh
 run id of its own and sends its first observation, so the server drops the group's partial unroll
 and starts it over, while the worker's other groups go on.
+
+A request that times out (a learner busy or paused past ``transport.call_timeout_s``) is not the end
+either: the worker waits while the learner may be alive (``distrl/transport/liveness.py``) and starts
+that group over under a fresh run id (its actions were lost with the reply); a learner gone ends it.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from distrl.envs.gym import as_obs, env_info, final_observations, make_vector_en
 from distrl.logging.timing import TimeBudget
 from distrl.roles.env_recovery import EnvRecovery, StepWatch
 from distrl.roles.batcher import ACTION, FINAL_OBS, GROUP, OBS, RANK, REWARD, RUN_ID, STOP, TERMINATED, TRUNCATED
-from distrl.transport.base import TransportError
+from distrl.transport.base import CallTimeoutError, TransportError
+from distrl.transport.liveness import patience_s, wait_while_alive
 
 
 class SeedEnvWorker:
@@ -138,6 +143,23 @@ class SeedEnvWorker:
         self.run_ids[group] = _fresh_id()
         return self._first_message(group)
 
+    def _await_learner(self, group: int) -> TensorDict:
+        """After group ``group``'s request timed out: wait while the learner may be alive
+        (``distrl/transport/liveness.py``; raises once it is gone, or silent past the bound), then
+        start the group over: its actions are lost with the reply, so its envs are reset under a fresh
+        run id (the server drops the partial unroll, as after an env error). Its first message."""
+        c = self.cfg
+        wait_while_alive(
+            self.ctx.transport,
+            self.learner,
+            f"env_worker {self.ctx.rank} group {group}",
+            c.transport.call_timeout_s,
+            patience_s(c.transport.call_timeout_s, c.run.watchdog_s),
+        )
+        self.first_obs[group] = as_obs(self.envs[group].reset()[0])
+        self.run_ids[group] = _fresh_id()
+        return self._first_message(group)
+
     def run(self) -> None:
         t = self.ctx.transport
         timeout = self.cfg.transport.call_timeout_s
@@ -154,7 +176,11 @@ class SeedEnvWorker:
                 budget = self.budget
                 for g in range(self.K):
                     with budget("wait"):
-                        reply = inflight[g].result()  # bounded: the call's timeout resolves it
+                        try:
+                            reply = inflight[g].result()  # bounded: the call's timeout resolves it
+                        except CallTimeoutError:  # a learner busy or paused: wait while it may be alive
+                            inflight[g] = t.call(self.learner, "infer", self._await_learner(g), timeout)
+                            continue
                     if bool(reply[STOP]):
                         return
                     with budget("env"):
