@@ -147,3 +147,31 @@ def test_learner_sigkill_then_a_resume_starts_exactly_from_the_checkpoint(recipe
     print(
         f"\n{recipe}: the job exited {down:.1f}s after its {role}'s SIGKILL; resumed at update {k}, {frames:,} frames"
     )
+
+
+def test_a_prioritized_store_samples_from_its_generator_and_a_restored_one_goes_on_alike():
+    """The shard's fix, in one process: the generator given to ``ReplayStore`` is the one its sampler
+    draws from (set on the sampler instead, TorchRL's buffer replaced it by the global one when it
+    initialised), and a store loaded from another's ``state_dict`` draws what that one draws next."""
+    from tensordict import TensorDict
+
+    from distrl.replay.store import ReplayStore
+    from distrl.replay.sum_tree import SumTreeSampler
+
+    def store(seed: int) -> ReplayStore:
+        s = ReplayStore(100, 8, sampler=SumTreeSampler(100), generator=torch.Generator().manual_seed(seed))
+        s.extend(TensorDict({"observation": torch.arange(50.0)[:, None]}, [50]), torch.linspace(0.1, 1.0, 50))
+        return s
+
+    def draws(s: ReplayStore) -> list[list[int]]:
+        return [s.sample()["index"].tolist() for _ in range(3)]
+
+    a, b = store(1), store(1)
+    torch.manual_seed(0)
+    first = draws(a)
+    torch.manual_seed(1)  # the global generator moved elsewhere: the store's draws must not follow it
+    assert draws(b) == first
+    assert draws(store(2)) != first
+    restored = store(3)
+    restored.load_state_dict(a.state_dict())
+    assert draws(restored) == draws(a)
