@@ -110,3 +110,28 @@ def test_impala_actor_gives_up_on_an_env_that_always_fails(tmp_path, jobs):
     assert "RuntimeError: injected environment failure" in gave_up[0]
     assert "[runner] rank 1 (actor) failed: EnvFailedError" in out
     assert read_summary(run)["stop_reason"] == "all_peers_lost"
+
+
+# ---- the same recovery in every env-stepping recipe, in one process ---------------------------------
+
+#: recipe -> (the first env-stepping rank at world size 1, its log name): Sample Factory's rollout workers
+#: come after the learner and the inference rank, Ape-X's actors after its replay shard
+STEPPERS = {"sf": (2, "rollout_worker 2 group "), "apex": (2, "actor 2]"), "a3c": (1, "worker 1]")}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("recipe", sorted(STEPPERS))
+def test_an_env_error_is_recovered_and_counted_in_every_recipe(recipe, tmp_path, in_process, capsys, monkeypatch):
+    """An env raising once in an sf rollout worker, an Ape-X actor or an A3C worker: one line naming
+    the worker, the env recreated, the run ends as planned and summary.json counts it (as impala's)."""
+    rank, who = STEPPERS[recipe]
+    monkeypatch.setenv("DISTRL_FAULT", f"env_error@{rank}:3")
+    run = tmp_path / "run"
+    argv = [recipe, "--experiment", "debug", "--logger", "none", "--run-dir", str(run), "--total-frames", "4000"]
+    assert in_process(argv + ["--set", "run.eval_episodes=2"]) == 0
+    out = capsys.readouterr().out
+    failed = [line for line in out.splitlines() if "environment distrl/MatchSign-v0 failed" in line]
+    assert len(failed) == 1 and who in failed[0] and "injected environment failure" in failed[0], failed
+    s = read_summary(run)
+    assert s["stop_reason"] == "total_frames" and not s["lost_ranks"], s
+    assert s["counters"]["env_errors"] == 1, s["counters"]

@@ -93,6 +93,7 @@ class ParameterServer(Learner):
         self.wire_dtype = getattr(torch, self.algo.wire_dtype)
         self.board = WireBoard(self.model, self.wire_dtype)  # workers load it with vector_to_parameters
         self.said_stop: set[int] = set()
+        self.env_errors: dict[int, int] = {}  # each worker's env failures so far (distrl/roles/env_recovery.py)
         self.wire = WireMeter()
         self.publish()
         ctx.transport.serve("pull", self._pull)
@@ -118,6 +119,9 @@ class ParameterServer(Learner):
         rank = int(msg[keys.WORKER_RANK])
         if not (self.stopping.is_set() or rank in self.ctx.transport.lost_peers()):
             # a lost rank (stopped, then woken) is told to stop and its late gradient ignored
+            self.env_errors[rank] = int(msg.get(keys.ENV_ERRORS, 0))  # each worker's running count
+            if any(self.env_errors.values()):
+                self.tracker.set_count("env_errors", sum(self.env_errors.values()))
             grad = msg[keys.GRADIENT]
             moments = msg.get(keys.OBS_MOMENTS, None)
             if grad.shape != (self.num_params,) or grad.dtype != self.wire_dtype:

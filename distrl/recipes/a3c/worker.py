@@ -109,6 +109,7 @@ class A3CWorker:
                 keys.POLICY_VERSION: torch.tensor(self.version),
                 keys.FRAMES: torch.tensor(traj.numel()),
                 keys.WORKER_RANK: torch.tensor(self.ctx.rank),
+                keys.ENV_ERRORS: torch.tensor(self.runner.env_errors),  # the running count: summary's env_errors
                 keys.EPISODE_RETURNS: torch.tensor(returns, dtype=torch.float32),
                 keys.EPISODE_LENGTHS: torch.tensor(lengths, dtype=torch.int64),
                 keys.WORKER_STATS: TensorDict({k: v.detach() for k, v in out.items()}),

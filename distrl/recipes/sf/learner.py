@@ -105,6 +105,7 @@ class SFLearner(Learner):
         self.hand_ins_refused = 0  # hand-ins of evicted ranks: their slots are retired, the rows dropped
         self.attached: set[int] = set()
         self.said_bye: set[int] = set()
+        self.env_errors: dict[int, int] = {}  # each rollout worker's env failures, from its goodbye
         self.inference_summary: dict[int, dict] = {}
         self._unlinked = False
         self._lock = threading.Lock()
@@ -150,11 +151,15 @@ class SFLearner(Learner):
 
     def _bye(self, td: TensorDict) -> TensorDict:
         rank = int(td[keys.WORKER_RANK])
-        stats = {k: float(v) for k, v in td.items() if k != keys.WORKER_RANK}
+        stats = {k: float(v) for k, v in td.items() if k not in (keys.WORKER_RANK, keys.ENV_ERRORS)}
         with self._lock:
             self.said_bye.add(rank)
             if stats:
                 self.inference_summary[rank] = stats
+            if keys.ENV_ERRORS in td.keys():  # a rollout worker's env failures over its run
+                self.env_errors[rank] = int(td[keys.ENV_ERRORS])
+                if any(self.env_errors.values()):
+                    self.tracker.set_count("env_errors", sum(self.env_errors.values()))
         return TensorDict()
 
     # ---- shared memory ----------------------------------------------------------------------------

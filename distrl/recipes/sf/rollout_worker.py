@@ -27,7 +27,8 @@ writing nothing more.
 
 A group whose env raises is recreated (``distrl/roles/env_recovery.py``: count, one line, backoff,
 give up after ``run.env_max_failures`` in a row) and starts its slot over at step 0: the slot's
-partial unroll is dropped by being overwritten, and inference keeps no per-env state to reset.
+partial unroll is dropped by being overwritten, and inference keeps no per-env state to reset. The
+worker's goodbye carries its count (``summary.json``'s ``env_errors``).
 """
 
 from __future__ import annotations
@@ -269,6 +270,7 @@ class SFRolloutWorker:
                 b.close()
         try:  # the last time budget, and a goodbye, so the learner need not wait for this rank at the end
             self.budget.send(self.ctx.transport, self.learner, self.ctx.rank, 5.0).result(5.0)
-            self.ctx.transport.call_sync(self.learner, "bye", self.me, 5.0)
+            bye = self.me.clone().update({keys.ENV_ERRORS: torch.tensor(self.recovery.failures)})
+            self.ctx.transport.call_sync(self.learner, "bye", bye, 5.0)
         except (TransportError, TimeoutError):
             pass
