@@ -27,7 +27,7 @@ from helpers import child_env, read_summary
 CASES = {
     "seed": (2, 20, []),
     "sf": (3, 20, []),
-    "a3c": (2, 60, []),
+    "a3c": (2, 30, []),
     "apex": (3, 20, ["--set", "algo.min_replay_size=200"]),
     "vecenv": (2, 3, ["--set", "algo.num_envs=64"]),  # DDP over gloo; a step is one PPO iteration
 }
