@@ -16,7 +16,8 @@ After ``T`` steps the worker hands the slot in (its number through the learner's
 "episode_return")`` where ``done``) and switches to its spare. The learner's reply names the next
 spare; the worker reads it only at its next hand-in, ``T`` steps later, so it waits only when the
 learner holds every other slot: that is the backpressure. A slot is handed in once, never
-written after.
+written after. A wait longer than ``algo.slot_timeout_s`` pings the learner and waits on while it
+answers, or while it may be paused (``distrl/transport/liveness.py``); only a learner gone ends it.
 
 A worker writes only slots that are its own (``distrl/recipes/sf/slots.py`` says why this is
 race-free without a lock): every slot number it is given is checked to be one (``0 <= s < S``;
@@ -49,7 +50,8 @@ from distrl.roles.env_recovery import EnvRecovery, StepWatch
 from distrl.recipes.sf import doorbell as bell
 from distrl.recipes.sf.inference import inference_rank_of
 from distrl.recipes.sf.slots import STOP as STOP_FLAG
-from distrl.transport.base import TransportError
+from distrl.transport.base import CallTimeoutError, TransportError
+from distrl.transport.liveness import patience_s, wait_while_alive
 
 
 class _Evicted(Exception):
@@ -220,13 +222,23 @@ class SFRolloutWorker:
                 except TimeoutError:
                     # A learner busy evaluating or checkpointing holds every slot for a while: that is
                     # backpressure, not a failure. Wait on while it answers a ping (raises if it is
-                    # gone); a frozen one is its supervisor's watchdog's business (run.watchdog_s).
-                    self.ctx.transport.call_sync(self.learner, "ping", None, self.cfg.transport.call_timeout_s)
+                    # gone), or while it may be paused (liveness.py); a frozen one is its supervisor's
+                    # watchdog's business (run.watchdog_s).
+                    self._ping_learner()
         self._own(grp.slot)  # an evicted worker's wait ends as a stopped one's
         if not self._valid(slot):  # never indexed with: -1 would be the last slot, another worker's
             return False
         grp.slot = slot
         return True
+
+    def _ping_learner(self) -> None:
+        """Return once the learner answers a ping; raise once it is gone, or silent past the bound."""
+        t, timeout = self.ctx.transport, self.cfg.transport.call_timeout_s
+        try:
+            t.call_sync(self.learner, "ping", None, timeout)
+        except CallTimeoutError:  # stopped (SIGSTOP), not gone: its pause is waited out
+            who, limit = f"rollout_worker {self.ctx.rank}", patience_s(timeout, self.cfg.run.watchdog_s)
+            wait_while_alive(t, self.learner, who, timeout, limit)
 
     # ---- the loop --------------------------------------------------------------------------------
     def run(self) -> None:
