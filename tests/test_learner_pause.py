@@ -30,7 +30,7 @@ PAUSE_S = 4.0
 def test_impala_actors_wait_on_a_paused_learner_and_the_run_finishes(tmp_path, jobs):
     run = tmp_path / "run"
     args = ["impala", "--experiment", "debug", "--logger", "none", "--run-dir", str(run)]
-    args += ["--total-frames", "100000000", "--max-time-s", "10", "--set", "transport.call_timeout_s=2"]
+    args += ["--total-frames", "100000000", "--max-time-s", "8", "--set", "transport.call_timeout_s=2"]
     job = jobs.start(train_cmd(args, nproc=3), env=child_env(DISTRL_FAULT="stop@0:30"))  # the learner stops itself
     job.wait_for("[fault] injecting stop on rank 0", 100)
     deadline = time.monotonic() + 10

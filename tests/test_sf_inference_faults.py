@@ -47,7 +47,7 @@ def _run(tmp_path, jobs, fault: str):
 
 @pytest.mark.timeout(150)
 def test_a_killed_inference_rank_ends_the_job_at_once_with_a_checkpoint(tmp_path, jobs):
-    rc, out, s, took = _run(tmp_path, jobs, "kill@1:300")
+    rc, out, s, took = _run(tmp_path, jobs, "kill@1:150")
     assert rc == 1, out[-3000:]  # the inference rank's status: a critical role died
     assert "[rank 1] inference ended with signal SIGKILL: the job cannot go on without it" in out
     assert "[learner] SIGTERM: stopping after a checkpoint" in out, out[-3000:]
@@ -58,7 +58,7 @@ def test_a_killed_inference_rank_ends_the_job_at_once_with_a_checkpoint(tmp_path
 
 @pytest.mark.timeout(150)
 def test_a_stopped_inference_rank_ends_the_job_with_a_checkpoint_and_exit_4(tmp_path, jobs):
-    rc, out, s, took = _run(tmp_path, jobs, "stop@1:300")
+    rc, out, s, took = _run(tmp_path, jobs, "stop@1:150")
     assert rc == 1, out[-3000:]  # torchrun's status for a failed rank: the learner's 4
     for worker in (2, 3):
         assert f"[rollout_worker {worker}] exiting: no reply from inference within 2s" in out, out[-3000:]
