@@ -137,16 +137,19 @@ class A3CWorker:
             if time.monotonic() > deadline:
                 raise CallTimeoutError(f"no update past version {version} in {limit:g}s")
             time.sleep(self.algo.sync_poll_s)
-            if self._pull():
-                return True
+            try:
+                if self._pull():
+                    return True
+            except CallTimeoutError:  # a server paused, not stuck: its pause does not count against the round
+                deadline += self._await_server()
         return False
 
-    def _await_server(self) -> None:
-        """After a push timed out: wait while the server may be alive (``distrl/transport/liveness.py``);
-        raises once it is gone, or silent past the bound. The push may have arrived or not: a gradient
-        is lost or applied late, as staleness allows."""
+    def _await_server(self) -> float:
+        """After a push or pull timed out: wait while the server may be alive (``distrl/transport/liveness.py``)
+        and return the wait; raises once it is gone, or silent past the bound. A push may have arrived or
+        not: its gradient is lost or applied late, as staleness allows."""
         c = self.cfg
-        wait_while_alive(
+        return wait_while_alive(
             self.ctx.transport,
             self.server,
             f"worker {self.ctx.rank}",
