@@ -23,13 +23,16 @@ import torch
 
 from helpers import child_env, read_summary
 
+NORM = ["--set", "net.obs_norm=on"]  #: observation statistics in the model: the comparison covers them
+#: the value targets' statistics too (sf), which need PPO's GAE on shuffled samples (each --set is checked in turn)
+VALUE_NORM = ["--set", "algo.vtrace=false", "--set", "algo.minibatch=samples", "--set", "net.value_norm=on"]
 #: recipe -> (processes, the update at which the learner is killed, options of both launches)
 CASES = {
-    "seed": (2, 20, []),
-    "sf": (3, 20, []),
-    "a3c": (2, 30, []),
+    "seed": (2, 20, NORM),
+    "sf": (3, 20, NORM + VALUE_NORM),
+    "a3c": (2, 30, NORM),  # (merged from the moments the workers push)
     "apex": (3, 20, ["--set", "algo.min_replay_size=200"]),
-    "vecenv": (2, 3, ["--set", "algo.num_envs=64"]),  # DDP over gloo; a step is one PPO iteration
+    "vecenv": (2, 3, NORM + ["--set", "algo.num_envs=64"]),  # DDP over gloo; a step is one PPO iteration
 }
 KILL_BOUND_S = 15  #: from the kill to the job's exit (measured 1.3-3 s on 2 busy cores)
 
@@ -111,16 +114,19 @@ def test_learner_sigkill_then_a_resume_starts_exactly_from_the_checkpoint(recipe
     args = _common(recipe, run) + ["--total-frames", "10000000", "--set", "run.checkpoint_interval_s=0.2"]
     env = child_env(DISTRL_FAULT=f"kill@0:{kill_at}", DISTRL_FAULT_LOG=str(log))
     proc = jobs.train(args, nproc=nproc, env=env, timeout=90)
-    down = time.time() - json.loads(log.read_text().splitlines()[0])["time"]
     out = proc.stdout + proc.stderr
     role = "parameter_server" if recipe == "a3c" else "learner"
     assert proc.returncode == 1 and f"[rank 0] {role} ended with signal SIGKILL" in out, out[-3000:]
     assert not (run / "summary.json").exists()
+    down = time.time() - json.loads(log.read_text().splitlines()[0])["time"]
     assert down < KILL_BOUND_S
 
     saved = load_latest_checkpoint(run)
     k, frames = saved["tracker"]["updates"], saved["tracker"]["env_frames"]
     assert 0 < k
+    if NORM[1] in CASES[recipe][2]:  # statistics that moved (a fresh model's would not pass for them)
+        counts = {name: float(t) for name, t in saved["model"].items() if name.endswith("norm.count")}
+        assert len(counts) == 1 + (VALUE_NORM[-1] in CASES[recipe][2]) and min(counts.values()) > 1, counts
     learner, close = _resumed(recipe, run)
     try:
         now = learner.session._state(learner.model, learner.optim)
