@@ -28,7 +28,7 @@ NORM = ["--set", "net.obs_norm=on"]  #: observation statistics in the model: the
 VALUE_NORM = ["--set", "algo.vtrace=false", "--set", "algo.minibatch=samples", "--set", "net.value_norm=on"]
 #: recipe -> (processes, the update at which the learner is killed, options of both launches)
 CASES = {
-    "seed": (2, 20, NORM),
+    "seed": (2, 20, NORM + ["--set", "run.lr_schedule=linear"]),  # the schedule's start in the optimizer
     "sf": (3, 20, NORM + VALUE_NORM),
     "a3c": (2, 30, NORM),  # (merged from the moments the workers push)
     "apex": (3, 20, ["--set", "algo.min_replay_size=200"]),
@@ -127,6 +127,8 @@ def test_learner_sigkill_then_a_resume_starts_exactly_from_the_checkpoint(recipe
     if NORM[1] in CASES[recipe][2]:  # statistics that moved (a fresh model's would not pass for them)
         counts = {name: float(t) for name, t in saved["model"].items() if name.endswith("norm.count")}
         assert len(counts) == 1 + (VALUE_NORM[-1] in CASES[recipe][2]) and min(counts.values()) > 1, counts
+    if "run.lr_schedule=linear" in CASES[recipe][2]:  # the schedule's clock: its start and the rate reached
+        assert all("initial_lr" in group for group in saved["optim"]["param_groups"])
     learner, close = _resumed(recipe, run)
     try:
         now = learner.session._state(learner.model, learner.optim)
