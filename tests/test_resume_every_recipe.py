@@ -34,7 +34,7 @@ CASES = {
     "apex": (3, 40, ["--set", "algo.min_replay_size=200"]),  # (20 updates may beat the 0.2 s interval)
     "vecenv": (2, 3, NORM + ["--set", "algo.num_envs=64"]),  # DDP over gloo; a step is one PPO iteration
 }
-KILL_BOUND_S = 15  #: from the kill to the job's exit (measured 1.3-3 s on 2 busy cores)
+KILL_BOUND_S = 15  #: from the kill to the job's exit (measured 1.0-3.0 s on 2 busy cores)
 
 
 def _common(recipe: str, run: Path) -> list[str]:
