@@ -13,12 +13,16 @@ from helpers import LOOPBACK, ROOT, TRAIN, descendants, free_port, listening, re
 
 
 def test_default_run_dirs_differ_between_jobs_with_the_same_torchrun_id(tmp_path, jobs):
-    """Two torchrun jobs without --rdzv-id (TORCHELASTIC_RUN_ID=none on both) get two run dirs."""
-    dirs = []
-    for _ in range(2):
-        proc = jobs.train(["impala", "--experiment", "debug", "--print-config"], nproc=2, cwd=tmp_path, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        dirs.append(json.loads(proc.stdout)["run"]["run_dir"])
+    """Two torchrun jobs without --rdzv-id (TORCHELASTIC_RUN_ID=none on both), started in the same
+    second, get two run dirs. One rank each: rank 0 makes the id in torchrun's store either way."""
+    cmds = [
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", "--rdzv-backend=c10d"]
+        + [f"--rdzv-endpoint=127.0.0.1:{free_port()}", str(TRAIN), "impala", "--experiment", "debug", "--print-config"]
+        for _ in range(2)
+    ]
+    started = [jobs.start(cmd, cwd=tmp_path) for cmd in cmds]
+    assert [job.wait(120) for job in started] == [0, 0], "\n".join(job.tail() for job in started)
+    dirs = [json.loads(job.stdout)["run"]["run_dir"] for job in started]
     assert dirs[0] != dirs[1] and not any(d.endswith("-none") for d in dirs), dirs
 
 
@@ -29,7 +33,7 @@ def test_another_jobs_run_is_refused_on_every_rank(tmp_path, jobs):
     run.mkdir()
     (run / "config.json").write_text("{}")
     (run / "job_id").write_text("none")
-    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run)], nproc=3, timeout=120)
+    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run)], nproc=2, timeout=120)
     assert proc.returncode != 0 and "already holds a run" in proc.stderr, proc.stderr[-2000:]
     assert "died" not in proc.stdout + proc.stderr and "[impala] frames" not in proc.stdout
     assert (run / "config.json").read_text() == "{}" and sorted(p.name for p in run.iterdir()) == [
@@ -74,14 +78,15 @@ def test_slurm_script_is_valid_bash_and_uses_the_c10d_rendezvous(jobs):
 
 @pytest.mark.parametrize("launch", ["nproc", "torchrun"])
 def test_a_one_machine_launch_listens_on_loopback_only(launch, tmp_path, jobs):
-    """``--nproc 3``: torchrun's stores (in the launcher) and every rank's TensorPipe, gloo and store
+    """``--nproc 2``: torchrun's stores (in the launcher) and every rank's TensorPipe, gloo and store
     sockets listen on 127.0.0.1, nothing on another interface, for the whole run. Under plain
-    ``torchrun --standalone`` the ranks do the same (torchrun's own process is torch's code)."""
-    args = ["impala", "--experiment", "debug", "--run-dir", str(tmp_path / "run")]
+    ``torchrun --standalone`` the ranks do the same (torchrun's own process is torch's code). A
+    short run: the sockets are open from the start, and polled every 0.1 s."""
+    args = ["impala", "--experiment", "debug", "--total-frames", "4000", "--run-dir", str(tmp_path / "run")]
     if launch == "nproc":
-        cmd = [sys.executable, str(TRAIN), *args, "--nproc", "3"]
+        cmd = [sys.executable, str(TRAIN), *args, "--nproc", "2"]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", str(TRAIN), *args]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(TRAIN), *args]
     job = jobs.start(cmd)
     seen: set[str] = set()
     while job.proc.poll() is None:
@@ -91,7 +96,7 @@ def test_a_one_machine_launch_listens_on_loopback_only(launch, tmp_path, jobs):
     assert job.wait(10) == 0, job.tail()
     assert len(seen) >= 4, seen  # each rank's listeners (and the launcher's stores) were seen
     assert all(addr.startswith(LOOPBACK) for addr in seen), sorted(seen)
-    assert read_summary(tmp_path / "run")["world_size"] == 3
+    assert read_summary(tmp_path / "run")["world_size"] == 2
 
 
 def test_a_launch_whose_rank_was_killed_by_a_signal_exits_128_plus_its_number():
