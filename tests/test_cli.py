@@ -23,6 +23,18 @@ def test_help_explains_every_option(jobs):
         assert opt in proc.stdout
 
 
+def _status(argv: list[str]) -> int:
+    """launch/train.py's exit status for ``argv``, in this process: none of these starts anything (the
+    quick tier's guard refuses a process, a group or a recipe run), so a process of its own would
+    only add its start-up."""
+    from distrl.train import main
+
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse's own errors
+        return e.code
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
@@ -35,40 +47,49 @@ def test_help_explains_every_option(jobs):
         (["impala", "--nproc", "3", "--env", "CartPol-v1"], "unknown env id 'CartPol-v1'"),  # before any process
     ],
 )
-def test_bad_input_is_one_line(args, message, tmp_path, jobs):
-    proc = jobs.train(args + ["--run-dir", str(tmp_path / "run")], timeout=60)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+def test_bad_input_is_one_line(args, message, tmp_path, capsys):
+    assert _status(args + ["--run-dir", str(tmp_path / "run")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert not (tmp_path / "run").exists()  # nothing written, nothing started
 
 
+def test_bad_input_is_one_line_on_a_fresh_process_stderr(tmp_path, jobs):
+    """What a user sees: the whole stderr of a new process (imports and all) is the one line."""
+    proc = jobs.train(["impala", "--nproc", "3", "--env", "CartPol-v1", "--run-dir", str(tmp_path / "run")], timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "unknown env id 'CartPol-v1'" in lines[0], lines
+    assert not (tmp_path / "run").exists()
+
+
 def test_bad_input_under_torchrun_fails_before_the_group(jobs):
-    proc = jobs.train(["impala", "--env", "NoSuchEnv-v0"], nproc=3, timeout=120)
+    proc = jobs.train(["impala", "--env", "NoSuchEnv-v0"], nproc=2, timeout=120)
     assert proc.returncode != 0
     assert proc.stderr.count("error: unknown env id 'NoSuchEnv-v0'") == 1  # said once, by rank 0
 
 
-def test_print_config(tmp_path, jobs):
-    proc = jobs.train(["impala", "--print-config", "--set", "net.hidden=32,32"], timeout=60)
-    assert proc.returncode == 0 and '"hidden": [\n      32,\n      32\n    ]' in proc.stdout
+def test_print_config(capsys):
+    assert _status(["impala", "--print-config", "--set", "net.hidden=32,32"]) == 0
+    assert '"hidden": [\n      32,\n      32\n    ]' in capsys.readouterr().out
 
 
-def test_env_picks_the_experiment_tuned_for_it(jobs):
+def test_env_picks_the_experiment_tuned_for_it(capsys):
     """``vecenv --env Pendulum-v1`` starts from distrl/recipes/vecenv/recipe.py's ``pendulum``, not CartPole's
     settings with Pendulum swapped in; an explicit ``--experiment`` wins."""
     import json
 
-    proc = jobs.train(["vecenv", "--env", "Pendulum-v1", "--print-config"], timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert "starting from experiment 'pendulum'" in proc.stderr
-    cfg = json.loads(proc.stdout)
+    assert _status(["vecenv", "--env", "Pendulum-v1", "--print-config"]) == 0
+    out, err = capsys.readouterr()
+    assert "starting from experiment 'pendulum'" in err
+    cfg = json.loads(out)
     assert cfg["run"]["env"] == "Pendulum-v1" and cfg["algo"]["gamma"] == 0.95
-    proc = jobs.train(["vecenv", "--env", "Pendulum-v1", "--experiment", "debug", "--print-config"], timeout=60)
-    assert json.loads(proc.stdout)["algo"]["gamma"] != 0.95 and "starting from" not in proc.stderr
+    assert _status(["vecenv", "--env", "Pendulum-v1", "--experiment", "debug", "--print-config"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["algo"]["gamma"] != 0.95 and "starting from" not in err
 
 
-def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(tmp_path, jobs):
+def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(tmp_path, capsys):
     """``--resume`` starts from the run's config.json (a custom network comes back without
     repeating ``--set``); a missing run directory or another recipe's run is a one-line error."""
     import json
@@ -81,10 +102,8 @@ def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(t
     # the config.json a run of these options holds: what --print-config prints, built here (no process)
     args = make_parser().parse_args(["impala", "--experiment", "debug", "--set", "net.hidden=32"])
     (run / "config.json").write_text(plan(build_config(args), 1).cfg.to_json())
-    proc = jobs.train(
-        ["impala", "--resume", "--run-dir", str(run), "--total-frames", "99999", "--print-config"], timeout=60
-    )
-    cfg = json.loads(proc.stdout)
+    assert _status(["impala", "--resume", "--run-dir", str(run), "--total-frames", "99999", "--print-config"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
     assert cfg["net"]["hidden"] == [32] and cfg["run"]["env"] == "distrl/MatchSign-v0"
     assert cfg["run"]["resume"] is True and cfg["run"]["total_frames"] == 99999
 
@@ -93,23 +112,22 @@ def test_resume_continues_the_saved_config_and_refuses_what_it_cannot_continue(t
         (["seed", "--resume", "--run-dir", str(run)], "is a 'impala' run, not 'seed'"),
         (["impala", "--resume", "--run-dir", str(run), "--env", "CartPole-v1"], "not CartPole-v1"),
     ]:
-        proc = jobs.train(args, timeout=60)
-        assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+        status, err = _status(args), capsys.readouterr().err
+        assert status == 2 and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "typo").exists()
 
 
-def test_a_new_run_never_overwrites_an_old_one(tmp_path, jobs):
+def test_a_new_run_never_overwrites_an_old_one(tmp_path, capsys):
+    """Refused before anything is written. Under torchrun every rank refuses before the group forms:
+    tests/test_launch.py::test_another_jobs_run_is_refused_on_every_rank runs that job."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text("{}")
     (run / "checkpoints").mkdir()
-    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run)], timeout=60)
-    assert proc.returncode == 2 and "already holds a run: add --resume" in proc.stderr, proc.stderr
+    assert _status(["impala", "--experiment", "debug", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run: add --resume" in err, err
     assert (run / "config.json").read_text() == "{}" and not list((run / "checkpoints").iterdir())
-    # under torchrun every rank refuses before the group forms (no role starts, so none "dies")
-    proc = jobs.train(["impala", "--experiment", "debug", "--run-dir", str(run)], nproc=3, timeout=60)
-    assert proc.returncode != 0 and "already holds a run" in proc.stderr and "died" not in proc.stdout + proc.stderr
-    assert (run / "config.json").read_text() == "{}"
 
 
 def test_recipe_help_lists_its_config_fields_and_experiments(capsys):
