@@ -135,10 +135,9 @@ def test_the_policy_free_roles_vector_env_steps_the_factory_like_gymnasium():
 
 
 @pytest.mark.parametrize("recipe", ["seed", "sf", "a3c"])
-def test_the_policy_free_recipes_learn_the_toy_env_from_a_factory(recipe, tmp_path, jobs):
-    run = tmp_path / "run"
-    proc = jobs.train([recipe, "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], timeout=150)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def test_the_policy_free_recipes_learn_the_toy_env_from_a_factory(recipe, tmp_path, in_process):
+    run = tmp_path / "run"  # in this process: the factory door is tested, not a process's start
+    assert in_process([recipe, "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)]) == 0
     s = read_summary(run)
     assert s["env"] == TOY_VECTOR and s["episodes"] > 0 and s["learner_updates"] > 0
     assert s["eval_return_mean"] >= 19.0  # greedy, on the factory's env: uniform scores 10
@@ -152,24 +151,23 @@ def test_the_error_is_one_line_on_real_stderr_and_nothing_starts(tmp_path, jobs)
     assert not (tmp_path / "run").exists()
 
 
-def test_world_size_one_learns_the_toy_env_through_the_collector(tmp_path, jobs):
+def test_world_size_one_learns_the_toy_env_through_the_collector(tmp_path, in_process):
     run = tmp_path / "run"
-    proc = jobs.train(["impala", "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert in_process(["impala", "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)]) == 0
     s = read_summary(run)
     assert s["env"] == TOY_VECTOR and s["stop_reason"] == "total_frames" and s["episodes"] > 0
     assert s["eval_return_mean"] >= 19.0  # the greedy eval ran on the factory's env: uniform scores 10
     assert s["learner_updates"] > 0 and s["counters"].get("rejected_trajectories", 0) == 0
 
 
-def test_torchrun_three_processes_through_the_collector(tmp_path, jobs):
+def test_torchrun_two_processes_through_the_collector(tmp_path, jobs):
     run = tmp_path / "run"
     proc = jobs.train(
-        ["impala", "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], nproc=3, timeout=180
+        ["impala", "--experiment", "debug", "--env", TOY_VECTOR, "--run-dir", str(run)], nproc=2, timeout=180
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     s = read_summary(run)
-    assert s["roles"] == {"0": "learner", "1": "actor", "2": "actor"}
+    assert s["roles"] == {"0": "learner", "1": "actor"}
     assert s["eval_return_mean"] >= 19.0 and s["policy_lag_max"] >= 0
 
 
