@@ -1,17 +1,16 @@
 """An env that raises (distrl/roles/env_recovery.py): the worker counts it, backs off, recreates the
 env and goes on; after ``run.env_max_failures`` failures in a row it gives up with one line naming
-the env id, the count and the last exception. Unit tests of the policy (no sleeping), then two
-short jobs at world size 1 with an injected env fault (distrl/runtime/faults.py)."""
+the env id, the count and the last exception. Unit tests of the policy (no sleeping), then short
+runs at world size 1, in this process, with an injected env fault (distrl/runtime/faults.py)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from distrl.roles.env_recovery import EnvFailedError, EnvRecovery
-from helpers import child_env, read_summary
+from helpers import read_summary
 
 
 def _recovery(max_failures: int = 10, **kw) -> tuple[EnvRecovery, list[float]]:
@@ -61,30 +60,11 @@ def test_bad_settings_are_refused():
         EnvRecovery("Toy-v0", 0)
 
 
-# ---- jobs at world size 1 ----------------------------------------------------------------------------
-
-
-def _faulty_env(tmp_path: Path, fault: str) -> dict:
-    return child_env(DISTRL_FAULT=fault, DISTRL_FAULT_LOG=str(tmp_path / "faults.jsonl"))
+# ---- runs at world size 1, in this process ----------------------------------------------------------
 
 
 @pytest.mark.timeout(120)
-def test_seed_env_worker_recreates_a_failed_env_group_and_goes_on(tmp_path, jobs):
-    run = tmp_path / "run"
-    args = ["seed", "--experiment", "debug", "--logger", "none", "--run-dir", str(run)]
-    proc = jobs.train(args, env=_faulty_env(tmp_path, "env_error@1:5"), timeout=80)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    failed = [line for line in proc.stdout.splitlines() if "environment distrl/MatchSign-v0 failed" in line]
-    assert len(failed) == 1 and failed[0].startswith("[env_worker 1 group "), failed
-    assert "injected environment failure" in failed[0]
-    assert [json.loads(line)["kind"] for line in (tmp_path / "faults.jsonl").read_text().splitlines()] == ["env_error"]
-    s = read_summary(run)
-    assert s["stop_reason"] == "total_frames" and "1" not in s.get("lost_ranks", {})
-    assert s["counters"]["env_errors"] == 1  # the server saw the group come back under its own run id
-
-
-@pytest.mark.timeout(120)
-def test_impala_actor_gives_up_on_an_env_that_always_fails(tmp_path, jobs):
+def test_impala_actor_gives_up_on_an_env_that_always_fails(tmp_path, in_process, capsys, monkeypatch):
     run = tmp_path / "run"
     args = [
         "impala",
@@ -101,9 +81,10 @@ def test_impala_actor_gives_up_on_an_env_that_always_fails(tmp_path, jobs):
         "--set",
         "run.peer_grace_s=1",
     ]
-    proc = jobs.train(args, env=_faulty_env(tmp_path, "env_error_always@1:3"), timeout=80)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 4, out[-3000:]  # the only actor is lost: all_peers_lost after the grace
+    monkeypatch.setenv("DISTRL_FAULT", "env_error_always@1:3")
+    status = in_process(args)
+    out = "".join(capsys.readouterr())
+    assert status == 4, out[-3000:]  # the only actor is lost: all_peers_lost after the grace
     assert out.count("environment distrl/MatchSign-v0 failed") == 2  # recovered twice, gave up on the third
     gave_up = [line for line in out.splitlines() if "giving up" in line]
     assert gave_up and "env distrl/MatchSign-v0 failed 3 times in a row" in gave_up[0], gave_up
@@ -115,23 +96,32 @@ def test_impala_actor_gives_up_on_an_env_that_always_fails(tmp_path, jobs):
 # ---- the same recovery in every env-stepping recipe, in one process ---------------------------------
 
 #: recipe -> (the first env-stepping rank at world size 1, its log name): Sample Factory's rollout workers
-#: come after the learner and the inference rank, Ape-X's actors after its replay shard
-STEPPERS = {"sf": (2, "rollout_worker 2 group "), "apex": (2, "actor 2]"), "a3c": (1, "worker 1]")}
+#: come after the learner and the inference rank, Ape-X's actors after its replay shard; a SEED env
+#: worker recreates its env group, which the server sees come back under its own run id
+STEPPERS = {
+    "sf": (2, "rollout_worker 2 group "),
+    "apex": (2, "actor 2]"),
+    "a3c": (1, "worker 1]"),
+    "seed": (1, "[env_worker 1 group "),
+}
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("recipe", sorted(STEPPERS))
 def test_an_env_error_is_recovered_and_counted_in_every_recipe(recipe, tmp_path, in_process, capsys, monkeypatch):
-    """An env raising once in an sf rollout worker, an Ape-X actor or an A3C worker: one line naming
-    the worker, the env recreated, the run ends as planned and summary.json counts it (as impala's)."""
+    """An env raising once in an sf rollout worker, an Ape-X actor, an A3C worker or a SEED env worker:
+    one line naming the worker, the env recreated, the run ends as planned and summary.json counts it
+    (as impala's)."""
     rank, who = STEPPERS[recipe]
     monkeypatch.setenv("DISTRL_FAULT", f"env_error@{rank}:3")
+    monkeypatch.setenv("DISTRL_FAULT_LOG", str(tmp_path / "faults.jsonl"))
     run = tmp_path / "run"
     argv = [recipe, "--experiment", "debug", "--logger", "none", "--run-dir", str(run), "--total-frames", "4000"]
     assert in_process(argv + ["--set", "run.eval_episodes=2"]) == 0
     out = capsys.readouterr().out
     failed = [line for line in out.splitlines() if "environment distrl/MatchSign-v0 failed" in line]
     assert len(failed) == 1 and who in failed[0] and "injected environment failure" in failed[0], failed
+    assert [json.loads(line)["kind"] for line in (tmp_path / "faults.jsonl").read_text().splitlines()] == ["env_error"]
     s = read_summary(run)
     assert s["stop_reason"] == "total_frames" and not s["lost_ranks"], s
     assert s["counters"]["env_errors"] == 1, s["counters"]
