@@ -13,34 +13,38 @@ import torch
 from distrl.roles.learner import set_lr
 from distrl.runtime.checkpoint import load_latest_checkpoint, rescale_lr
 from distrl.train import main
-from helpers import child_env
 
 IMPALA = ["impala", "--experiment", "debug", "--logger", "none", "--max-time-s", "30"]
 
 
-def _train(jobs, args: list[str]):
-    proc = jobs.train(args, env=child_env(), timeout=60)
-    return proc.returncode, proc.stdout, proc.stderr
+def _train(in_process, capsys, args: list[str]):
+    """``(status, stdout, stderr)`` of launch/train.py ``args``, run in this process."""
+    capsys.readouterr()
+    status = in_process(args)
+    out, err = capsys.readouterr()
+    return status, out, err
 
 
 @pytest.mark.timeout(120)
-def test_a_changed_network_is_refused_in_one_line_and_config_json_kept(tmp_path, jobs):
+def test_a_changed_network_is_refused_in_one_line_and_config_json_kept(tmp_path, in_process, capsys):
     run = tmp_path / "run"
-    assert _train(jobs, [*IMPALA, "--run-dir", str(run), "--total-frames", "3000"])[0] == 0
+    assert _train(in_process, capsys, [*IMPALA, "--run-dir", str(run), "--total-frames", "3000"])[0] == 0
     before = (run / "config.json").read_bytes()
-    code, _, err = _train(jobs, [*IMPALA, "--run-dir", str(run), "--resume", "--set", "net.hidden=32"])
+    code, _, err = _train(in_process, capsys, [*IMPALA, "--run-dir", str(run), "--resume", "--set", "net.hidden=32"])
     assert code == 2
     assert err.startswith("error: --resume cannot change net.hidden [64, 64] -> [32]") and err.count("\n") == 1, err
     assert (run / "config.json").read_bytes() == before
 
 
 @pytest.mark.timeout(120)
-def test_a_changed_learning_rate_is_applied_and_said(tmp_path, jobs):
+def test_a_changed_learning_rate_is_applied_and_said(tmp_path, in_process, capsys):
     run = tmp_path / "run"
     linear = [*IMPALA, "--run-dir", str(run), "--set", "run.lr_schedule=linear"]
-    assert _train(jobs, [*linear, "--total-frames", "6000"])[0] == 0
+    assert _train(in_process, capsys, [*linear, "--total-frames", "6000"])[0] == 0
     old = load_latest_checkpoint(run)["optim"]["param_groups"][0]
-    code, out, err = _train(jobs, [*linear, "--resume", "--total-frames", "9000", "--set", "algo.lr=1e-3"])
+    code, out, err = _train(
+        in_process, capsys, [*linear, "--resume", "--total-frames", "9000", "--set", "algo.lr=1e-3"]
+    )
     assert code == 0, out[-2000:] + err[-2000:]
     assert "[learner] --resume: algo.lr 0.0005 -> 0.001 applied" in out, out[-2000:]
     new = load_latest_checkpoint(run)["optim"]["param_groups"][0]
