@@ -238,13 +238,13 @@ def test_a_rollout_worker_stopped_past_eviction_then_continued_writes_nothing_an
                 "--total-frames",
                 "10000000",
                 "--set",
-                "run.max_time_s=18",
+                "run.max_time_s=15",
                 "--set",
-                "transport.call_timeout_s=5",
+                "transport.call_timeout_s=3",
                 "--set",
-                "algo.request_timeout_s=4",
+                "algo.request_timeout_s=2",
                 "--set",
-                "algo.slot_timeout_s=4",
+                "algo.slot_timeout_s=2",
             ],
             nproc=4,
         ),
@@ -255,7 +255,7 @@ def test_a_rollout_worker_stopped_past_eviction_then_continued_writes_nothing_an
     assert stopped, "the stopped worker was not found"
     for pid in stopped:
         os.kill(pid, signal.SIGCONT)
-    # The worker's line is awaited while the run still has seconds to go (lost at ~10 s of 18), not read
+    # The worker's line is awaited while the run still has seconds to go (lost at ~8 s of 15), not read
     # after the learner has ended the job: a line printed by one process races another's exit.
     job.wait_for("[rollout_worker 3] evicted by the learner: slot", timeout=8)
     assert job.wait(60) == 0, job.tail(4000)
