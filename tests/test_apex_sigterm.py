@@ -22,9 +22,11 @@ ARGS = ["apex", "--experiment", "debug", "--max-time-s", "170"]
 @pytest.mark.timeout(300)
 def test_sigterm_to_the_whole_job_keeps_the_replay_for_resume(tmp_path, jobs):
     run = tmp_path / "run"
-    job = jobs.start(train_cmd(ARGS + ["--run-dir", str(run), "--total-frames", "10000000"], nproc=4))
+    # --nproc 3 (learner, one shard, one actor): the shard's and the actors' stop paths are those of
+    # a bigger job, and one process fewer to start twice on 2 cores
+    job = jobs.start(train_cmd(ARGS + ["--run-dir", str(run), "--total-frames", "10000000"], nproc=3))
     job.wait_for("[apex] frames", 120)  # training: the shard holds transitions
-    time.sleep(3)
+    time.sleep(1)
     job.send(signal.SIGTERM)
     sent = time.monotonic()
     rc = job.wait(60)
@@ -52,7 +54,7 @@ def test_sigterm_to_the_whole_job_keeps_the_replay_for_resume(tmp_path, jobs):
 
     frames = s["env_frames"]
     resumed = jobs.train(
-        ARGS + ["--run-dir", str(run), "--resume", "--total-frames", str(frames + 3000)], nproc=4, timeout=150
+        ARGS + ["--run-dir", str(run), "--resume", "--total-frames", str(frames + 3000)], nproc=3, timeout=150
     )
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, out[-4000:]

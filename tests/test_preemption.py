@@ -100,12 +100,12 @@ def test_sigint_sighup_sigquit_checkpoint_as_sigterm_does(sig, tmp_path, jobs):
 
 @pytest.mark.timeout(240)
 def test_sigint_to_the_nproc_launcher_checkpoints_and_exits_130(tmp_path, jobs):
-    """Ctrl-C to ``distrl train sf --nproc 4`` (torchrun forwards SIGINT to every rank): the learner
+    """Ctrl-C to ``distrl train sf --nproc 3`` (torchrun forwards SIGINT to every rank): the learner
     checkpoints, the launcher exits 130, no shared-memory file is left (sf's slots and doorbells)."""
     run = tmp_path / "run"
     before = shm_files()
     args = ["sf", "--experiment", "debug", "--logger", "none", "--total-frames", "100000000"]
-    args += ["--max-time-s", "300", "--run-dir", str(run), "--set", "run.log_interval_s=0.5", "--nproc", "4"]
+    args += ["--max-time-s", "300", "--run-dir", str(run), "--set", "run.log_interval_s=0.5", "--nproc", "3"]
     job = jobs.start(train_cmd(args))
     job.wait_for("[sf] frames", 180)
     job.send(signal.SIGINT)

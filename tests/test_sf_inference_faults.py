@@ -28,12 +28,12 @@ ARGS += ["--set", "run.peer_grace_s=1"]
 
 
 def _run(tmp_path, jobs, fault: str):
-    """``sf --nproc 4`` (learner, inference, two rollout workers) with ``fault`` on the inference rank:
+    """``sf --nproc 3`` (learner, inference, a rollout worker) with ``fault`` on the inference rank:
     its exit status, output, summary, newest checkpoint and seconds from the fault to the job's end."""
     run, log = tmp_path / "run", tmp_path / "faults.jsonl"
     shm = shm_files()
     job = jobs.start(
-        train_cmd([*ARGS, "--run-dir", str(run)], nproc=4), env=child_env(DISTRL_FAULT=fault, DISTRL_FAULT_LOG=str(log))
+        train_cmd([*ARGS, "--run-dir", str(run)], nproc=3), env=child_env(DISTRL_FAULT=fault, DISTRL_FAULT_LOG=str(log))
     )
     rc = job.wait(120)
     ended = time.time()
@@ -60,9 +60,8 @@ def test_a_killed_inference_rank_ends_the_job_at_once_with_a_checkpoint(tmp_path
 def test_a_stopped_inference_rank_ends_the_job_with_a_checkpoint_and_exit_4(tmp_path, jobs):
     rc, out, s, took = _run(tmp_path, jobs, "stop@1:150")
     assert rc == 1, out[-3000:]  # torchrun's status for a failed rank: the learner's 4
-    for worker in (2, 3):
-        assert f"[rollout_worker {worker}] exiting: no reply from inference within 2s" in out, out[-3000:]
+    assert "[rollout_worker 2] exiting: no reply from inference within 2s" in out, out[-3000:]
     assert "[learner] lost rank 1 (inference)" in out and "[rank 0] learner ended with exit status 4" in out
-    assert s["stop_reason"] == "all_peers_lost" and set(s["lost_ranks"]) == {"1", "2", "3"}, s
+    assert s["stop_reason"] == "all_peers_lost" and set(s["lost_ranks"]) == {"1", "2"}, s
     assert took < 2 + 4 + 1 + 15, took  # request timeout, call timeout, grace, the checkpoint and the exits
     print(f"\nsf inference SIGSTOPped: the job ended {took:.1f}s later (exit 4 at the learner), nothing left")
