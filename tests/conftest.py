@@ -137,12 +137,19 @@ def _tier_guard(request, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _nothing_left_behind():
-    """Signal handlers restored; no new thread, child process or shared-memory file after a grace."""
-    handlers = {s: signal.getsignal(s) for s in SIGNALS}
+    """Signal handlers restored; TorchRL's process-wide exploration mode as it was (a leaked "random" makes
+    every TorchRL actor built after it sample: load_policy's greedy play); no new thread, child process or
+    shared-memory file after a grace."""
+    from tensordict.nn.probabilistic import _interaction_type
+
+    handlers, mode = {s: signal.getsignal(s) for s in SIGNALS}, _interaction_type.get_mode()
     threads, children, shm = live_threads(), descendants_of_pytest(), shm_files()
     yield
     for s, h in handlers.items():
         signal.signal(s, h)
+    left_mode = _interaction_type.get_mode()
+    _interaction_type.set_mode(mode)  # the next tests start clean either way
+    assert left_mode == mode, f"TorchRL's exploration mode left at {left_mode} (was {mode})"
     deadline = time.monotonic() + 10
     while True:
         left_threads = {t for t in live_threads() - threads if not t.name.startswith("job-watch")}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+from tensordict.nn.probabilistic import interaction_type, set_interaction_type
 
 from distrl.recipes import get_recipe
 from distrl.runtime.agreement import agree
@@ -216,6 +217,16 @@ def run(p: Plan, rank: int = 0) -> int:
 
 
 def _run_local(p: Plan) -> Optional[dict]:
+    # TorchRL's collectors sample under set_exploration_type, which saves and restores one process-wide
+    # mode: two role threads interleaving their enter/exit can leave it at "random" for good, and a TorchRL
+    # actor the caller builds afterwards (load_policy's) would then sample, not play its mode. Measured:
+    # impala and apex on a TorchRL env factory, world size 1, left "random" behind. So the run puts back
+    # what it found.
+    with set_interaction_type(interaction_type()):
+        return _run_local_roles(p)
+
+
+def _run_local_roles(p: Plan) -> Optional[dict]:
     hub = LocalHub(len(p.roles), p.cfg.transport.num_threads)
     endpoints = [hub.endpoint(r, p.cfg.transport.call_timeout_s) for r in p.roles]
     roles = []
