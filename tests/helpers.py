@@ -123,6 +123,17 @@ def proc_state(pid: int) -> str:
     return "" if fields is None or fields[0] == "Z" else fields[0]
 
 
+def continue_after(job, pause_s: float, within_s: float = 10.0) -> None:
+    """The one process of ``job`` that stopped itself (``DISTRL_FAULT=stop@...``), found within
+    ``within_s``, gets SIGCONT ``pause_s`` seconds later."""
+    deadline = time.monotonic() + within_s
+    while not (stopped := [p for p in job.pids() if proc_state(p) == "T"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(stopped) == 1, job.tail()
+    time.sleep(pause_s)
+    os.kill(stopped[0], signal.SIGCONT)
+
+
 def alive(pids) -> set[int]:
     """Those of ``pids`` still running (zombies count as gone)."""
     return {p for p in pids if proc_state(p)}

@@ -11,13 +11,12 @@ Figures are printed (-s)."""
 from __future__ import annotations
 
 import json
-import signal
 import time
 
 import pytest
 
 from distrl.runtime.checkpoint import best_checkpoint_path, load_checkpoint, load_latest_checkpoint
-from helpers import child_env, proc_state, read_summary, train_cmd
+from helpers import child_env, continue_after, read_summary, train_cmd
 
 # the pause is 2.5 times each bound it must outlast; the run's budget is the learner's way to its
 # stop at update 30 (MEASURED), the pause, and seconds of training after it
@@ -34,14 +33,7 @@ def test_a_learner_paused_past_every_bound_loses_no_shard_and_finishes(tmp_path,
     launched = time.time()
     job = jobs.start(train_cmd(args, nproc=3), env=env)
     job.wait_for("[fault] injecting stop on rank 0", 150)
-    deadline = time.monotonic() + 10
-    while not (stopped := [p for p in job.pids() if proc_state(p) == "T"]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(stopped) == 1, job.tail()
-    time.sleep(PAUSE_S)
-    import os
-
-    os.kill(stopped[0], signal.SIGCONT)
+    continue_after(job, PAUSE_S)
     continued = time.time()
     rc = job.wait(120)
     out = job.output

@@ -11,8 +11,6 @@ later against a 2 s call timeout. The unit tests drive :func:`wait_while_alive` 
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 
@@ -21,7 +19,7 @@ import pytest
 from distrl.runtime.checkpoint import load_latest_checkpoint
 from distrl.transport.base import CallTimeoutError, PeerLostError
 from distrl.transport.liveness import patience_s, wait_while_alive
-from helpers import child_env, proc_state, read_summary, train_cmd
+from helpers import child_env, continue_after, read_summary, train_cmd
 
 PAUSE_S = 4.0
 
@@ -33,12 +31,7 @@ def test_impala_actors_wait_on_a_paused_learner_and_the_run_finishes(tmp_path, j
     args += ["--total-frames", "100000000", "--max-time-s", "8", "--set", "transport.call_timeout_s=2"]
     job = jobs.start(train_cmd(args, nproc=3), env=child_env(DISTRL_FAULT="stop@0:30"))  # the learner stops itself
     job.wait_for("[fault] injecting stop on rank 0", 100)
-    deadline = time.monotonic() + 10
-    while not (stopped := [p for p in job.pids() if proc_state(p) == "T"]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(stopped) == 1, job.tail()
-    time.sleep(PAUSE_S)
-    os.kill(stopped[0], signal.SIGCONT)
+    continue_after(job, PAUSE_S)
     rc = job.wait(60)
     out = job.output
     assert rc == 0, job.tail()
