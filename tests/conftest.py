@@ -6,6 +6,10 @@ applied here, from what the test uses, never by hand; ``pytest -m "not integrati
 rest, the quick tier. In that tier a test that starts a process, opens a process group or calls
 the runner without such a fixture fails, naming the fixture to request, so the marker cannot lie.
 
+A test marked ``long`` by hand (a load test, or a fault test of 14 s or more in a suite run) is
+skipped unless ``DISTRL_LOAD=1``: the suite stays under 20 minutes on 2 cores, and
+docs/reliability.md quotes the long tier's last run (``DISTRL_LOAD=1 python -m pytest -m long``).
+
 Every test, in both tiers, leaves no process, no thread and no shared-memory file behind, and
 gets its signal handlers back (an in-process learner installs a SIGTERM handler).
 """
@@ -93,11 +97,17 @@ def pytest_sessionstart(session):
     resource_tracker.ensure_running()
 
 
+#: why a ``long`` test is skipped when ``DISTRL_LOAD`` is unset
+LONG_TIER = "the long tier: DISTRL_LOAD=1 runs it (docs/reliability.md quotes its last run)"
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by markers
 def pytest_collection_modifyitems(items):
     for item in items:
         if INTEGRATION_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("long") and not os.environ.get("DISTRL_LOAD"):
+            item.add_marker(pytest.mark.skip(reason=LONG_TIER))
 
 
 # ---- what every test gets -------------------------------------------------------------------------

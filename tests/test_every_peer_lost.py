@@ -173,6 +173,7 @@ def test_every_actor_killed_the_job_checkpoints_and_exits_4(tmp_path, jobs):
     assert GRACE_S <= waited and down < GRACE_S + 30
 
 
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
 @pytest.mark.timeout(300)
 def test_every_actor_lost_under_max_restarts_the_restart_resumes(tmp_path, jobs):
     run = tmp_path / "run"

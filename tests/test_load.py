@@ -3,7 +3,7 @@ machine, oversubscribed on purpose, run to their end: exit 0, no rank falsely de
 lag within its bound, no process or shared-memory file left (the ``jobs`` fixture checks both).
 
 Each run holds every core for ~3.5 min (start-up alone is ~70 s at 32 processes on 2 cores), so
-the suite skips these; run them with ``DISTRL_LOAD=1 python -m pytest tests/test_load.py -s``
+the suite skips these (the ``long`` tier); run them with ``DISTRL_LOAD=1 python -m pytest tests/test_load.py -s``
 (``DISTRL_LOAD_NPROC=N`` for another width). The figures of 2026-12-04 are in the fault table."""
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from distrl.recipes.sf.recipe import default as sf_default
 from helpers import read_summary
 
 NPROC = int(os.environ.get("DISTRL_LOAD_NPROC", "32"))
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("DISTRL_LOAD"), reason="set DISTRL_LOAD=1: 32 processes, ~3.5 min of every core each"
-)
+pytestmark = pytest.mark.long  # the long tier (DISTRL_LOAD=1): 32 processes, ~3.5 min of every core each
 
 
 @pytest.mark.timeout(600)

@@ -155,6 +155,7 @@ def test_a_rank_that_never_starts_is_named(tmp_path, jobs):
     assert since_fault < init_timeout_s + 30, since_fault
 
 
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
 @pytest.mark.timeout(300)
 def test_learner_sigkill_stops_the_job_and_a_restart_resumes(tmp_path, jobs):
     run = tmp_path / "run"
@@ -239,6 +240,7 @@ def _assert_rng_is(rng: dict) -> None:
     assert random.getstate() == rng["python"], "Python's RNG state was not restored"
 
 
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
 @pytest.mark.timeout(300)
 def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, jobs, training):
     """SIGTERM makes the learner of a real job checkpoint within seconds; a learner resumed from a
@@ -355,6 +357,7 @@ def test_seed_sigkill_one_env_worker_the_run_goes_on(tmp_path, jobs):
     assert detect < 5.0
 
 
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
 @pytest.mark.timeout(240)
 def test_apex_sigkill_one_of_two_replay_shards_the_run_goes_on(tmp_path, jobs):
     """Ape-X with 2 shards (learner, shards 1-2, actors 3-4): shard 2 dies at its 40th insert;
