@@ -327,6 +327,7 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, jobs, traini
     assert len(runs) == 2 and len({r.rsplit("-", 1)[1] for r in runs}) == 1, runs  # one W&B run, resumed
 
 
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10-14 s in the suite; its basic case stays there
 @pytest.mark.timeout(240)
 def test_seed_sigkill_one_env_worker_the_run_goes_on(tmp_path, jobs):
     """The same guarantee for SEED's env workers: the inference server drops the lost rank."""
