@@ -90,7 +90,27 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert "checkpoint must be one of" in one_line_exit_2(["eval", str(tmp_path), "--checkpoint", "nope"], capsys)
     one_line_exit_2(["eval", str(tmp_path), "--episodes", "0"], capsys)
     one_line_exit_2(["eval", str(tmp_path), "--policy", "boltzmann"], capsys)
+    one_line_exit_2(["eval", str(tmp_path), "--max-steps", "0"], capsys)
     one_line_exit_2(["export-policy", str(tmp_path), str(tmp_path / "p.pt2"), "--format", "onnx"], capsys)
+
+
+def test_max_steps_ends_every_episode_there():
+    """``play_episodes(max_steps=N)`` (``distrl eval --max-steps``): CartPole's episodes under a random
+    policy, each cut at 12 steps at most, the return counted to the cut (+1 a step)."""
+    import torch
+
+    from distrl.envs.gym import play_episodes
+
+    def random_act(obs):
+        return torch.randint(0, 2, (obs.shape[0],))
+
+    torch.manual_seed(0)
+    full = play_episodes(random_act, "CartPole-v1", 16, seed=3)
+    torch.manual_seed(0)  # the same actions: the same episodes, to the cut
+    cut = play_episodes(random_act, "CartPole-v1", 16, seed=3, max_steps=12)
+    assert min(full.lengths) < 12 < max(full.lengths)  # episodes that end before the cut, and past it
+    assert cut.lengths == [min(n, 12) for n in full.lengths]
+    assert cut.returns == [float(n) for n in cut.lengths]
 
 
 def eval_json(run: Path, out: Path) -> dict:

@@ -252,6 +252,7 @@ def play_episodes(
     video_dir: Optional[Path] = None,
     videos: int = 0,
     on_step: Optional[Callable[[int, int], None]] = None,
+    max_steps: Optional[int] = None,
 ) -> Episodes:
     """The first episode of each of ``episodes`` envs of ``env_id`` (:func:`make_env`), env ``i`` reset
     with seed ``seed + i``, stepped together in one ``SyncVectorEnv``: every distrl evaluation.
@@ -264,6 +265,8 @@ def play_episodes(
         video_dir: where the first ``videos`` episodes are written, ``episode-000.mp4`` on
             (:class:`distrl.envs.video.RecordEpisode`).
         on_step: called after every vector step with ``(episodes finished, vector steps)``.
+        max_steps: an episode ends after this many steps if the env has not ended it (a shorter
+            time limit than the env's: gymnax's MinAtar, say, cut episodes at 1,000 steps).
     """
     if episodes == 0:
         return Episodes([], [], [])
@@ -300,6 +303,8 @@ def play_episodes(
             returns += reward * running
             lengths += running
             running &= ~(term | trunc)
+            if max_steps is not None:
+                running &= lengths < max_steps
             steps += 1
             if on_step is not None:
                 on_step(int((~running).sum()), steps)

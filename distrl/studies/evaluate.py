@@ -16,6 +16,9 @@ episode ``i`` seeded ``seed + i``. The default seed is the learners' (``run.seed
 random action at probability ``--epsilon``: the default for Atari at ``atari.eval_epsilon``, 0.05 as
 in Mnih et al. 2015, since a greedy policy that never presses FIRE stalls a game).
 
+``--max-steps N`` ends every episode after N steps, for a score under another time limit than
+the env's (gymnax's MinAtar table cut episodes at 1,000 steps; distrl's limit is 10,000).
+
 ``eval.json`` (``--out``, default ``RUN_DIR/eval.json``) holds the per-episode returns, lengths and
 seeds, their mean, median, spread, a 95% percentile-bootstrap interval of the mean
 (:func:`distrl.studies.stats.bootstrap_ci`, seeded by ``--seed``), and how far training had got at the
@@ -107,6 +110,12 @@ def _parser():
         "--epsilon", type=float, default=None, help="of --policy epsilon (default: the run's atari.eval_epsilon)"
     )
     p.add_argument("--seed", type=int, default=None, help="episode i plays from seed + i (default: run.seed + 10000)")
+    p.add_argument(
+        "--max-steps",
+        type=positive_int,
+        default=None,
+        help="end each episode after this many steps, a shorter time limit than the env's (default: the env's)",
+    )
     p.add_argument("--video", metavar="DIR", default=None, help="write mp4 videos of the first episodes to DIR")
     p.add_argument("--video-episodes", type=positive_int, default=3, help="how many episodes --video records")
     p.add_argument("--out", default=None, help="the JSON report to write (default: RUN_DIR/eval.json)")
@@ -197,6 +206,7 @@ def evaluate_run(args) -> dict:
         video_dir=None if args.video is None else Path(args.video),
         videos=args.video_episodes,
         on_step=Progress(args.episodes),
+        max_steps=args.max_steps,
     )
     recorded = min(args.video_episodes, args.episodes) if args.video else 0
     videos = [str(Path(args.video) / f"episode-{i:03d}.mp4") for i in range(recorded)]  # play_episodes' names
@@ -209,6 +219,7 @@ def evaluate_run(args) -> dict:
         "policy": policy,
         "epsilon": epsilon if policy == "epsilon" else 0.0,
         "seed": seed,
+        "max_steps": args.max_steps,
         **report(played.returns, played.lengths, played.seeds, seed),
         "videos": videos,
         "wall_s": time.monotonic() - start,
