@@ -126,6 +126,7 @@ def test_every_apex_actor_lost_stops_though_a_replay_shard_lives(tmp_path, capsy
     assert "every peer is lost (ranks 2 (actor), 3 (actor))" in capsys.readouterr().out
 
 
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more in the suite; a quicker twin stays there
 @pytest.mark.timeout(240)
 def test_every_actor_killed_the_job_checkpoints_and_exits_4(tmp_path, jobs):
     run = tmp_path / "run"

@@ -42,7 +42,8 @@ def test_another_jobs_run_is_refused_on_every_rank(tmp_path, jobs):
     ]
 
 
-@pytest.mark.parametrize("recipe", ["impala", "seed"])
+# seed's two nodes in the long tier (DISTRL_LOAD=1): 11-13 s in the suite, the same launch as impala's
+@pytest.mark.parametrize("recipe", ["impala", pytest.param("seed", marks=pytest.mark.long)])
 def test_two_nodes_learn_into_one_run_directory(recipe, tmp_path, jobs):
     """Two torchrun invocations ("nodes", one rank each) joined by the c10d rendezvous on 127.0.0.1,
     started together in either order (whichever binds the port hosts the store): the recipe's

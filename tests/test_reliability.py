@@ -35,6 +35,7 @@ def fault_times(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in (tmp_path / "faults.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more in the suite; a quicker twin stays there
 @pytest.mark.timeout(240)
 def test_sigkill_one_of_three_actors_the_run_goes_on(tmp_path, jobs):
     run = tmp_path / "run"
@@ -69,6 +70,7 @@ def test_sigkill_one_of_three_actors_the_run_goes_on(tmp_path, jobs):
     assert kept > 0.5  # 2 cores shared by 4 processes: losing 1 of 3 actors costs at most ~1/3
 
 
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more in the suite; a quicker twin stays there
 @pytest.mark.timeout(240)
 def test_sigstop_actor_is_declared_lost_within_the_call_timeout(tmp_path, jobs):
     run = tmp_path / "run"
