@@ -7,7 +7,7 @@ rest, the quick tier. In that tier a test that starts a process, opens a process
 the runner without such a fixture fails, naming the fixture to request, so the marker cannot lie.
 
 A test marked ``long`` by hand (a load test; a fault test of 14 s or more in a suite run; a test
-of 10-14 s where a quicker test of the same path stays in the suite) is skipped unless
+of 10 s or more whose path a quicker test in the suite also covers) is skipped unless
 ``DISTRL_LOAD=1``: the suite stays under 20 minutes on 2 cores, and docs/reliability.md quotes the
 long tier's last run (``DISTRL_LOAD=1 python -m pytest -m long``).
 

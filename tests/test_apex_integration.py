@@ -22,7 +22,7 @@ def test_world_size_one_learns_the_toy_env(tmp_path, in_process):
     assert list((run / "checkpoints").glob("ckpt_*.pt"))
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more in the suite; a quicker twin stays there
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more, a quicker test of its path in the suite
 @pytest.mark.timeout(240)
 def test_torchrun_four_processes_two_actors_one_shard(tmp_path, jobs):
     run = tmp_path / "run"

@@ -23,7 +23,7 @@ from helpers import child_env, continue_after, read_summary, train_cmd
 IDLE_S, CALL_TIMEOUT_S, PAUSE_S, MAX_TIME_S = 2.0, 2.0, 5.0, 25
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a fault test of 14 s or more
 @pytest.mark.timeout(240)
 def test_a_learner_paused_past_every_bound_loses_no_shard_and_finishes(tmp_path, jobs):
     run, log = tmp_path / "run", tmp_path / "faults.jsonl"

@@ -19,7 +19,7 @@ from helpers import read_summary, train_cmd
 ARGS = ["apex", "--experiment", "debug", "--max-time-s", "170"]
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a fault test of 14 s or more
 @pytest.mark.timeout(300)
 def test_sigterm_to_the_whole_job_keeps_the_replay_for_resume(tmp_path, jobs):
     run = tmp_path / "run"

@@ -270,7 +270,7 @@ def test_seed_apex_learns_the_toy_env_in_one_process(at_root, tmp_path, in_proce
     assert s["stop_reason"] == "total_frames" and s["env_frames"] >= 16_000
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more in the suite; a quicker twin stays there
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more, a quicker test of its path in the suite
 @pytest.mark.timeout(240)
 def test_torchrun_ranks_load_the_recipe_by_path(tmp_path, jobs):
     """3 processes (the recipe's least): every rank loads the file from the spec on its command line,

@@ -126,7 +126,7 @@ def test_every_apex_actor_lost_stops_though_a_replay_shard_lives(tmp_path, capsy
     assert "every peer is lost (ranks 2 (actor), 3 (actor))" in capsys.readouterr().out
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more in the suite; a quicker twin stays there
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more, a quicker test of its path in the suite
 @pytest.mark.timeout(240)
 def test_every_actor_killed_the_job_checkpoints_and_exits_4(tmp_path, jobs):
     run = tmp_path / "run"
@@ -174,7 +174,7 @@ def test_every_actor_killed_the_job_checkpoints_and_exits_4(tmp_path, jobs):
     assert GRACE_S <= waited and down < GRACE_S + 30
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a fault test of 14 s or more
 @pytest.mark.timeout(300)
 def test_every_actor_lost_under_max_restarts_the_restart_resumes(tmp_path, jobs):
     run = tmp_path / "run"

@@ -24,7 +24,7 @@ from helpers import child_env, continue_after, read_summary, train_cmd
 PAUSE_S = 4.0
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a fault test of 14 s or more
 @pytest.mark.timeout(150)
 def test_impala_actors_wait_on_a_paused_learner_and_the_run_finishes(tmp_path, jobs):
     run = tmp_path / "run"

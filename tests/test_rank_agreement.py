@@ -32,7 +32,7 @@ def test_the_code_fingerprint_is_the_version_and_a_source_hash():
     assert code_fingerprint() == print_
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10-14 s in the suite; its basic case stays there
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more, a quicker test of its path in the suite
 @pytest.mark.timeout(120)
 def test_two_nodes_with_different_options_fail_at_start_naming_it(tmp_path, jobs):
     """Two torchrun invocations ("nodes", one rank each) with different ``algo.lr``: rank 1 says so

@@ -35,7 +35,7 @@ def fault_times(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in (tmp_path / "faults.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more in the suite; a quicker twin stays there
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more, a quicker test of its path in the suite
 @pytest.mark.timeout(240)
 def test_sigkill_one_of_three_actors_the_run_goes_on(tmp_path, jobs):
     run = tmp_path / "run"
@@ -70,7 +70,7 @@ def test_sigkill_one_of_three_actors_the_run_goes_on(tmp_path, jobs):
     assert kept > 0.5  # 2 cores shared by 4 processes: losing 1 of 3 actors costs at most ~1/3
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more in the suite; a quicker twin stays there
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more, a quicker test of its path in the suite
 @pytest.mark.timeout(240)
 def test_sigstop_actor_is_declared_lost_within_the_call_timeout(tmp_path, jobs):
     run = tmp_path / "run"
@@ -157,7 +157,7 @@ def test_a_rank_that_never_starts_is_named(tmp_path, jobs):
     assert since_fault < init_timeout_s + 30, since_fault
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a fault test of 14 s or more
 @pytest.mark.timeout(300)
 def test_learner_sigkill_stops_the_job_and_a_restart_resumes(tmp_path, jobs):
     run = tmp_path / "run"
@@ -242,7 +242,7 @@ def _assert_rng_is(rng: dict) -> None:
     assert random.getstate() == rng["python"], "Python's RNG state was not restored"
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a fault test of 14 s or more
 @pytest.mark.timeout(300)
 def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, jobs, training):
     """SIGTERM makes the learner of a real job checkpoint within seconds; a learner resumed from a
@@ -329,7 +329,7 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path, jobs, traini
     assert len(runs) == 2 and len({r.rsplit("-", 1)[1] for r in runs}) == 1, runs  # one W&B run, resumed
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10-14 s in the suite; its basic case stays there
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more, a quicker test of its path in the suite
 @pytest.mark.timeout(240)
 def test_seed_sigkill_one_env_worker_the_run_goes_on(tmp_path, jobs):
     """The same guarantee for SEED's env workers: the inference server drops the lost rank."""
@@ -360,7 +360,7 @@ def test_seed_sigkill_one_env_worker_the_run_goes_on(tmp_path, jobs):
     assert detect < 5.0
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a fault test of 14 s or more
 @pytest.mark.timeout(240)
 def test_apex_sigkill_one_of_two_replay_shards_the_run_goes_on(tmp_path, jobs):
     """Ape-X with 2 shards (learner, shards 1-2, actors 3-4): shard 2 dies at its 40th insert;

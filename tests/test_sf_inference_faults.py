@@ -56,7 +56,7 @@ def test_a_killed_inference_rank_ends_the_job_at_once_with_a_checkpoint(tmp_path
     print(f"\nsf inference SIGKILLed: the job ended {took:.1f}s later, {s['learner_updates']} updates checkpointed")
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10-14 s in the suite; its basic case stays there
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): 10 s or more, a quicker test of its path in the suite
 @pytest.mark.timeout(150)
 def test_a_stopped_inference_rank_ends_the_job_with_a_checkpoint_and_exit_4(tmp_path, jobs):
     rc, out, s, took = _run(tmp_path, jobs, "stop@1:150")

@@ -222,7 +222,7 @@ def test_a_worker_waits_on_a_busy_learner_and_leaves_only_when_it_is_gone():
 # ---------------------------------------------------------------- SIGSTOP, eviction, SIGCONT
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a fault test of 14 s or more
 @pytest.mark.timeout(120)
 def test_a_rollout_worker_stopped_past_eviction_then_continued_writes_nothing_and_the_run_ends_clean(tmp_path, jobs):
     run = tmp_path / "run"

@@ -102,7 +102,7 @@ def test_a_store_never_reached_is_not_yet_up_not_lost(monkeypatch):
     assert not s.is_set("k") and not s.is_set("k") and not s.lost
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a fault test of 14 s or more
 @pytest.mark.timeout(150)
 def test_the_torchrun_agent_stopped_3s_mid_run_the_job_goes_on_and_ends_0(tmp_path, jobs):
     run = tmp_path / "run"

@@ -61,7 +61,7 @@ def test_the_watchdog_is_off_at_zero(no_leaked_processes):
     assert supervisor.supervise(quiet, 0, "learner", critical=True, grace_s=30, watchdog_s=0.0) == 0
 
 
-@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a run of 14 s or more in the suite
+@pytest.mark.long  # the long tier (DISTRL_LOAD=1): a fault test of 14 s or more
 @pytest.mark.timeout(240)
 def test_an_sf_learner_sigstopped_ends_the_job_by_itself(tmp_path, jobs):
     """The issue's case: ``sf``, 4 processes, the learner SIGSTOPs itself at its 20th update.
