@@ -265,6 +265,19 @@ def test_minatar_gymnax_preset_has_gymnax_blines_ppo_settings():
     assert model.policy[1].in_features == 400 and model.value[1].in_features == 400  # two MLPs on the flat grid
 
 
+@pytest.mark.parametrize("env_id", ["MinAtar/Seaquest-v1", "CartPole-v1"])
+def test_compile_wraps_classic_control_dynamics_and_leaves_minatar_eager(tmp_path, env_id):
+    """``algo.compile``: a MinAtar game's ``dynamics`` is a method (compiling the class's function
+    once lost its ``self``) and stays eager; CartPole's pure step is compiled. Compiling is lazy,
+    so building the learner costs nothing; the eager game still steps."""
+    learner = _learner(tmp_path, **{"run.env": env_id, "algo.compile": True})
+    env = learner.env.env
+    assert ("dynamics" in vars(env)) == (env_id == "CartPole-v1")
+    if env_id != "CartPole-v1":
+        env.reset_all()
+        assert env.step_autoreset(torch.zeros(8, dtype=torch.int64))[0].shape == (8, 10, 10, 10)
+
+
 def test_obs_norm_merges_batches_like_one_big_batch():
     from distrl.nn.obs_norm import ObsNorm
 

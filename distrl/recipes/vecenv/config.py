@@ -32,7 +32,8 @@ class VecEnvConfig:
     reward_scale: float = 1.0  #: rewards are multiplied by this before GAE (Pendulum's costs want ~0.1)
     env_factory: str = ""  #: "module:function" building a batched TorchRL env; empty: the torch-native suite
     obs_key: str = keys.OBSERVATION  #: observation key of a factory-built TorchRL env
-    compile: bool = False  #: torch.compile the policy's sampling and the torch-native env's dynamics
+    #: torch.compile the policy's sampling and a torch-native classic-control env's dynamics (MinAtar's stay eager)
+    compile: bool = False
 
     def __post_init__(self):
         for name in ("num_envs", "rollout_length", "epochs", "num_minibatches"):
