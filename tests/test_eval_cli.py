@@ -91,6 +91,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     one_line_exit_2(["eval", str(tmp_path), "--episodes", "0"], capsys)
     one_line_exit_2(["eval", str(tmp_path), "--policy", "boltzmann"], capsys)
     one_line_exit_2(["eval", str(tmp_path), "--max-steps", "0"], capsys)
+    assert "must be in [0, 1)" in one_line_exit_2(["eval", str(tmp_path), "--sticky-actions", "1"], capsys)
     one_line_exit_2(["export-policy", str(tmp_path), str(tmp_path / "p.pt2"), "--format", "onnx"], capsys)
 
 
@@ -188,6 +189,22 @@ def test_minatar_eval_20_episodes_sampling_with_a_video(runs, tmp_path, capsys):
     result = eval_json(run, out)
     assert result["policy"] == "sample" and len(result["videos"]) == 3  # --video-episodes' default
     assert_video(Path(result["videos"][0]), frames_at_least=result["lengths"][0])
+    assert result["sticky_actions"] is None  # the package's 0.1
+
+
+def test_minatar_sticky_actions_reach_the_package_and_other_ids_refuse(runs, tmp_path, capsys):
+    """``--sticky-actions 0``: gymnax's MinAtar had none; the package's ``sticky_action_prob`` is
+    set on every env played (``make_env(minatar_sticky=)``); an id with no sticky actions refuses."""
+    from distrl.envs.gym import make_env
+
+    assert make_env("MinAtar/Breakout-v1").unwrapped.game.sticky_action_prob == 0.1
+    assert make_env("MinAtar/Breakout-v1", minatar_sticky=0.0).unwrapped.game.sticky_action_prob == 0.0
+    out = tmp_path / "eval.json"
+    assert console(["eval", str(runs["minatar"]), "--episodes", "2", "--sticky-actions", "0", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["sticky_actions"] == 0.0
+    capsys.readouterr()
+    err = one_line_exit_2(["eval", str(runs["cartpole"]), "--sticky-actions", "0"], capsys)
+    assert "is for ALE/* and MinAtar/* ids, not CartPole-v1" in err
 
 
 @pytest.mark.timeout(180)

@@ -58,17 +58,22 @@ def is_image(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype in (np.uint8, np.bool_)
 
 
-def make_env(env_id: str, atari_opts=None, render_mode: Optional[str] = None) -> gym.Env:
+def make_env(
+    env_id: str, atari_opts=None, render_mode: Optional[str] = None, minatar_sticky: Optional[float] = None
+) -> gym.Env:
     """``gym.make(env_id)``, with images channels-first (``[C, H, W]``, dtype unchanged) and MinAtar's
     time limit (:data:`MINATAR_MAX_EPISODE_STEPS`); an ``ALE/*`` id is the full, preprocessed game
     (``atari.make_atari_env``, options ``atari_opts``: a :class:`distrl.config.AtariConfig`).
-    ``render_mode`` is gymnasium's (``"rgb_array"`` for a video, :mod:`distrl.envs.video`). A
+    ``render_mode`` is gymnasium's (``"rgb_array"`` for a video, :mod:`distrl.envs.video`);
+    ``minatar_sticky`` a MinAtar game's ``sticky_action_prob`` (None: the package's 0.1). A
     ``module:EnvId`` is made as ``EnvId`` once the module is imported."""
     env_id = gym_id(env_id)
     if atari.is_atari(env_id):
         return atari.make_atari_env(env_id, atari_opts, render_mode)
     _register_minatar(env_id)
     kwargs = {"max_episode_steps": MINATAR_MAX_EPISODE_STEPS} if env_id.startswith("MinAtar/") else {}
+    if minatar_sticky is not None:
+        kwargs["sticky_action_prob"] = minatar_sticky
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     env = gym.make(env_id, **kwargs)
@@ -253,6 +258,7 @@ def play_episodes(
     videos: int = 0,
     on_step: Optional[Callable[[int, int], None]] = None,
     max_steps: Optional[int] = None,
+    minatar_sticky: Optional[float] = None,
 ) -> Episodes:
     """The first episode of each of ``episodes`` envs of ``env_id`` (:func:`make_env`), env ``i`` reset
     with seed ``seed + i``, stepped together in one ``SyncVectorEnv``: every distrl evaluation.
@@ -267,16 +273,17 @@ def play_episodes(
         on_step: called after every vector step with ``(episodes finished, vector steps)``.
         max_steps: an episode ends after this many steps if the env has not ended it (a shorter
             time limit than the env's: gymnax's MinAtar, say, cut episodes at 1,000 steps).
+        minatar_sticky: a MinAtar game's sticky-action probability (:func:`make_env`).
     """
     if episodes == 0:
         return Episodes([], [], [])
 
     def env_fn(i: int) -> Callable[[], gym.Env]:
         if video_dir is None or i >= videos:
-            return lambda: make_env(env_id, atari_opts)
+            return lambda: make_env(env_id, atari_opts, minatar_sticky=minatar_sticky)
 
         def recorded() -> gym.Env:
-            env = make_env(env_id, atari_opts, video.render_mode(env_id))
+            env = make_env(env_id, atari_opts, video.render_mode(env_id), minatar_sticky)
             fps = env.metadata.get("render_fps") if env.render_mode else None
             if atari.is_atari(env_id):  # real time: the emulator's 60 frames a second, one in FRAME_SKIP kept
                 fps = 60.0 / atari.FRAME_SKIP  # (ale-py's metadata says 30)

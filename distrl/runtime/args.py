@@ -43,3 +43,14 @@ def positive_int(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
     return n
+
+
+def probability(text: str) -> float:
+    """argparse type of a probability in ``[0, 1)`` (``--sticky-actions``: 1 would never act)."""
+    try:
+        p = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not 0.0 <= p < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {p}")
+    return p

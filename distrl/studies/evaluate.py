@@ -17,7 +17,9 @@ random action at probability ``--epsilon``: the default for Atari at ``atari.eva
 in Mnih et al. 2015, since a greedy policy that never presses FIRE stalls a game).
 
 ``--max-steps N`` ends every episode after N steps, for a score under another time limit than
-the env's (gymnax's MinAtar table cut episodes at 1,000 steps; distrl's limit is 10,000).
+the env's (gymnax's MinAtar table cut episodes at 1,000 steps; distrl's limit is 10,000), and
+``--sticky-actions P`` plays with another sticky-action probability than the run's (Atari's
+``atari.sticky_actions``, MinAtar's package default 0.1; gymnax's MinAtar had none: ``0``).
 
 ``eval.json`` (``--out``, default ``RUN_DIR/eval.json``) holds the per-episode returns, lengths and
 seeds, their mean, median, spread, a 95% percentile-bootstrap interval of the mean
@@ -29,6 +31,7 @@ is one line on stderr and exit status 2.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -90,7 +93,7 @@ class Progress:
 
 
 def _parser():
-    from distrl.runtime.args import OneLineParser, positive_int
+    from distrl.runtime.args import OneLineParser, positive_int, probability
 
     p = OneLineParser(
         prog="distrl eval",
@@ -115,6 +118,13 @@ def _parser():
         type=positive_int,
         default=None,
         help="end each episode after this many steps, a shorter time limit than the env's (default: the env's)",
+    )
+    p.add_argument(
+        "--sticky-actions",
+        type=probability,
+        default=None,
+        metavar="P",
+        help="Atari and MinAtar: the probability an action repeats the last (default: the run's; MinAtar's 0.1)",
     )
     p.add_argument("--video", metavar="DIR", default=None, help="write mp4 videos of the first episodes to DIR")
     p.add_argument("--video-episodes", type=positive_int, default=3, help="how many episodes --video records")
@@ -173,6 +183,12 @@ def evaluate_run(args) -> dict:
             "in your env (docs/torchrl.md)"
         )
     atari_opts = from_dict(AtariConfig, cfg["atari"]) if "atari" in cfg else None
+    sticky = args.sticky_actions
+    if sticky is not None and atari.is_atari(env_id):
+        atari_opts = dataclasses.replace(atari_opts or AtariConfig(), sticky_actions=sticky)
+    elif sticky is not None and not env_id.startswith("MinAtar/"):
+        raise ValueError(f"--sticky-actions is for ALE/* and MinAtar/* ids, not {env_id}")
+    minatar_sticky = sticky if env_id.startswith("MinAtar/") else None
     policy = args.policy or ("epsilon" if atari.is_atari(env_id) else "greedy")
     epsilon = args.epsilon if args.epsilon is not None else (atari_opts or AtariConfig()).eval_epsilon
     if policy == "epsilon" and not 0.0 <= epsilon <= 1.0:
@@ -207,6 +223,7 @@ def evaluate_run(args) -> dict:
         videos=args.video_episodes,
         on_step=Progress(args.episodes),
         max_steps=args.max_steps,
+        minatar_sticky=minatar_sticky,
     )
     recorded = min(args.video_episodes, args.episodes) if args.video else 0
     videos = [str(Path(args.video) / f"episode-{i:03d}.mp4") for i in range(recorded)]  # play_episodes' names
@@ -220,6 +237,7 @@ def evaluate_run(args) -> dict:
         "epsilon": epsilon if policy == "epsilon" else 0.0,
         "seed": seed,
         "max_steps": args.max_steps,
+        "sticky_actions": sticky,  # None: the run's
         **report(played.returns, played.lengths, played.seeds, seed),
         "videos": videos,
         "wall_s": time.monotonic() - start,
