@@ -115,6 +115,17 @@ def test_evaluate_greedy_counts_only_the_first_episode():
     assert len(pendulum) == 3 and all(-16.3 * 200 <= r < 0 for r in pendulum)  # 200 steps of cost, then truncated
 
 
+def test_the_gymnax_rules_factory_is_a_torch_minatar_game_on_the_lean_path():
+    """``algo.env_factory=distrl.envs.batched:minatar_gymnax_env``: no sticky actions, episodes cut at
+    1,000 steps (Freeway's clock its own), stepped through ``step_autoreset`` as the built-in games."""
+    factory = "distrl.envs.batched:minatar_gymnax_env"
+    env = make_batched_env("MinAtar/Asterix-v1", 4, CPU, seed=0, factory=factory)
+    assert isinstance(env, NativeEnv) and env.env.sticky_action_prob == 0.0 and env.max_episode_steps == 1_000
+    freeway = make_batched_env("MinAtar/Freeway-v1", 4, CPU, seed=0, factory=factory)
+    assert freeway.env.sticky_action_prob == 0.0 and freeway.max_episode_steps is None
+    assert make_batched_env("MinAtar/Asterix-v1", 4, CPU, seed=0).env.sticky_action_prob == 0.1  # the package's
+
+
 def test_bad_env_choices_fail_before_anything_starts():
     cfg = get_recipe("vecenv").default_config()
     with pytest.raises(ValueError, match="unknown env id 'HalfCheetah-v9'"):

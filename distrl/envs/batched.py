@@ -3,13 +3,15 @@
 The vecenv learner steps a :class:`BatchedEnv`: ``B`` envs on one device, automatic reset,
 plain tensors in and out. Two implementations:
 
-* :class:`NativeEnv` wraps a :class:`~distrl.envs.torch_envs.TorchBatchedEnv` and calls its lean
+* :class:`NativeEnv` wraps a :class:`~distrl.envs.torch_envs.TorchBatchedEnv` (or a MinAtar
+  :class:`~distrl.envs.torch_envs.TorchGridEnv`) and calls its lean
   ``step_autoreset`` (no TensorDict or spec work per step);
 * :class:`TorchRLEnv` wraps any TorchRL ``EnvBase`` with ``batch_size [B]`` (Isaac Lab, Brax,
   Genesis, ``SerialEnv`` of ``GymEnv``...) through ``step_and_maybe_reset``.
 
 A user env comes in through a factory ``fn(env_id, num_envs, device, seed) -> EnvBase`` named as
-``"module:function"`` (``algo.env_factory``); :func:`gym_serial_env` is one, for any gymnasium id.
+``"module:function"`` (``algo.env_factory``); :func:`gym_serial_env` is one, for any gymnasium id,
+and :func:`minatar_gymnax_env` the torch MinAtar games under gymnax's rules.
 A factory may also return a :class:`BatchedEnv` itself, as :func:`gym_vector_env` does
 (gymnasium's ``SyncVectorEnv``: the CPU-env baseline of the benchmark).
 """
@@ -26,7 +28,7 @@ from torchrl.envs import EnvBase
 
 from distrl.data import keys
 from distrl.envs.atari import is_atari
-from distrl.envs.torch_envs import TORCH_ENV_IDS, TorchBatchedEnv, make_torch_env
+from distrl.envs.torch_envs import TORCH_ENV_IDS, TorchBatchedEnv, TorchGridEnv, make_torch_env
 
 EnvFactory = Callable[[str, int, torch.device, int], EnvBase]
 StepOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -63,7 +65,7 @@ class BatchedEnv:
 class NativeEnv(BatchedEnv):
     """A torch-native env, stepped through ``step_autoreset``."""
 
-    def __init__(self, env: TorchBatchedEnv):
+    def __init__(self, env: TorchBatchedEnv | TorchGridEnv):
         self.env = env
         self.num_envs = env.num_envs
         obs = env.observation_spec[keys.OBSERVATION]
@@ -177,7 +179,7 @@ def make_batched_env(
             return env
         # The type, not hasattr(env, "step_autoreset"): a TransformedEnv forwards unknown attributes
         # to its base env, and calling the base's step_autoreset would silently skip the transforms.
-        if isinstance(env, TorchBatchedEnv):
+        if isinstance(env, (TorchBatchedEnv, TorchGridEnv)):
             return NativeEnv(env)
         return TorchRLEnv(env, device, obs_key)
     if is_atari(env_id) or env_id not in TORCH_ENV_IDS:
@@ -249,6 +251,19 @@ class GymVectorEnv(BatchedEnv):
 def gym_vector_env(env_id: str, num_envs: int, device: torch.device, seed: int) -> BatchedEnv:
     """A factory for any gymnasium id: :class:`GymVectorEnv` (``SyncVectorEnv``, CPU)."""
     return GymVectorEnv(env_id, num_envs, device, seed)
+
+
+#: gymnax's MinAtar (April 2023, the envs of its README's PPO table) ended episodes here
+GYMNAX_MINATAR_MAX_STEPS = 1_000
+
+
+def minatar_gymnax_env(env_id: str, num_envs: int, device: torch.device, seed: int) -> TorchGridEnv:
+    """A factory of the torch MinAtar games under gymnax's rules: no sticky actions and episodes
+    cut at 1,000 steps (Freeway uncut: its clock ends it at 2,501, gymnax's at 2,500). The env
+    gymnax-blines' PPO row was trained and scored on; ``distrl eval --sticky-actions 0
+    --max-steps 1000`` scores a run on the same rules."""
+    limit = None if env_id.startswith("MinAtar/Freeway") else GYMNAX_MINATAR_MAX_STEPS
+    return make_torch_env(env_id, num_envs, device=device, seed=seed, sticky_action_prob=0.0, max_episode_steps=limit)
 
 
 def torchrl_native_env(env_id: str, num_envs: int, device: torch.device, seed: int) -> EnvBase:
