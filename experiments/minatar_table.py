@@ -54,12 +54,17 @@ def eval_args(game: str, suffix: str, extra: list[str]) -> list[str]:
     return extra
 
 
+def file_of(game: str, policy: str, suffix: str) -> str:
+    """The evaluation's file name; Freeway's cut column is its uncut one (nothing to cut)."""
+    return f"eval_last_{policy}{'' if game == 'Freeway' and suffix == '_1000' else suffix}.json"
+
+
 def evaluate_missing(run: Path, game: str) -> None:
     from distrl.studies.evaluate import main as eval_main
 
     for suffix, extra, _ in RULES:
         for policy in POLICIES:
-            out = run / f"eval_last_{policy}{suffix}.json"
+            out = run / file_of(game, policy, suffix)
             if not out.exists():
                 argv = [str(run), "--checkpoint", "last", "--episodes", "100", "--policy", policy, "--out", str(out)]
                 if eval_main(argv + eval_args(game, suffix, extra)) != 0:
@@ -76,18 +81,14 @@ def cell(runs: list[Path], name: str) -> str:
 
 def table(runs: dict[str, list[Path]]) -> str:
     """Markdown: a row per game, a column per (rules, policy), medians with each seed's mean."""
-    cols = [
-        (f"eval_last_{p}{s}.json", f"{'sampled' if p == 'sample' else 'greedy'}, {t}")
-        for s, _, t in RULES
-        for p in POLICIES
-    ]
-    head = ["game", "gymnax PPO, 10M", "seeds", *(t for _, t in cols), "wall (min)", "env steps/s"]
+    cols = [(p, s, f"{'sampled' if p == 'sample' else 'greedy'}, {t}") for s, _, t in RULES for p in POLICIES]
+    head = ["game", "gymnax PPO, 10M", "seeds", *(t for _, _, t in cols), "wall (min)", "env steps/s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for game, dirs in runs.items():
         summaries = [json.loads((d / "summary.json").read_text()) for d in dirs]
         ref = GYMNAX[game]
         row = [game, "none published" if ref is None else f"{ref:g}", str(len(dirs))]
-        row += [cell(dirs, name) for name, _ in cols]
+        row += [cell(dirs, file_of(game, p, s)) for p, s, _ in cols]
         row.append(", ".join(f"{s['wall_s'] / 60:.1f}" for s in summaries))
         row.append(", ".join(f"{s['fps'] / 1e3:.1f}k" for s in summaries))
         lines.append("| " + " | ".join(row) + " |")

@@ -1,5 +1,6 @@
 """The pure parts of ``experiments/minatar_table.py``: which ``distrl eval`` options score a column
-(Freeway never cut), and the table's medians over seeds with each seed's mean beside them."""
+(Freeway never cut: its cut column reads its uncut file), and the table's medians over seeds with
+each seed's mean beside them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ def test_freeway_is_never_cut_and_the_others_keep_their_options():
     assert mt.eval_args("Freeway", "_gymnax", gymnax) == ["--sticky-actions", "0"]
     assert mt.eval_args("Breakout", "_gymnax", gymnax) == gymnax
     assert mt.eval_args("Freeway", "", []) == [] and mt.seeds_of("0-2") == [0, 1, 2] and mt.seeds_of("1,4") == [1, 4]
+    assert mt.file_of("Freeway", "sample", "_1000") == "eval_last_sample.json"  # its cut column is the uncut one
+    assert mt.file_of("Breakout", "greedy", "_1000") == "eval_last_greedy_1000.json"
 
 
 def test_the_table_gives_the_median_over_seeds_and_each_seed(tmp_path):
