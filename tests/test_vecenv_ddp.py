@@ -28,6 +28,8 @@ HP = SimpleNamespace(
     entropy_coef=0.01,
     max_grad_norm=0.5,
     allreduce_dtype="float32",
+    clip_value=False,
+    minibatch_adv_norm=False,
 )
 N = 48  # samples per rank
 

@@ -40,15 +40,23 @@ def slow_gae(gamma, lmbda, value, next_value, reward, done, terminated):
     return adv, adv + value.double()
 
 
-def slow_clipped_loss(log_prob, old_log_prob, adv, value, target, entropy, eps, c_v, c_e):
-    """The PPO objective sample by sample."""
+def slow_clipped_loss(log_prob, old_log_prob, adv, value, target, entropy, eps, c_v, c_e, old_value=None):
+    """The PPO objective sample by sample; with ``old_value``, ppo2's clipped value loss."""
     n = len(log_prob)
     surrogate = 0.0
     for i in range(n):
         rho = math.exp(float(log_prob[i]) - float(old_log_prob[i]))
         a = float(adv[i])
         surrogate += min(rho * a, min(max(rho, 1 - eps), 1 + eps) * a)
-    value_loss = sum(0.5 * (float(value[i]) - float(target[i])) ** 2 for i in range(n)) / n
+    value_loss = 0.0
+    for i in range(n):
+        v, v_targ = float(value[i]), float(target[i])
+        loss = (v - v_targ) ** 2
+        if old_value is not None:
+            v_old = float(old_value[i])
+            v_clipped = v_old + min(max(v - v_old, -eps), eps)
+            loss = max(loss, (v_clipped - v_targ) ** 2)
+        value_loss += 0.5 * loss / n
     return -surrogate / n + c_v * value_loss - c_e * float(entropy.mean())
 
 
@@ -75,6 +83,21 @@ def test_clipped_objective_matches_the_slow_loop():
     ref = slow_clipped_loss(log_prob, old, adv, value, target, entropy, 0.2, 0.5, 0.01)
     assert out["loss"].item() == pytest.approx(ref, abs=1e-5)
     assert 0 < out["clip_fraction"].item() < 1
+
+
+def test_clipped_value_loss_matches_the_slow_loop():
+    """``old_value`` turns on ppo2's value clip: the loss differs from the plain one where the new
+    value left ``old_value +- eps`` on the far side of the target, and equals the slow loop."""
+    g = torch.Generator().manual_seed(2)
+    n = 64
+    log_prob, adv, value, target = (torch.randn(n, generator=g) for _ in range(4))
+    old, old_value = log_prob + 0.5 * torch.randn(n, generator=g), value + 0.5 * torch.randn(n, generator=g)
+    entropy = torch.rand(n, generator=g)
+    out = ppo_loss(log_prob, old, adv, value, target, entropy, 0.2, 0.5, 0.01, old_value=old_value)
+    ref = slow_clipped_loss(log_prob, old, adv, value, target, entropy, 0.2, 0.5, 0.01, old_value=old_value)
+    assert out["loss"].item() == pytest.approx(ref, abs=1e-5)
+    plain = ppo_loss(log_prob, old, adv, value, target, entropy, 0.2, 0.5, 0.01)
+    assert out["loss_value"].item() > plain["loss_value"].item()
 
 
 def test_loss_matches_torchrl_clip_ppo_loss():
@@ -229,6 +252,34 @@ def test_learner_targets_and_update_against_the_slow_loops(tmp_path):
     )
     stats = ppo_update(learner.model, learner.optim, batch, a)
     assert stats[0].item() == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)  # one minibatch, one epoch: the loss
+    learner.env.close()
+
+
+def test_gymnax_blines_options_value_clip_and_minibatch_advantages(tmp_path):
+    """``algo.clip_value`` and ``algo.minibatch_adv_norm``: the batch keeps raw advantages and the
+    rollout's values, and the update's loss (one epoch, one minibatch) is the slow loop's with the
+    advantages normalised over the minibatch and ppo2's clipped value loss."""
+    learner = _learner(tmp_path, **{"algo.clip_value": True, "algo.minibatch_adv_norm": True})
+    learner._rollout(learner.env.reset())
+    b, a = learner.buf, learner.algo
+    batch = learner._targets()
+    with torch.no_grad():
+        v, v_next = learner.model.value(b.obs).squeeze(-1), learner.model.value(b.next_obs).squeeze(-1)
+    ref_adv, _ = slow_gae(a.gamma, a.gae_lambda, v, v_next, b.reward, b.terminated | b.truncated, b.terminated)
+    torch.testing.assert_close(batch[keys.ADVANTAGE].double(), ref_adv.reshape(-1), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(batch[keys.STATE_VALUE], v.reshape(-1), atol=1e-5, rtol=1e-5)
+
+    # a value moved away from the rollout's, so that the clip is live in the loss
+    batch[keys.STATE_VALUE] = batch[keys.STATE_VALUE] + torch.linspace(-1, 1, batch.shape[0])
+    adv = batch[keys.ADVANTAGE]
+    with torch.no_grad():
+        log_prob, entropy, value = learner.model.evaluate(batch[keys.OBSERVATION], batch[keys.ACTION])
+    args = (log_prob, batch[keys.ACTION_LOG_PROB], (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8), value)
+    rest = (batch[keys.VALUE_TARGET], entropy, a.clip_eps, a.value_coef, a.entropy_coef)
+    ref_loss = slow_clipped_loss(*args, *rest, old_value=batch[keys.STATE_VALUE])
+    assert ref_loss != pytest.approx(slow_clipped_loss(*args, *rest), rel=1e-3)
+    stats = ppo_update(learner.model, learner.optim, batch, a)
+    assert stats[0].item() == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)
     learner.env.close()
 
 

@@ -32,11 +32,16 @@ def ppo_loss(
     clip_eps: float,
     value_coef: float,
     entropy_coef: float,
+    old_value: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """The clipped surrogate, the value regression and the entropy bonus, averaged over ``[N]``.
 
     ``L = -E[min(rho A, clip(rho, 1-eps, 1+eps) A)] + c_v E[(V - V_targ)^2] / 2 - c_e E[H]``
     with ``rho = exp(log_prob - old_log_prob)``. All inputs are ``[N]``.
+
+    With ``old_value`` (``V`` at the rollout), the value term is the clipped one of PPO's reference
+    code (OpenAI baselines' ``ppo2``; gymnax-blines and CleanRL keep it):
+    ``E[max((V - V_targ)^2, (V_old + clip(V - V_old, -eps, eps) - V_targ)^2)] / 2``.
 
     Returns scalars ``loss`` (to minimise), ``loss_policy``, ``loss_value``, ``entropy``,
     ``approx_kl`` (``E[(rho - 1) - log rho]``, an unbiased KL(old||new) estimate) and
@@ -45,7 +50,11 @@ def ppo_loss(
     log_ratio = log_prob - old_log_prob
     ratio = log_ratio.exp()
     loss_policy = -torch.min(ratio * advantage, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantage).mean()
-    loss_value = 0.5 * (value - value_target).square().mean()
+    loss_value = (value - value_target).square()
+    if old_value is not None:
+        clipped = old_value + (value - old_value).clamp(-clip_eps, clip_eps)
+        loss_value = torch.maximum(loss_value, (clipped - value_target).square())
+    loss_value = 0.5 * loss_value.mean()
     entropy = entropy.mean()
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()

@@ -52,6 +52,8 @@ A3C_IN_KEYS = (OBSERVATION, ACTION, NEXT_OBSERVATION, REWARD, DONE, TERMINATED)
 #: GAE advantage and value target of each sample (TorchRL's ``ClipPPOLoss`` names).
 ADVANTAGE = "advantage"
 VALUE_TARGET = "value_target"
+#: the critic's ``V(s)`` ``[N]`` at the rollout (the old value a clipped value loss stays near)
+STATE_VALUE = "state_value"
 #: log-probability ``[N]`` of the action under the network as its batch arrived at the learner (the
 #: proximal policy of decoupled PPO, sf's ``algo.decoupled``)
 PROXIMAL_LOG_PROB = "proximal_log_prob"

@@ -28,6 +28,10 @@ class VecEnvConfig:
     value_coef: float = 0.5  #: weight of the value loss
     entropy_coef: float = 0.0  #: weight of the entropy bonus
     max_grad_norm: float = 0.5  #: global gradient-norm clip, applied after the all-reduce
+    #: clip the value loss as PPO's reference code does: the new value within clip_eps of the rollout's
+    clip_value: bool = False
+    #: normalise advantages per minibatch on each rank (gymnax-blines, CleanRL), not over every rank's rollout
+    minibatch_adv_norm: bool = False
     allreduce_dtype: str = "float32"  #: dtype gradients are all-reduced in: float32, or bfloat16 (half the bytes)
     reward_scale: float = 1.0  #: rewards are multiplied by this before GAE (Pendulum's costs want ~0.1)
     env_factory: str = ""  #: "module:function" building a batched TorchRL env; empty: the torch-native suite

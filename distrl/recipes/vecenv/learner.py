@@ -180,7 +180,8 @@ class VecEnvLearner:
 
     @torch.no_grad()
     def _targets(self) -> TensorDict:
-        """GAE advantages (normalized over every rank) and value targets, as the flat batch."""
+        """GAE advantages (normalized over every rank, unless per minibatch later) and value
+        targets, as the flat batch (with the rollout's values for a clipped value loss)."""
         a, b = self.algo, self.buf
         # V of the true next observation everywhere, so a truncated episode bootstraps correctly.
         # In chunks of VALUE_CHUNK rows: at 8k+ rows the activations leave the CPU caches and a
@@ -196,7 +197,9 @@ class VecEnvLearner:
             b.terminated | b.truncated,
             b.terminated,
         )
-        return b.flat(normalize_advantage(adv), target)
+        if not a.minibatch_adv_norm:
+            adv = normalize_advantage(adv)
+        return b.flat(adv, target, values[0] if a.clip_value else None)
 
     def _agree_to_stop(self, stats: torch.Tensor) -> bool:
         """Gathers every rank's episode statistics on rank 0, which books them and applies the

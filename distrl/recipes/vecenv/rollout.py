@@ -56,10 +56,13 @@ class Rollout:
             torch.zeros(t, b, **flag),
         )
 
-    def flat(self, advantage: torch.Tensor, value_target: torch.Tensor) -> TensorDict:
-        """The ``[T * B]`` batch a PPO update reads (:data:`distrl.data.keys.PPO_IN_KEYS`); views, no copies."""
+    def flat(
+        self, advantage: torch.Tensor, value_target: torch.Tensor, value: torch.Tensor | None = None
+    ) -> TensorDict:
+        """The ``[T * B]`` batch a PPO update reads (:data:`distrl.data.keys.PPO_IN_KEYS`, and the
+        rollout's ``value`` ``[T, B]`` where a clipped value loss wants it); views, no copies."""
         n = self.reward.numel()
-        return TensorDict(
+        batch = TensorDict(
             {
                 keys.OBSERVATION: self.obs.reshape(n, *self.obs.shape[2:]),
                 keys.ACTION: self.action.reshape(n, *self.action.shape[2:]),
@@ -70,6 +73,9 @@ class Rollout:
             batch_size=[n],
             device=self.obs.device,
         )
+        if value is not None:
+            batch[keys.STATE_VALUE] = value.reshape(n)
+        return batch
 
 
 class EpisodeStats:

@@ -36,6 +36,8 @@ class PPOHyper(Protocol):
     entropy_coef: float
     max_grad_norm: float
     allreduce_dtype: str  #: "float32" or "bfloat16": the dtype gradients cross the wire in
+    clip_value: bool  #: the clipped value loss (the batch then holds ``state_value``)
+    minibatch_adv_norm: bool  #: normalise each minibatch's advantages (else they come normalised)
 
 
 def world_size() -> int:
@@ -97,8 +99,9 @@ def ppo_update(
 
     Args:
         model: an actor-critic (:class:`distrl.nn.models.ActorCritic`: ``evaluate`` and ``value``).
-        batch: ``[N]`` TensorDict with :data:`distrl.data.keys.PPO_IN_KEYS`; ``advantage`` already
-            normalized (:func:`normalize_advantage`). Every rank must hold the same ``N``.
+        batch: ``[N]`` TensorDict with :data:`distrl.data.keys.PPO_IN_KEYS` (and ``state_value``
+            under ``hp.clip_value``); ``advantage`` already normalized (:func:`normalize_advantage`)
+            unless ``hp.minibatch_adv_norm``. Every rank must hold the same ``N``.
         is_finite: decides from the reduced gradient norm (a 0-dim tensor) whether to step; the
             rank-0 learner passes its session's check, which counts and stops on a streak.
 
@@ -112,16 +115,20 @@ def ppo_update(
     stats = []
     for mb in minibatches(batch, hp.epochs, hp.num_minibatches):
         log_prob, entropy, value = model.evaluate(mb[keys.OBSERVATION], mb[keys.ACTION])
+        adv = mb[keys.ADVANTAGE]
+        if hp.minibatch_adv_norm:  # this rank's minibatch alone, as one-process PPO code does it
+            adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
         out = ppo_loss(
             log_prob,
             mb[keys.ACTION_LOG_PROB],
-            mb[keys.ADVANTAGE],
+            adv,
             value,
             mb[keys.VALUE_TARGET],
             entropy,
             hp.clip_eps,
             hp.value_coef,
             hp.entropy_coef,
+            old_value=mb[keys.STATE_VALUE] if hp.clip_value else None,
         )
         optim.zero_grad(set_to_none=True)
         out[keys.LOSS].backward()
