@@ -78,11 +78,14 @@ def minatar_gymnax() -> Config:
     ReLU (``utils/models.py``, ``CategoricalSeparateMLP``); Adam eps 1e-5 (``utils/ppo.py``, as
     vecenv's). Here that is ``net.encoder=mlp`` on ``[C, 10, 10]`` (``distrl.nn.encoders.MLPEncoder``
     flattens it). What differs (``utils/ppo.py``): gymnax also clips the value loss at ``clip_eps``
-    and normalises advantages per minibatch (vecenv: no value clip, advantages over the rollout);
+    and normalises advantages per minibatch, which vecenv does under ``algo.clip_value`` and
+    ``algo.minibatch_adv_norm``, off here: the table in docs/pixels.md was run without them, and
+    with them on Freeway (``--set algo.clip_value=true --set algo.minibatch_adv_norm=true``);
     flax's initialisation (lecun-normal kernels, biases uniform in [0, 0.05]) is PyTorch's here.
     The envs differ too: the package's sticky actions (0.1) and distrl's 10,000-step time limit,
     where gymnax's MinAtar (April 2023) had no sticky actions and ended episodes at 1,000 steps
-    (Freeway: its own 2,500). No target return, no early stop; ``max_time_s`` far past 10M steps."""
+    (Freeway: its own 2,500); ``--set algo.env_factory=distrl.envs.batched:minatar_gymnax_env``
+    trains on gymnax's rules. No target return, no early stop; ``max_time_s`` far past 10M steps."""
     return override(
         default(),
         **{"run.env": "MinAtar/Breakout-v1", "run.target_return": None, "run.total_frames": 10_000_000,
