@@ -29,7 +29,7 @@ PRECISIONS = ("float32", "bfloat16", "auto")
 #: the values ``run.lr_schedule`` takes (:func:`distrl.roles.learner.lr_factor`)
 LR_SCHEDULES = ("constant", "linear")
 #: the values ``net.init`` takes (:func:`distrl.nn.models.actor_critic_towers`)
-INITS = ("torch", "orthogonal")
+INITS = ("torch", "orthogonal", "flax")
 
 
 def check(ok: bool, msg: str) -> None:
@@ -159,7 +159,8 @@ class NetConfig:
     #: device computes it natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU with bf16), else float32
     precision: str = "float32"
     #: the actor-critic's initial weights: ``torch`` (PyTorch's defaults, the policy's last layer
-    #: x 0.01) or ``orthogonal`` (PPO's: gain sqrt(2), 0.01 for the policy's last layer, 1 for the value's)
+    #: x 0.01), ``orthogonal`` (PPO's: gain sqrt(2), 0.01 for the policy's last layer, 1 for the value's)
+    #: or ``flax`` (flax's ``Dense``: lecun-normal weights, biases uniform in [0, 0.05), as gymnax-blines)
     init: str = "torch"
 
     def __post_init__(self):
@@ -173,7 +174,7 @@ class NetConfig:
         check(self.obs_norm in ("auto", "on", "off"), f"net.obs_norm must be auto, on or off, got {self.obs_norm!r}")
         check(self.value_norm in ("on", "off"), f"net.value_norm must be on or off, got {self.value_norm!r}")
         check(self.precision in PRECISIONS, f"net.precision must be one of {PRECISIONS}, got {self.precision!r}")
-        check(self.init in INITS, f"net.init must be torch or orthogonal, got {self.init!r}")
+        check(self.init in INITS, f"net.init must be one of {INITS}, got {self.init!r}")
 
 
 @dataclass(frozen=True)

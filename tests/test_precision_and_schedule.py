@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from distrl.config import NetConfig, RunConfig
 from distrl.nn.encoders import autocast_dtype, make_encoder, native_bfloat16
-from distrl.nn.models import ActorCritic
+from distrl.nn.models import TRUNCATED_NORMAL_STD, ActorCritic
 from distrl.roles.learner import lr_factor, set_lr
 
 ATARI = (4, 84, 84)
@@ -103,5 +105,30 @@ def test_orthogonal_init_is_ppos_and_keeps_the_features_scale(shape):
 
 
 def test_a_bad_init_is_one_line():
-    with pytest.raises(ValueError, match="net.init must be torch or orthogonal"):
+    with pytest.raises(ValueError, match="net.init must be one of"):
         NetConfig(init="xavier")
+
+
+def test_truncated_normal_constant_is_the_std_of_a_unit_normal_cut_at_two():
+    """flax's 0.8796...: Var = 1 - 2 * 2 * pdf(2) / (cdf(2) - cdf(-2)) for a unit normal cut at +-2."""
+    pdf2 = math.exp(-2.0) / math.sqrt(2 * math.pi)
+    mass = math.erf(2 / math.sqrt(2))
+    assert TRUNCATED_NORMAL_STD == pytest.approx(math.sqrt(1 - 4 * pdf2 / mass), rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(4, 10, 10), (7,), ATARI])
+def test_flax_init_is_lecun_normal_with_small_positive_biases(shape):
+    """Every weight from a normal cut at +-2 std with variance 1 / fan_in, every bias in [0, 0.05):
+    flax's ``Dense`` defaults with gymnax-blines' ``bias_init``; no layer scaled down."""
+    torch.manual_seed(0)
+    model = ActorCritic(shape, 6, NetConfig(init="flax", hidden=(256, 256)))
+    layers = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+    for layer in layers:
+        w = layer.weight.reshape(layer.weight.shape[0], -1)
+        target = 1 / math.sqrt(w.shape[1])
+        assert w.abs().max() <= 2 * target / TRUNCATED_NORMAL_STD + 1e-6, layer
+        if w.numel() >= 4096:  # the sample std is within 3% of the target (its error ~ 1/sqrt(2n))
+            assert w.std().item() == pytest.approx(target, rel=0.03), layer
+        assert 0.0 <= layer.bias.min() and layer.bias.max() < 0.05, layer
+        if layer.bias.numel() >= 256:  # uniform in [0, 0.05): mean 0.025, sd of the mean <= 0.0009
+            assert layer.bias.mean().item() == pytest.approx(0.025, abs=0.005), layer

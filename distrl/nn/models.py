@@ -64,6 +64,8 @@ def actor_critic_towers(obs_shape: Sequence[int], outputs: int, net: NetConfig) 
     with torch.no_grad():
         if net.init == "orthogonal":
             orthogonal_init(policy, value)
+        elif net.init == "flax":
+            flax_init(policy, value)
         else:
             policy[-1].weight.mul_(0.01)
             policy[-1].bias.zero_()
@@ -86,6 +88,24 @@ def orthogonal_init(policy: nn.Module, value: nn.Module) -> None:
         nn.init.zeros_(layer.bias)
     nn.init.orthogonal_(layers(policy)[-1].weight, 0.01)
     nn.init.orthogonal_(value_layers[-1].weight, 1.0)
+
+
+def flax_init(policy: nn.Module, value: nn.Module) -> None:
+    """``net.init=flax``, what a flax model gets from ``nn.Dense(bias_init=uniform(0.05))``, as
+    gymnax-blines' ``CategoricalSeparateMLP`` builds it (utils/models.py, commit 3f029d6): every
+    ``Linear`` and ``Conv2d`` weight lecun-normal (flax's ``variance_scaling(1, "fan_in",
+    "truncated_normal")``: a normal truncated at +-2 standard deviations, rescaled so its variance
+    is 1 / fan_in), every bias uniform in [0, 0.05), the last layers unscaled (the policy starts
+    less uniform than under ``torch`` or ``orthogonal``). For the runs beside gymnax's table."""
+    for layer in [x for x in list(policy.modules()) + list(value.modules()) if isinstance(x, (nn.Linear, nn.Conv2d))]:
+        fan_in = layer.weight[0].numel()
+        std = (1.0 / fan_in) ** 0.5 / TRUNCATED_NORMAL_STD
+        nn.init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
+        nn.init.uniform_(layer.bias, 0.0, 0.05)
+
+
+#: the standard deviation of a unit normal truncated at +-2 (flax's and TensorFlow's constant)
+TRUNCATED_NORMAL_STD = 0.87962566103423978
 
 
 def shared_torso(value: nn.Module) -> nn.Module | None:
