@@ -154,8 +154,8 @@ class NetConfig:
     #: the critic predicts returns standardised by running statistics of the targets, the estimators
     #: see them in reward units; ``off``. The recipes whose loss honours it: ``sf``
     value_norm: str = "off"
-    #: an image encoder's arithmetic (distrl/nn/encoders.py): ``float32``; ``bfloat16``, its convolutions and
-    #: matmuls under autocast (heads, losses and the optimizer stay float32); ``auto``, bfloat16 where the
+    #: an encoder's arithmetic (distrl/nn/encoders.py): ``float32``; ``bfloat16``, its convolutions and
+    #: matmuls under autocast (an MLP's hidden layers; heads, losses and the optimizer stay float32); ``auto``, bfloat16 where the
     #: device computes it natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU with bf16), else float32
     precision: str = "float32"
     #: the actor-critic's initial weights: ``torch`` (PyTorch's defaults, the policy's last layer

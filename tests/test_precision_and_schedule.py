@@ -1,4 +1,4 @@
-"""``net.precision`` (an image encoder under bfloat16 autocast, float32 out) and ``run.lr_schedule``
+"""``net.precision`` (an encoder under bfloat16 autocast, float32 out; an MLP's head in float32) and ``run.lr_schedule``
 (the learning rate over the budget, on the clock ``--resume`` restores). Quick tier."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from distrl.config import NetConfig, RunConfig
-from distrl.nn.encoders import autocast_dtype, make_encoder, native_bfloat16
+from distrl.nn.encoders import MLPEncoder, autocast_dtype, make_encoder, native_bfloat16
 from distrl.nn.models import TRUNCATED_NORMAL_STD, ActorCritic
 from distrl.roles.learner import lr_factor, set_lr
 
@@ -32,6 +32,36 @@ def test_bfloat16_features_come_out_float32_and_near_float32s(name):
     assert b.dtype == torch.float32 and b.shape == a.shape
     # bfloat16 keeps 8 bits of mantissa: each layer's output within ~2^-8 of its size, a few layers deep
     assert (a - b).abs().max() <= 0.05 * a.abs().max() + 1e-3, (a - b).abs().max()
+
+
+@pytest.mark.parametrize("head", [1, None])
+def test_a_bfloat16_mlp_runs_its_hidden_layers_in_bfloat16_and_its_head_in_float32(head):
+    """SAC's towers: the head's input and output float32 (a Q of 500 keeps float32's resolution),
+    the hidden matmuls bfloat16, every gradient float32."""
+    torch.manual_seed(0)
+    net = NetConfig(hidden=(256, 256), activation="relu")
+    full = MLPEncoder((23,), net, head=head)
+    half = MLPEncoder((23,), NetConfig(**{**net.__dict__, "precision": "bfloat16"}), head=head)
+    half.load_state_dict(full.state_dict())
+    seen = {}
+
+    def record(i):
+        def hook(module, inputs, output) -> None:  # returns None: the output stays as it was
+            seen[i] = (inputs[0].dtype, output.dtype)
+
+        return hook
+
+    for i, layer in enumerate(half):
+        layer.register_forward_hook(record(i))
+    x = torch.randn(64, 23)
+    a, b = full(x), half(x)
+    assert b.dtype == torch.float32 and b.shape == a.shape
+    assert seen[0][1] == seen[2][1] == torch.bfloat16  # the hidden Linear layers
+    if head is not None:
+        assert seen[4] == (torch.float32, torch.float32)
+    assert (a - b).abs().max() <= 0.03 * a.abs().max() + 1e-3, (a - b).abs().max()
+    b.square().mean().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in half.parameters())
 
 
 def test_bfloat16_log_probs_stay_close_and_the_gradient_reaches_every_weight():

@@ -78,6 +78,10 @@ class MLPEncoder(nn.Sequential):
     encoder) start with an ``nn.Flatten`` to ``[*B, C*H*W]``: gymnax-blines' MinAtar PPO network
     (``flatten_3d``, the ``minatar_gymnax`` preset of vecenv). The shape is then kept as an
     ``obs_shape`` buffer, as the image encoders keep theirs, so a checkpoint reloads with it.
+
+    ``net.precision`` (:func:`autocast_dtype`): with bfloat16 the hidden layers run under autocast
+    and the head in float32 (on this project's CPUs a (256, 256) tower's forward and backward over
+    256 samples costs half of float32's: SAC's learner, ``docs/apex.md``).
     """
 
     def __init__(self, obs_shape: Sequence[int], net: NetConfig, head: int | None = None):
@@ -93,11 +97,24 @@ class MLPEncoder(nn.Sequential):
             layers.append(nn.Linear(widths[-1], head))
         super().__init__(*layers)
         self.in_features, self.out_features = flat, widths[-1] if head is None else head
+        self.precision, self.has_head = net.precision, head is not None
         if len(shape) > 1:  # what distrl.nn.trained_policy reads back (a flat tower's state dict stays as it was)
             self.register_buffer("obs_shape", torch.tensor(shape, dtype=torch.int64))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return super().forward(to_float(obs))
+        x = to_float(obs)
+        dtype = autocast_dtype(getattr(self, "precision", "float32"), x.device.type)  # (pickles before it: float32)
+        if dtype is None:
+            return super().forward(x)
+        # bfloat16: the hidden layers under autocast, the head (when there is one) in float32 on float32
+        # features, so that a Q-value or a log-std keeps float32's resolution (bfloat16 rounds a Q of 500 to +-2)
+        layers = list(self)
+        head = layers.pop() if self.has_head else None
+        with torch.autocast(x.device.type, dtype=dtype):
+            for layer in layers:
+                x = layer(x)
+        x = x.float()
+        return head(x) if head is not None else x
 
 
 @functools.cache

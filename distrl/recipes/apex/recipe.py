@@ -68,8 +68,10 @@ def mujoco() -> Config:
     (neither has one: the bound is out of reach). distrl's own: 4 envs per actor in unrolls of 16 (the
     rate limiter's default tolerance of 20k samples lets an actor run 78 env steps ahead of 1:1),
     observations normalised as every distrl MuJoCo policy (``net.obs_norm``; neither reference
-    does), 30 minutes (the budget its learning targets are set at). Learning figures: not yet
-    measured (docs/apex.md)."""
+    does), 30 minutes (the budget its learning targets are set at), and the MLPs' hidden layers in
+    bfloat16 where the CPU computes it natively (``net.precision=auto``; heads, losses and Adam in
+    float32): an update at HalfCheetah's sizes costs 0.5x float32's on these CPUs, so the learner, the
+    bound at one update per env step, trains twice the env steps in the budget (docs/apex.md)."""
     return override(
         default(),
         # (in this order: each setting is checked as it lands, and the rate limiter's tolerance needs small inserts)
@@ -77,7 +79,8 @@ def mujoco() -> Config:
            "algo.envs_per_actor": 4, "algo.unroll_length": 16, "algo.lr": 3e-4, "algo.batch_size": 256,
            "algo.tau": 0.005, "algo.gamma": 0.99, "algo.n_step": 1, "algo.capacity": 1_000_000,
            "algo.min_replay_size": 5_000, "algo.random_steps": 5_000, "algo.samples_per_insert": 256.0,
-           "algo.alpha": 0.0, "algo.max_grad_norm": 1e6, "net.hidden": (256, 256), "net.activation": "relu"},
+           "algo.alpha": 0.0, "algo.max_grad_norm": 1e6, "net.hidden": (256, 256), "net.activation": "relu",
+           "net.precision": "auto"},
     )
 
 

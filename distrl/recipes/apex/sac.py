@@ -63,8 +63,11 @@ class ApexSACLearner(ApexLearner):
     def build(self, info) -> Optional[dict]:
         model = sac_network(self.cfg, info).to(self.device)
         # one Adam over policy, critics and temperature: Adam is per-parameter, so this is SB3's three
-        # optimizers at one rate, and each loss reaches only its own parameters (sac_loss)
-        state = self.setup(model, torch.optim.Adam(model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps))
+        # optimizers at one rate, and each loss reaches only its own parameters (sac_loss). foreach: the
+        # same update over the 19 tensors in a few multi-tensor ops, not ~10 ops each (CPU's default is
+        # the loop): 8.1 -> 6.6 ms an update at HalfCheetah's sizes in bfloat16 (docs/apex.md)
+        optim = torch.optim.Adam(model.parameters(), lr=self.algo.lr, eps=self.algo.adam_eps, foreach=True)
+        state = self.setup(model, optim)
         self.session.policy_network = "sac"  # load_policy rebuilds a SACNetwork (distrl/nn/trained_policy.py)
         # a resumed run's own target critics are loaded by ApexLearner.__init__ (checkpoints before it
         # held them under "target_qvalue")
