@@ -1,0 +1,148 @@
+"""``apex`` with SAC against Stable-Baselines3's SAC on the same machine at equal minutes: the table and
+the curves of ``docs/continuous.md``.
+
+    python -m experiments.sac_table --apex '/tmp/sac45/apex_{env}_s{seed}' \\
+        --sb3 '/tmp/sac45/sb3_{env}_s{seed}' --envs halfcheetah,hopper --seeds 0-2 \\
+        [--minutes 10,20,30] [--plot docs/img/sac]
+
+``{env}`` is the lower-case env name (``halfcheetah``). An ``apex`` run directory is
+``python launch/train.py apex --env HalfCheetah-v5 --seed S --set run.eval_interval_s=120
+--set run.eval_episodes=10 --run-dir DIR``: its greedy evaluations during the run (the squashed
+mean, episode ``i`` seeded ``10_000 + i`` for seed 0), read from ``DIR/summary.json``'s ``evals``. An
+SB3 directory is ``python -m experiments.sb3_sac --env HalfCheetah-v5 --seed S --eval-every-s 120
+--eval-episodes 10 --out DIR``: its checkpoints scored after training by the same player, read from
+``DIR/results.json``. Both are ``(minutes, env steps, mean return)`` points.
+
+A cell is the score a user holds at ``T`` minutes: each run's latest evaluation at or before ``T``
+(the policy it would stop with; not the best seen), the median over seeds in bold, then each seed's.
+Missing runs are skipped (a cell says how many seeds it has). ``--plot PREFIX`` writes
+``PREFIX_time.png`` and ``PREFIX_steps.png``: every run's evaluations against minutes and against
+env steps, a panel per env.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Optional
+
+#: (label, what the --apex / --sb3 pattern names) of the two systems, in table order
+SYSTEMS = ("apex (distrl)", "SB3 SAC")
+
+
+def seeds_of(text: str) -> list[int]:
+    """``0-2`` -> ``[0, 1, 2]``; ``0,3`` -> ``[0, 3]``."""
+    if "-" in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def apex_points(run: Path) -> list[tuple[float, int, float]]:
+    """``(minutes, env steps, mean return)`` of an ``apex`` run's evaluations, in order."""
+    evals = json.loads((run / "summary.json").read_text()).get("evals", [])
+    return [(e["wall_s"] / 60, int(e["env_frames"]), float(e["return_mean"])) for e in evals]
+
+
+def sb3_points(run: Path) -> list[tuple[float, int, float]]:
+    """``(minutes, env steps, mean return)`` of an SB3 run's scored checkpoints, in order."""
+    records = json.loads((run / "results.json").read_text())["checkpoints"]
+    return sorted((r["wall_s"] / 60, int(r["env_steps"]), float(r["mean"])) for r in records)
+
+
+def at_minutes(points: list[tuple[float, int, float]], minutes: float) -> Optional[float]:
+    """The latest evaluation at or before ``minutes`` (None before the first)."""
+    held = [p[2] for p in points if p[0] <= minutes + 1e-9]
+    return held[-1] if held else None
+
+
+def load(patterns: dict[str, str], envs: list[str], seeds: list[int]) -> dict[str, dict[str, dict[int, list]]]:
+    """``{system: {env: {seed: points}}}`` of the runs that exist."""
+    readers = {SYSTEMS[0]: (apex_points, "summary.json"), SYSTEMS[1]: (sb3_points, "results.json")}
+    out: dict[str, dict[str, dict[int, list]]] = {}
+    for system, pattern in patterns.items():
+        read, marker = readers[system]
+        for env in envs:
+            for seed in seeds:
+                run = Path(pattern.format(env=env, seed=seed))
+                if (run / marker).is_file():
+                    out.setdefault(system, {}).setdefault(env, {})[seed] = read(run)
+    return out
+
+
+def cell(values: list[Optional[float]]) -> str:
+    """``**median** (seed values)`` over the seeds that have a value."""
+    have = [v for v in values if v is not None]
+    if not have:
+        return "-"
+    return f"**{statistics.median(have):,.0f}** ({', '.join(f'{v:,.0f}' for v in have)})"
+
+
+def table(runs: dict, envs: list[str], minutes: list[float]) -> str:
+    """The markdown table: a row per system and env, a column per budget."""
+    lines = [
+        "| env | system | seeds | " + " | ".join(f"{m:g} min" for m in minutes) + " | env steps at the end |",
+        "|---|---|---|" + "---|" * len(minutes) + "---|",
+    ]
+    for env in envs:
+        for system in SYSTEMS:
+            by_seed = runs.get(system, {}).get(env, {})
+            if not by_seed:
+                continue
+            cells = [cell([at_minutes(p, m) for p in by_seed.values()]) for m in minutes]
+            steps = ", ".join(f"{p[-1][1]:,}" for p in by_seed.values() if p)
+            lines.append(f"| {env} | {system} | {len(by_seed)} | " + " | ".join(cells) + f" | {steps} |")
+    return "\n".join(lines)
+
+
+def plot(runs: dict, envs: list[str], prefix: str) -> list[Path]:
+    """Every run's evaluations against minutes and env steps, a panel per env."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for x, col, scale, label in (("time", 0, 1.0, "minutes"), ("steps", 1, 1e3, "env steps (thousands)")):
+        fig, axes = plt.subplots(1, len(envs), figsize=(4.5 * len(envs), 3.4), squeeze=False)
+        for ax, env in zip(axes[0], envs):
+            for j, system in enumerate(SYSTEMS):
+                for k, (seed, pts) in enumerate(sorted(runs.get(system, {}).get(env, {}).items())):
+                    xs, ys = [p[col] / scale for p in pts], [p[2] for p in pts]
+                    ax.plot(xs, ys, color=f"C{j}", ls=("-", "--", ":")[k % 3], label=f"{system}, seed {seed}")
+            ax.set_title(env, fontsize=10)
+            ax.set_xlabel(label)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        axes[0][0].set_ylabel("greedy evaluation (mean return)")
+        fig.tight_layout()
+        out = Path(f"{prefix}_{x}.png")
+        fig.savefig(out, dpi=80)
+        plt.close(fig)
+        written.append(out)
+    return written
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--apex", required=True, help="apex run directories, with {env} and {seed}")
+    p.add_argument("--sb3", required=True, help="experiments.sb3_sac output directories, with {env} and {seed}")
+    p.add_argument("--envs", default="halfcheetah,hopper", help="lower-case env names, comma-separated")
+    p.add_argument("--seeds", default="0-2", help="0-2 or 0,1,2")
+    p.add_argument("--minutes", default="10,20,30", help="the budgets of the table's columns")
+    p.add_argument("--plot", default=None, help="write PREFIX_time.png and PREFIX_steps.png")
+    args = p.parse_args(argv)
+    envs, minutes = args.envs.split(","), [float(m) for m in args.minutes.split(",")]
+    runs = load({SYSTEMS[0]: args.apex, SYSTEMS[1]: args.sb3}, envs, seeds_of(args.seeds))
+    if not runs:
+        raise SystemExit("sac_table: no run found under --apex or --sb3")
+    print(table(runs, envs, minutes))
+    if args.plot:
+        for path in plot(runs, envs, args.plot):
+            print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

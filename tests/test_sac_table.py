@@ -1,0 +1,60 @@
+"""experiments/sac_table.py: the score held at T minutes, medians over seeds, both systems' files read
+as their writers write them. Quick tier."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments import sac_table
+
+
+def write_apex(run, evals):
+    run.mkdir(parents=True)
+    rows = [{"wall_s": m * 60, "env_frames": s, "updates": s, "return_mean": r} for m, s, r in evals]
+    (run / "summary.json").write_text(json.dumps({"evals": rows}))
+
+
+def write_sb3(run, checkpoints):
+    run.mkdir(parents=True)
+    rows = [
+        {"checkpoint": "x", "wall_s": m * 60, "env_steps": s, "mean": r, "median": r, "returns": [r]}
+        for m, s, r in checkpoints
+    ]
+    (run / "results.json").write_text(json.dumps({"checkpoints": rows[::-1]}))  # any order: sorted by time
+
+
+def test_the_score_at_t_is_the_latest_evaluation_not_the_best():
+    points = [(2.0, 10, 100.0), (4.0, 20, 900.0), (6.0, 30, 500.0)]
+    assert sac_table.at_minutes(points, 1.0) is None
+    assert sac_table.at_minutes(points, 4.0) == 900.0
+    assert sac_table.at_minutes(points, 10.0) == 500.0
+
+
+def test_the_table_has_medians_over_the_seeds_that_ran(tmp_path):
+    for seed, final in ((0, 4000.0), (1, 6000.0), (2, 5000.0)):
+        write_apex(tmp_path / f"apex_halfcheetah_s{seed}", [(10, 100_000, final - 1000), (30, 250_000, final)])
+    write_sb3(tmp_path / "sb3_halfcheetah_s0", [(10, 60_000, 2000.0), (30, 160_000, 3500.0)])
+    runs = sac_table.load(
+        {
+            sac_table.SYSTEMS[0]: str(tmp_path / "apex_{env}_s{seed}"),
+            sac_table.SYSTEMS[1]: str(tmp_path / "sb3_{env}_s{seed}"),
+        },
+        ["halfcheetah", "hopper"],
+        [0, 1, 2],
+    )
+    text = sac_table.table(runs, ["halfcheetah", "hopper"], [10, 30])
+    assert (
+        "| halfcheetah | apex (distrl) | 3 | **4,000** (3,000, 5,000, 4,000) | **5,000** (4,000, 6,000, 5,000) |"
+        in text
+    )
+    assert "| halfcheetah | SB3 SAC | 1 | **2,000** (2,000) | **3,500** (3,500) | 160,000 |" in text
+    assert "hopper" not in text  # no run: no row
+    written = sac_table.plot(runs, ["halfcheetah"], str(tmp_path / "sac"))
+    assert [p.name for p in written] == ["sac_time.png", "sac_steps.png"] and all(p.stat().st_size > 0 for p in written)
+
+
+def test_no_run_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="no run found"):
+        sac_table.main(["--apex", str(tmp_path / "a_{env}_{seed}"), "--sb3", str(tmp_path / "b_{env}_{seed}")])
