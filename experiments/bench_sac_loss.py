@@ -3,11 +3,13 @@
 per update at one update per env step.
 
 HalfCheetah's sizes by default (17 observations, 6 actions), the mujoco preset's (256, 256) ReLU
-MLPs and batch of 256, 1-step returns (``SACLoss``'s TD(0)). Times are this process's CPU seconds
-(one thread by default), and the two alternate in rounds, so a shared machine's load falls on both
-alike; the ratio of medians is the figure to read.
+MLPs and batch of 256, 1-step returns (``SACLoss``'s TD(0)), Adam with ``foreach`` on both sides (as
+the learner builds it); ``--precision auto`` runs both sides' hidden layers in bfloat16 where the CPU
+computes it natively, as the preset does (``--precision float32``, the default, does not). Times
+are this process's CPU seconds (one thread by default), and the two alternate in rounds, so a
+shared machine's load falls on both alike; the ratio of medians is the figure to read.
 
-    python -m experiments.bench_sac_loss --rounds 10 --updates 50
+    python -m experiments.bench_sac_loss --rounds 10 --updates 50 [--precision auto]
 """
 
 from __future__ import annotations
@@ -56,14 +58,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--updates", type=int, default=50, help="updates per round and side")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--precision", default="float32", help="net.precision of both sides' networks (auto: the preset's)")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     F, A, B = a.obs, a.actions, a.batch
-    net = NetConfig(hidden=(256, 256), activation="relu")
+    net = NetConfig(hidden=(256, 256), activation="relu", precision=a.precision)
     low, high = -torch.ones(A), torch.ones(A)
     ours = SACNetwork((F,), A, low, high, net)
     target = copy.deepcopy(ours.qvalue).requires_grad_(False)
-    optim = torch.optim.Adam(ours.parameters(), lr=3e-4)
+    optim = torch.optim.Adam(ours.parameters(), lr=3e-4, foreach=True)  # as the learner builds it
     batch = TensorDict(
         {
             keys.OBSERVATION: torch.randn(B, F),
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     from torchrl.objectives import SoftUpdate
 
     updater = SoftUpdate(loss, tau=0.005)
-    optim_theirs = torch.optim.Adam(loss.parameters(), lr=3e-4)
+    optim_theirs = torch.optim.Adam(loss.parameters(), lr=3e-4, foreach=True)
     done = torch.zeros(B, 1, dtype=torch.bool)
     td = TensorDict(
         {
@@ -124,7 +127,10 @@ def main(argv: list[str] | None = None) -> None:
         times["distrl"].append(_timed(step_ours, a.updates))
         times["torchrl"].append(_timed(step_theirs, a.updates))
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    print(f"batch {B}, obs {F}, actions {A}, (256, 256) ReLU, {a.threads} thread(s), {a.rounds} rounds x {a.updates}")
+    print(
+        f"batch {B}, obs {F}, actions {A}, (256, 256) ReLU, {a.precision}, {a.threads} thread(s), "
+        f"{a.rounds} rounds x {a.updates}"
+    )
     for k, v in med.items():
         print(
             f"  {k:8s} {v:6.2f} CPU ms per update (median; range {min(times[k]) * 1e3:.2f}-{max(times[k]) * 1e3:.2f})"
