@@ -14,7 +14,8 @@ SB3 directory is ``python -m experiments.sb3_sac --env HalfCheetah-v5 --seed S -
 ``DIR/results.json``. Both are ``(minutes, env steps, mean return)`` points.
 
 A cell is the score a user holds at ``T`` minutes: each run's latest evaluation at or before ``T``
-(the policy it would stop with; not the best seen), the median over seeds in bold, then each seed's.
+(6 s of slack: a run's last evaluation is taken as it stops; the policy it would stop with, not the
+best seen), the median over seeds in bold, then each seed's.
 Missing runs are skipped (a cell says how many seeds it has). ``--plot PREFIX`` writes
 ``PREFIX_time.png`` and ``PREFIX_steps.png``: every run's evaluations against minutes and against
 env steps, a panel per env.
@@ -52,9 +53,14 @@ def sb3_points(run: Path) -> list[tuple[float, int, float]]:
     return sorted((r["wall_s"] / 60, int(r["env_steps"]), float(r["mean"])) for r in records)
 
 
+#: minutes an evaluation may come after a budget and still count for it: a run's last one is taken as
+#: it stops, a second or two past its ``max_time_s`` (SB3's last checkpoint is saved at the budget)
+SLACK_MIN = 0.1
+
+
 def at_minutes(points: list[tuple[float, int, float]], minutes: float) -> Optional[float]:
-    """The latest evaluation at or before ``minutes`` (None before the first)."""
-    held = [p[2] for p in points if p[0] <= minutes + 1e-9]
+    """The latest evaluation at or before ``minutes`` (+ :data:`SLACK_MIN`; None before the first)."""
+    held = [p[2] for p in points if p[0] <= minutes + SLACK_MIN]
     return held[-1] if held else None
 
 

@@ -30,6 +30,7 @@ def test_the_score_at_t_is_the_latest_evaluation_not_the_best():
     assert sac_table.at_minutes(points, 1.0) is None
     assert sac_table.at_minutes(points, 4.0) == 900.0
     assert sac_table.at_minutes(points, 10.0) == 500.0
+    assert sac_table.at_minutes([(30.02, 40, 7.0)], 30.0) == 7.0  # the stop's evaluation, 1 s past the budget
 
 
 def test_the_table_has_medians_over_the_seeds_that_ran(tmp_path):
