@@ -14,7 +14,7 @@ SB3 directory is ``python -m experiments.sb3_sac --env HalfCheetah-v5 --seed S -
 ``DIR/results.json``. Both are ``(minutes, env steps, mean return)`` points.
 
 A cell is the score a user holds at ``T`` minutes: each run's latest evaluation at or before ``T``
-(6 s of slack: a run's last evaluation is taken as it stops; the policy it would stop with, not the
+(3 s of slack: a run's last evaluation is taken as it stops; the policy it would stop with, not the
 best seen), the median over seeds in bold, then each seed's.
 Missing runs are skipped (a cell says how many seeds it has). ``--plot PREFIX`` writes
 ``PREFIX_time.png`` and ``PREFIX_steps.png``: every run's evaluations against minutes and against
@@ -55,7 +55,7 @@ def sb3_points(run: Path) -> list[tuple[float, int, float]]:
 
 #: minutes an evaluation may come after a budget and still count for it: a run's last one is taken as
 #: it stops, a second or two past its ``max_time_s`` (SB3's last checkpoint is saved at the budget)
-SLACK_MIN = 0.1
+SLACK_MIN = 0.05
 
 
 def at_minutes(points: list[tuple[float, int, float]], minutes: float) -> Optional[float]:
