@@ -155,8 +155,9 @@ class NetConfig:
     #: see them in reward units; ``off``. The recipes whose loss honours it: ``sf``
     value_norm: str = "off"
     #: an encoder's arithmetic (distrl/nn/encoders.py): ``float32``; ``bfloat16``, its convolutions and
-    #: matmuls under autocast (an MLP's hidden layers; heads, losses and the optimizer stay float32); ``auto``, bfloat16 where the
-    #: device computes it natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU with bf16), else float32
+    #: matmuls under autocast (an MLP's hidden layers; heads, losses and the optimizer stay float32);
+    #: ``auto``, bfloat16 where the device computes it natively (a CPU with AVX512-BF16 or AMX, a CUDA
+    #: GPU with bf16), else float32
     precision: str = "float32"
     #: the actor-critic's initial weights: ``torch`` (PyTorch's defaults, the policy's last layer
     #: x 0.01), ``orthogonal`` (PPO's: gain sqrt(2), 0.01 for the policy's last layer, 1 for the value's)

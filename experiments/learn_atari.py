@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from distrl.studies.stats import median_iqr
+from distrl.studies.sweep import parse_seeds
 
 ROOT = Path(__file__).resolve().parent.parent
 #: CleanRL's PPO (``ppo_atari_envpool.py``, the ``-v5`` ids, no sticky actions: EnvPool's default),
@@ -148,14 +149,6 @@ def plot(curves: dict, env: str, path: Path) -> None:
     plt.close(fig)
 
 
-def seeds_of(text: str) -> list[int]:
-    """``0-2`` or ``0,3,5``."""
-    if "-" in text:
-        lo, hi = text.split("-")
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
-
-
 def run_all(args: argparse.Namespace, out: Path) -> None:
     """Every recipe and seed through ``distrl compare``, then SF2's seeds, one after the other."""
     if args.recipes:
@@ -163,7 +156,7 @@ def run_all(args: argparse.Namespace, out: Path) -> None:
                "--seeds", args.seeds, "--recipes", args.recipes, "--out", str(out / "distrl"),
                "--set", "run.early_stop=false", *sum((["--set", s] for s in args.set), [])]  # fmt: skip
         subprocess.run(cmd, check=False, cwd=ROOT)
-    for seed in seeds_of(args.seeds) if args.sf2 else ():
+    for seed in parse_seeds(args.seeds) if args.sf2 else ():
         cmd = [sys.executable, "-m", "experiments.sf2_learn", "--env", args.env, "--budget-s", str(args.budget_s),
                "--seed", str(seed), "--out", str(out / "sf2" / f"seed_{seed}"), "--venv", args.sf2_venv,
                "--layout", args.sf2_layout]  # fmt: skip

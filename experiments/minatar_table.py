@@ -26,6 +26,7 @@ import argparse
 import json
 import statistics
 from pathlib import Path
+from distrl.studies.sweep import parse_seeds
 
 #: game -> gymnax's PPO figure at 10M steps (gymnax README, "checkpoint" table); None: no row
 GYMNAX = {"Asterix": 15.0, "Breakout": 28.0, "Freeway": 58.0, "SpaceInvaders": 131.0, "Seaquest": None}
@@ -36,14 +37,6 @@ RULES = (
     ("", [], "sticky 0.1, uncut"),
 )
 POLICIES = ("sample", "greedy")
-
-
-def seeds_of(text: str) -> list[int]:
-    """``0-2`` or ``0,3,5``."""
-    if "-" in text:
-        lo, hi = text.split("-")
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
 
 
 def eval_args(game: str, suffix: str, extra: list[str]) -> list[str]:
@@ -98,32 +91,20 @@ def table(runs: dict[str, list[Path]]) -> str:
 def plot(runs: dict[str, list[Path]], labels: dict[Path, str], prefix: str) -> list[Path]:
     """Training return against env steps and against minutes, a panel per game, a line per run
     (``labels[run]``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from distrl.logging.plots import load_series
+    from distrl.logging.plots import load_series, panels, save_figure, style_panel
 
     written = []
     for x, col, scale, label in (("steps", 0, 1e6, "env steps (millions)"), ("time", 1, 60.0, "minutes")):
-        fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 3.4))
+        fig, axes = panels(len(runs), width=4.0)
         for ax, (game, dirs) in zip(axes, runs.items()):
             for j, d in enumerate(dirs):
                 pts = load_series(d).get("actor/return_mean_100", [])
                 ax.plot([p[col] / scale for p in pts], [p[2] for p in pts], color=f"C{j}", label=labels[d])
             if GYMNAX[game] is not None:
                 ax.axhline(GYMNAX[game], color="k", ls="--", lw=1, label="gymnax PPO, 10M")
-            ax.set_title(game, fontsize=10)
-            ax.set_xlabel(label)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            style_panel(ax, game, label)
         axes[0].set_ylabel("training return (last 100 episodes)")
-        fig.tight_layout()
-        out = Path(f"{prefix}_{x}.png")
-        fig.savefig(out, dpi=80)
-        plt.close(fig)
-        written.append(out)
+        written.append(save_figure(fig, f"{prefix}_{x}.png"))
     return written
 
 
@@ -136,9 +117,9 @@ def main() -> None:
     args = ap.parse_args()
     runs, labels = {}, {}
     for game in GYMNAX:
-        dirs = [Path(args.runs.format(game=game.lower(), seed=s)) for s in seeds_of(args.seeds)]
+        dirs = [Path(args.runs.format(game=game.lower(), seed=s)) for s in parse_seeds(args.seeds)]
         runs[game] = [d for d in dirs if (d / "summary.json").is_file()]
-        labels.update({d: f"seed {s}" for d, s in zip(dirs, seeds_of(args.seeds))})
+        labels.update({d: f"seed {s}" for d, s in zip(dirs, parse_seeds(args.seeds))})
         if args.evaluate:
             for d in runs[game]:
                 evaluate_missing(d, game)

@@ -28,17 +28,10 @@ import json
 import statistics
 from pathlib import Path
 from typing import Optional
+from distrl.studies.sweep import parse_seeds
 
 #: (label, what the --apex / --sb3 pattern names) of the two systems, in table order
 SYSTEMS = ("apex (distrl)", "SB3 SAC")
-
-
-def seeds_of(text: str) -> list[int]:
-    """``0-2`` -> ``[0, 1, 2]``; ``0,3`` -> ``[0, 3]``."""
-    if "-" in text:
-        lo, hi = text.split("-")
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
 
 
 def apex_points(run: Path) -> list[tuple[float, int, float]]:
@@ -105,29 +98,19 @@ def table(runs: dict, envs: list[str], minutes: list[float]) -> str:
 
 def plot(runs: dict, envs: list[str], prefix: str) -> list[Path]:
     """Every run's evaluations against minutes and env steps, a panel per env."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from distrl.logging.plots import panels, save_figure, style_panel
 
     written = []
     for x, col, scale, label in (("time", 0, 1.0, "minutes"), ("steps", 1, 1e3, "env steps (thousands)")):
-        fig, axes = plt.subplots(1, len(envs), figsize=(4.5 * len(envs), 3.4), squeeze=False)
-        for ax, env in zip(axes[0], envs):
+        fig, axes = panels(len(envs))
+        for ax, env in zip(axes, envs):
             for j, system in enumerate(SYSTEMS):
                 for k, (seed, pts) in enumerate(sorted(runs.get(system, {}).get(env, {}).items())):
                     xs, ys = [p[col] / scale for p in pts], [p[2] for p in pts]
                     ax.plot(xs, ys, color=f"C{j}", ls=("-", "--", ":")[k % 3], label=f"{system}, seed {seed}")
-            ax.set_title(env, fontsize=10)
-            ax.set_xlabel(label)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        axes[0][0].set_ylabel("greedy evaluation (mean return)")
-        fig.tight_layout()
-        out = Path(f"{prefix}_{x}.png")
-        fig.savefig(out, dpi=80)
-        plt.close(fig)
-        written.append(out)
+            style_panel(ax, env, label)
+        axes[0].set_ylabel("greedy evaluation (mean return)")
+        written.append(save_figure(fig, f"{prefix}_{x}.png"))
     return written
 
 
@@ -141,7 +124,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--plot", default=None, help="write PREFIX_time.png and PREFIX_steps.png")
     args = p.parse_args(argv)
     envs, minutes = args.envs.split(","), [float(m) for m in args.minutes.split(",")]
-    runs = load({SYSTEMS[0]: args.apex, SYSTEMS[1]: args.sb3}, envs, seeds_of(args.seeds))
+    runs = load({SYSTEMS[0]: args.apex, SYSTEMS[1]: args.sb3}, envs, parse_seeds(args.seeds))
     if not runs:
         raise SystemExit("sac_table: no run found under --apex or --sb3")
     print(table(runs, envs, minutes))

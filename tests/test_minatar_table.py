@@ -13,7 +13,9 @@ def test_freeway_is_never_cut_and_the_others_keep_their_options():
     gymnax = ["--sticky-actions", "0", "--max-steps", "1000"]
     assert mt.eval_args("Freeway", "_gymnax", gymnax) == ["--sticky-actions", "0"]
     assert mt.eval_args("Breakout", "_gymnax", gymnax) == gymnax
-    assert mt.eval_args("Freeway", "", []) == [] and mt.seeds_of("0-2") == [0, 1, 2] and mt.seeds_of("1,4") == [1, 4]
+    assert (
+        mt.eval_args("Freeway", "", []) == [] and mt.parse_seeds("0-2") == [0, 1, 2] and mt.parse_seeds("1,4") == [1, 4]
+    )
     assert mt.file_of("Freeway", "sample", "_1000") == "eval_last_sample.json"  # its cut column is the uncut one
     assert mt.file_of("Breakout", "greedy", "_1000") == "eval_last_greedy_1000.json"
 

@@ -51,6 +51,25 @@ def _save(fig, out: str | Path) -> Path:
     return out
 
 
+def panels(n: int, width: float = 4.5, height: float = 3.4):
+    """``(fig, axes)``: ``n`` panels side by side, ``axes`` a list (one panel or many alike)."""
+    fig, axes = _pyplot().subplots(1, n, figsize=(width * n, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def style_panel(ax, title: str, xlabel: str) -> None:
+    """A panel of learning curves as every distrl figure has it: title, x label, grid, legend."""
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def save_figure(fig, out: str | Path) -> Path:
+    """Lays ``fig`` out, writes it to ``out`` (PNG unless the suffix says otherwise) and closes it."""
+    return _save(fig, out)
+
+
 def load_series(run_dir: str | Path) -> dict[str, list[tuple[float, float, float]]]:
     """``metrics.jsonl`` as ``{key: [(frames, seconds since the first row, value), ...]}``.
 
