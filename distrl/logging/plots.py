@@ -42,7 +42,8 @@ def _pyplot():
     return plt
 
 
-def _save(fig, out: str | Path) -> Path:
+def save_figure(fig, out: str | Path) -> Path:
+    """Lays ``fig`` out, writes it to ``out`` (PNG unless the suffix says otherwise) and closes it."""
     out = Path(out)
     fig.tight_layout()
     with open_private(out, "wb") as f:  # a symlink planted as the figure is refused, not written through
@@ -63,11 +64,6 @@ def style_panel(ax, title: str, xlabel: str) -> None:
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-
-
-def save_figure(fig, out: str | Path) -> Path:
-    """Lays ``fig`` out, writes it to ``out`` (PNG unless the suffix says otherwise) and closes it."""
-    return _save(fig, out)
 
 
 def load_series(run_dir: str | Path) -> dict[str, list[tuple[float, float, float]]]:
@@ -135,7 +131,7 @@ def plot_runs(
         fig.suptitle(labels[0], fontsize=11)
     else:
         axes.flat[0].legend(fontsize=8)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_metric(
@@ -177,7 +173,7 @@ def plot_metric(
     ax.set_title(title or key, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_bars(
@@ -207,7 +203,7 @@ def plot_bars(
     ax.set_title(title, fontsize=10)
     ax.tick_params(axis="x", labelrotation=20)
     ax.grid(alpha=0.3, axis="y")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_histograms(hists: Mapping[str, Mapping[int, int]], out: str | Path, xlabel: str, title: str) -> Path:
@@ -233,7 +229,7 @@ def plot_histograms(hists: Mapping[str, Mapping[int, int]], out: str | Path, xla
     for ax in list(axes.flat)[len(hists) :]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_run_curves(run_dir: str | Path, recipe: str) -> None:
