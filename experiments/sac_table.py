@@ -18,7 +18,11 @@ A cell is the score a user holds at ``T`` minutes: each run's latest evaluation 
 best seen), the median over seeds in bold, then each seed's.
 Missing runs are skipped (a cell says how many seeds it has). ``--plot PREFIX`` writes
 ``PREFIX_time.png`` and ``PREFIX_steps.png``: every run's evaluations against minutes and against
-env steps, a panel per env.
+env steps, a panel per env, CleanRL's published curve on the second.
+
+A second table (``--steps``) sets both systems beside CleanRL's published SAC curve
+(:data:`CLEANRL_SAC`) at equal env steps: each run's latest evaluation at or before ``S`` steps,
+for the runs that reached ``S``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,22 @@ def sb3_points(run: Path) -> list[tuple[float, int, float]]:
     return sorted((r["wall_s"] / 60, int(r["env_steps"]), float(r["mean"])) for r in records)
 
 
+#: CleanRL's published SAC curve (``sac_continuous_action.py``, its defaults: one update per env step
+#: after 5k random steps, batch 256, lr 3e-4 and 1e-3): the mean training episode return over its
+#: seeds (sampled actions, smoothed as plotted) at each env-step count, read off the curve images of
+#: its SAC page, ``docs/rl-algorithms/sac/HalfCheetah-v2.png`` and ``Hopper-v2.png`` in
+#: vwxyzjn/cleanrl at fe8d8a03: the line's pixel rows at each step's column, the axes calibrated on
+#: their tick marks and grid lines (a pixel is ~7 points of HalfCheetah's return, ~2 of Hopper's;
+#: each value +-50 and +-15). Its ends agree with the page's table (HalfCheetah 9,635 +- 1,424 and
+#: Hopper 2,310 +- 343 over the last episodes; the curves end at 10,310 and 2,680). The ``-v2`` envs
+#: (mujoco-py) have the rewards of ``-v5``; HalfCheetah's dip at 150k is in the published mean.
+CLEANRL_SAC = {
+    "halfcheetah": {25_000: 1_050, 50_000: 3_470, 75_000: 4_640, 100_000: 5_440, 125_000: 5_850, 150_000: 5_200,
+                    175_000: 6_500, 200_000: 6_790, 250_000: 7_370, 300_000: 7_920, 1_000_000: 10_310},
+    "hopper": {25_000: 270, 50_000: 590, 75_000: 1_210, 100_000: 1_370, 125_000: 1_480, 150_000: 1_700,
+               175_000: 1_880, 200_000: 1_960, 250_000: 2_300, 300_000: 2_340, 1_000_000: 2_680},
+}  # fmt: skip
+
 #: minutes an evaluation may come after a budget and still count for it: a run's last one is taken as
 #: it stops, a second or two past its ``max_time_s`` (SB3's last checkpoint is saved at the budget)
 SLACK_MIN = 0.05
@@ -55,6 +75,14 @@ def at_minutes(points: list[tuple[float, int, float]], minutes: float) -> Option
     """The latest evaluation at or before ``minutes`` (+ :data:`SLACK_MIN`; None before the first)."""
     held = [p[2] for p in points if p[0] <= minutes + SLACK_MIN]
     return held[-1] if held else None
+
+
+def at_steps(points: list[tuple[float, int, float]], steps: int) -> Optional[float]:
+    """The latest evaluation at or before ``steps`` env steps; None before the first, or when the run
+    stopped short of ``steps``."""
+    if not points or points[-1][1] < steps:
+        return None
+    return [p[2] for p in points if p[1] <= steps][-1] if points[0][1] <= steps else None
 
 
 def load(patterns: dict[str, str], envs: list[str], seeds: list[int]) -> dict[str, dict[str, dict[int, list]]]:
@@ -96,6 +124,26 @@ def table(runs: dict, envs: list[str], minutes: list[float]) -> str:
     return "\n".join(lines)
 
 
+def steps_table(runs: dict, envs: list[str], steps: list[int]) -> str:
+    """The markdown table at equal env steps: both systems (median, then each seed) and CleanRL's
+    published curve (:data:`CLEANRL_SAC`, its training return) at each count."""
+    lines = [
+        "| env | system | seeds | " + " | ".join(f"{s // 1000}k steps" for s in steps) + " |",
+        "|---|---|---|" + "---|" * len(steps),
+    ]
+    for env in envs:
+        for system in SYSTEMS:
+            by_seed = runs.get(system, {}).get(env, {})
+            if by_seed:
+                cells = [cell([at_steps(p, s) for p in by_seed.values()]) for s in steps]
+                lines.append(f"| {env} | {system} | {len(by_seed)} | " + " | ".join(cells) + " |")
+        published = CLEANRL_SAC.get(env, {})
+        if published:
+            cells = [f"{published[s]:,}" if s in published else "-" for s in steps]
+            lines.append(f"| {env} | CleanRL SAC, published (training return) | | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot(runs: dict, envs: list[str], prefix: str) -> list[Path]:
     """Every run's evaluations against minutes and env steps, a panel per env."""
     from distrl.logging.plots import panels, save_figure, style_panel
@@ -108,6 +156,14 @@ def plot(runs: dict, envs: list[str], prefix: str) -> list[Path]:
                 for k, (seed, pts) in enumerate(sorted(runs.get(system, {}).get(env, {}).items())):
                     xs, ys = [p[col] / scale for p in pts], [p[2] for p in pts]
                     ax.plot(xs, ys, color=f"C{j}", ls=("-", "--", ":")[k % 3], label=f"{system}, seed {seed}")
+            published = sorted(CLEANRL_SAC.get(env, {}).items())
+            if x == "steps" and published:
+                top = max(
+                    (p[-1][1] for by_seed in runs.values() for p in by_seed.get(env, {}).values() if p), default=0
+                )
+                last = next((i for i, (s, _) in enumerate(published) if s >= top), len(published) - 1)
+                shown = [(s / scale, r) for s, r in published[: last + 1]]  # to the first count past the runs
+                ax.plot(*zip(*shown), color="k", marker="o", ms=3, label="CleanRL SAC, published (training return)")
             style_panel(ax, env, label)
         axes[0].set_ylabel("greedy evaluation (mean return)")
         written.append(save_figure(fig, f"{prefix}_{x}.png"))
@@ -121,6 +177,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--envs", default="halfcheetah,hopper", help="lower-case env names, comma-separated")
     p.add_argument("--seeds", default="0-2", help="0-2 or 0,1,2")
     p.add_argument("--minutes", default="10,20,30", help="the budgets of the table's columns")
+    p.add_argument("--steps", default="50000,100000,150000,200000", help="the env steps of the second table")
     p.add_argument("--plot", default=None, help="write PREFIX_time.png and PREFIX_steps.png")
     args = p.parse_args(argv)
     envs, minutes = args.envs.split(","), [float(m) for m in args.minutes.split(",")]
@@ -128,6 +185,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     if not runs:
         raise SystemExit("sac_table: no run found under --apex or --sb3")
     print(table(runs, envs, minutes))
+    print()
+    print(steps_table(runs, envs, [int(x) for x in args.steps.split(",")]))
     if args.plot:
         for path in plot(runs, envs, args.plot):
             print(f"wrote {path}")

@@ -33,6 +33,25 @@ def test_the_score_at_t_is_the_latest_evaluation_not_the_best():
     assert sac_table.at_minutes([(30.02, 40, 7.0)], 30.0) == 7.0  # the stop's evaluation, 1 s past the budget
 
 
+def test_the_score_at_s_steps_needs_a_run_that_got_there():
+    points = [(2.0, 10_000, 100.0), (4.0, 30_000, 900.0), (6.0, 50_000, 500.0)]
+    assert sac_table.at_steps(points, 5_000) is None  # before the first evaluation
+    assert sac_table.at_steps(points, 30_000) == 900.0
+    assert sac_table.at_steps(points, 49_999) == 900.0
+    assert sac_table.at_steps(points, 50_000) == 500.0
+    assert sac_table.at_steps(points, 60_000) is None  # the run stopped short
+
+
+def test_the_steps_table_sets_the_runs_beside_cleanrls_published_curve(tmp_path):
+    for seed, final in ((0, 4000.0), (1, 6000.0)):
+        write_apex(tmp_path / f"apex_hopper_s{seed}", [(10, 50_000, final - 1000), (30, 150_000, final)])
+    runs = sac_table.load({sac_table.SYSTEMS[0]: str(tmp_path / "apex_{env}_s{seed}")}, ["hopper"], [0, 1])
+    text = sac_table.steps_table(runs, ["hopper"], [50_000, 100_000, 200_000])
+    assert "| hopper | apex (distrl) | 2 | **4,000** (3,000, 5,000) | **4,000** (3,000, 5,000) | - |" in text
+    published = sac_table.CLEANRL_SAC["hopper"]
+    assert f"| {published[50_000]:,} | {published[100_000]:,} | {published[200_000]:,} |" in text
+
+
 def test_the_table_has_medians_over_the_seeds_that_ran(tmp_path):
     for seed, final in ((0, 4000.0), (1, 6000.0), (2, 5000.0)):
         write_apex(tmp_path / f"apex_halfcheetah_s{seed}", [(10, 100_000, final - 1000), (30, 250_000, final)])
