@@ -22,7 +22,8 @@ env steps, a panel per env, CleanRL's published curve on the second.
 
 A second table (``--steps``) sets both systems beside CleanRL's published SAC curve
 (:data:`CLEANRL_SAC`) at equal env steps: each run's latest evaluation at or before ``S`` steps,
-for the runs that reached ``S``.
+for the runs that reached ``S``. Last, for each env of ``--targets``, how many seeds of each system
+reached the score within the longest budget, and when (the first evaluation at or above it).
 """
 
 from __future__ import annotations
@@ -83,6 +84,29 @@ def at_steps(points: list[tuple[float, int, float]], steps: int) -> Optional[flo
     if not points or points[-1][1] < steps:
         return None
     return [p[2] for p in points if p[1] <= steps][-1] if points[0][1] <= steps else None
+
+
+def first_reach(points: list[tuple[float, int, float]], target: float, minutes: float) -> Optional[tuple[float, int]]:
+    """``(minutes, env steps)`` of the first evaluation at or above ``target`` within ``minutes``
+    (+ :data:`SLACK_MIN`); None if none."""
+    return next(((m, s) for m, s, r in points if r >= target and m <= minutes + SLACK_MIN), None)
+
+
+def reach_lines(runs: dict, targets: dict[str, float], minutes: float) -> list[str]:
+    """A line per system and env with a target: how many seeds reached it within ``minutes``, and when."""
+    lines = []
+    for env, target in targets.items():
+        for system in SYSTEMS:
+            by_seed = runs.get(system, {}).get(env, {})
+            if not by_seed:
+                continue
+            hits = {seed: first_reach(p, target, minutes) for seed, p in sorted(by_seed.items())}
+            when = ", ".join(
+                f"seed {seed}: " + (f"{h[0]:.1f} min ({h[1]:,} steps)" if h else "no") for seed, h in hits.items()
+            )
+            n = sum(h is not None for h in hits.values())
+            lines.append(f"- {env}, {system}: {n}/{len(hits)} reached {target:,.0f} within {minutes:g} min ({when})")
+    return lines
 
 
 def load(patterns: dict[str, str], envs: list[str], seeds: list[int]) -> dict[str, dict[str, dict[int, list]]]:
@@ -178,6 +202,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--seeds", default="0-2", help="0-2 or 0,1,2")
     p.add_argument("--minutes", default="10,20,30", help="the budgets of the table's columns")
     p.add_argument("--steps", default="50000,100000,150000,200000", help="the env steps of the second table")
+    p.add_argument("--targets", default="halfcheetah=5000,hopper=2500", help="env=score: who reached it, and when")
     p.add_argument("--plot", default=None, help="write PREFIX_time.png and PREFIX_steps.png")
     args = p.parse_args(argv)
     envs, minutes = args.envs.split(","), [float(m) for m in args.minutes.split(",")]
@@ -187,6 +212,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     print(table(runs, envs, minutes))
     print()
     print(steps_table(runs, envs, [int(x) for x in args.steps.split(",")]))
+    targets = {env: float(score) for env, score in (t.split("=") for t in args.targets.split(",") if t)}
+    print()
+    print("\n".join(reach_lines(runs, {e: t for e, t in targets.items() if e in envs}, max(minutes))))
     if args.plot:
         for path in plot(runs, envs, args.plot):
             print(f"wrote {path}")

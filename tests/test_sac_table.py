@@ -52,6 +52,17 @@ def test_the_steps_table_sets_the_runs_beside_cleanrls_published_curve(tmp_path)
     assert f"| {published[50_000]:,} | {published[100_000]:,} | {published[200_000]:,} |" in text
 
 
+def test_who_reached_the_target_and_when(tmp_path):
+    write_apex(tmp_path / "apex_hopper_s0", [(10, 50_000, 1000.0), (22, 147_000, 3234.0), (30, 196_000, 1401.0)])
+    write_apex(tmp_path / "apex_hopper_s1", [(10, 50_000, 1000.0), (31, 200_000, 3000.0)])
+    runs = sac_table.load({sac_table.SYSTEMS[0]: str(tmp_path / "apex_{env}_s{seed}")}, ["hopper"], [0, 1])
+    assert sac_table.first_reach(runs[sac_table.SYSTEMS[0]]["hopper"][0], 2500, 30) == (22, 147_000)
+    (line,) = sac_table.reach_lines(runs, {"hopper": 2500}, 30)
+    assert line == (
+        "- hopper, apex (distrl): 1/2 reached 2,500 within 30 min (seed 0: 22.0 min (147,000 steps), seed 1: no)"
+    )
+
+
 def test_the_table_has_medians_over_the_seeds_that_ran(tmp_path):
     for seed, final in ((0, 4000.0), (1, 6000.0), (2, 5000.0)):
         write_apex(tmp_path / f"apex_halfcheetah_s{seed}", [(10, 100_000, final - 1000), (30, 250_000, final)])
