@@ -81,9 +81,8 @@ def at_minutes(points: list[tuple[float, int, float]], minutes: float) -> Option
 def at_steps(points: list[tuple[float, int, float]], steps: int) -> Optional[float]:
     """The latest evaluation at or before ``steps`` env steps; None before the first, or when the run
     stopped short of ``steps``."""
-    if not points or points[-1][1] < steps:
-        return None
-    return [p[2] for p in points if p[1] <= steps][-1] if points[0][1] <= steps else None
+    held = [p[2] for p in points if p[1] <= steps]
+    return held[-1] if held and points[-1][1] >= steps else None
 
 
 def first_reach(points: list[tuple[float, int, float]], target: float, minutes: float) -> Optional[tuple[float, int]]:
@@ -131,6 +130,17 @@ def cell(values: list[Optional[float]]) -> str:
     return f"**{statistics.median(have):,.0f}** ({', '.join(f'{v:,.0f}' for v in have)})"
 
 
+def system_rows(runs: dict, env: str, value_at, columns: list) -> list[tuple[str, dict, list[str]]]:
+    """``(system, {seed: points}, cells)`` of each system with runs of ``env``: a cell per column,
+    ``value_at(points, column)`` over the seeds."""
+    rows = []
+    for system in SYSTEMS:
+        by_seed = runs.get(system, {}).get(env, {})
+        if by_seed:
+            rows.append((system, by_seed, [cell([value_at(p, c) for p in by_seed.values()]) for c in columns]))
+    return rows
+
+
 def table(runs: dict, envs: list[str], minutes: list[float]) -> str:
     """The markdown table: a row per system and env, a column per budget."""
     lines = [
@@ -138,11 +148,7 @@ def table(runs: dict, envs: list[str], minutes: list[float]) -> str:
         "|---|---|---|" + "---|" * len(minutes) + "---|",
     ]
     for env in envs:
-        for system in SYSTEMS:
-            by_seed = runs.get(system, {}).get(env, {})
-            if not by_seed:
-                continue
-            cells = [cell([at_minutes(p, m) for p in by_seed.values()]) for m in minutes]
+        for system, by_seed, cells in system_rows(runs, env, at_minutes, minutes):
             steps = ", ".join(f"{p[-1][1]:,}" for p in by_seed.values() if p)
             lines.append(f"| {env} | {system} | {len(by_seed)} | " + " | ".join(cells) + f" | {steps} |")
     return "\n".join(lines)
@@ -156,11 +162,8 @@ def steps_table(runs: dict, envs: list[str], steps: list[int]) -> str:
         "|---|---|---|" + "---|" * len(steps),
     ]
     for env in envs:
-        for system in SYSTEMS:
-            by_seed = runs.get(system, {}).get(env, {})
-            if by_seed:
-                cells = [cell([at_steps(p, s) for p in by_seed.values()]) for s in steps]
-                lines.append(f"| {env} | {system} | {len(by_seed)} | " + " | ".join(cells) + " |")
+        for system, by_seed, cells in system_rows(runs, env, at_steps, steps):
+            lines.append(f"| {env} | {system} | {len(by_seed)} | " + " | ".join(cells) + " |")
         published = CLEANRL_SAC.get(env, {})
         if published:
             cells = [f"{published[s]:,}" if s in published else "-" for s in steps]
