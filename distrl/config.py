@@ -163,6 +163,9 @@ class NetConfig:
     #: x 0.01), ``orthogonal`` (PPO's: gain sqrt(2), 0.01 for the policy's last layer, 1 for the value's)
     #: or ``flax`` (flax's ``Dense``: lecun-normal weights, biases uniform in [0, 0.05), as gymnax-blines)
     init: str = "torch"
+    #: a ``LayerNorm`` after each hidden ``Linear`` of the mlp encoder, before its activation (Ba et al.,
+    #: 2016): keeps the features' scale fixed while the targets' scale moves (TD learning, Gallici et al., 2024)
+    layer_norm: bool = False
 
     def __post_init__(self):
         check(len(self.hidden) >= 1 and all(h > 0 for h in self.hidden), "net.hidden needs positive widths")

@@ -176,6 +176,40 @@ def test_mlp_by_name_flattens_an_image_into_separate_towers():
     assert "obs_shape" not in dict(flat.named_buffers()) and resolve_encoder(MINATAR) == "minatar"
 
 
+def test_layer_norm_sits_between_each_hidden_linear_and_its_activation():
+    """``net.layer_norm``: the tower computes ``relu(LN(W x + b))`` per hidden width, by hand here; off,
+    the layout (and so every saved state dict) is the plain one."""
+    torch.manual_seed(0)
+    net = NetConfig(hidden=(16, 8), activation="relu", layer_norm=True)
+    q = QNetwork((5,), 3, net).q
+    assert [type(m).__name__ for m in q] == ["Linear", "LayerNorm", "ReLU"] * 2 + ["Linear"]
+    x = torch.randn(7, 5)
+    h = x
+    for linear, norm in ((q[0], q[1]), (q[3], q[4])):
+        z = linear(h)
+        mean, var = z.mean(-1, keepdim=True), z.var(-1, unbiased=False, keepdim=True)
+        h = ((z - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias).clamp(min=0)
+    torch.testing.assert_close(q(x), q[6](h))
+    plain = QNetwork((5,), 3, NetConfig(hidden=(16, 8), activation="relu")).q
+    assert [type(m).__name__ for m in plain] == ["Linear", "ReLU"] * 2 + ["Linear"]
+
+
+def test_load_policy_rebuilds_a_layer_normed_q_network(tmp_path):
+    torch.manual_seed(3)
+    net = NetConfig(hidden=(32, 32), activation="relu", layer_norm=True)
+    model = QNetwork((4,), 2, net, dueling=True)
+    with torch.no_grad():
+        model.q[-1].advantage.weight.mul_(300)  # decisive, so a wrong network would pick other actions
+    cfg = override(experiment_config("apex", "default"), **{"net.hidden": (32, 32), "net.layer_norm": True})
+    (tmp_path / "config.json").write_text(cfg.to_json())
+    save_checkpoint(tmp_path, 1, {"model": model.state_dict(), "config": cfg.to_dict()})
+    obs = torch.randn(64, 4, generator=torch.Generator().manual_seed(7))
+    got = distrl.load_policy(tmp_path)(TensorDict({keys.OBSERVATION: obs}, batch_size=[64]))[keys.ACTION]
+    with torch.no_grad():
+        want = model(obs).argmax(-1)
+    assert torch.equal(got.argmax(-1) if got.ndim == 2 else got, want)
+
+
 def test_images_in_the_wrong_layout_are_refused():
     enc = encoder("minatar", MINATAR)
     with pytest.raises(ValueError, match=r"takes observations \[\*B, 4, 10, 10\], got \[2, 10, 10, 4\]"):

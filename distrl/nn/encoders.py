@@ -72,7 +72,8 @@ class MLPEncoder(nn.Sequential):
     With ``head``, a last ``Linear(hidden[-1], head)`` without activation follows: that is a whole
     policy, value or Q tower, laid out as TorchRL's ``MLP`` lays it out (``Linear`` layers at 0, 2,
     4, ...), built in the same order, so its state dict and its initial weights under a seed are
-    those of every earlier distrl release.
+    those of every earlier distrl release. ``net.layer_norm`` puts a ``LayerNorm`` between each hidden
+    ``Linear`` and its activation (the layout is then ``Linear, LayerNorm, activation`` per width).
 
     Images ``[*B, C, H, W]`` (only when ``net.encoder=mlp`` names it; ``auto`` gives them a conv
     encoder) start with an ``nn.Flatten`` to ``[*B, C*H*W]``: gymnax-blines' MinAtar PPO network
@@ -92,7 +93,7 @@ class MLPEncoder(nn.Sequential):
         act, widths = ACTIVATIONS[net.activation], [flat, *net.hidden]
         layers: list[nn.Module] = [nn.Flatten(-len(shape))] if len(shape) > 1 else []
         for n_in, n_out in zip(widths, widths[1:]):
-            layers += [nn.Linear(n_in, n_out), act()]
+            layers += [nn.Linear(n_in, n_out), *([nn.LayerNorm(n_out)] if net.layer_norm else []), act()]
         if head is not None:
             layers.append(nn.Linear(widths[-1], head))
         super().__init__(*layers)
