@@ -122,7 +122,8 @@ class ObserveConstants(NamedTuple):
     offsets: Tensor  # [DRAWN, N] int64: each env's first flat index
     index: Tensor  # [DRAWN, N] int64: the cells' flat indices, rewritten by every call (a 3 MB
     # temporary allocated anew each step would be page-faulted in anew, at 4096 envs)
-    gauges: Tensor  # [11 * 8, 2, 10] bool: row 9 of channels 7 and 8, by oxygen cells and divers
+    backgrounds: Tensor  # [11 * 8, C * 100] bool: an observation with only row 9 of channels 7
+    # and 8 drawn, by oxygen cells (0..10) and divers (-1..6)
 
 
 def observe_constants(n: int, device: torch.device) -> ObserveConstants:
@@ -132,8 +133,10 @@ def observe_constants(n: int, device: torch.device) -> ObserveConstants:
     cols = torch.arange(GRID, device=device)
     oxygen = cols < torch.arange(11, device=device).unsqueeze(1)  # [11, 10]: 0..10 cells
     divers = (cols >= LAST - torch.arange(-1, 7, device=device).unsqueeze(1)) & (cols < LAST)  # -1..6 divers
-    gauges = torch.stack((oxygen.unsqueeze(1).expand(-1, 8, -1), divers.expand(11, -1, -1)), 2)
-    return ObserveConstants(offsets, torch.empty_like(offsets), gauges.reshape(11 * 8, 2, GRID))
+    backgrounds = torch.zeros((11, 8, CHANNELS, GRID, GRID), dtype=torch.bool, device=device)
+    backgrounds[:, :, 7, LAST] = oxygen.unsqueeze(1)
+    backgrounds[:, :, 8, LAST] = divers
+    return ObserveConstants(offsets, torch.empty_like(offsets), backgrounds.view(11 * 8, size))
 
 
 def observe(state: SeaquestState, const: ObserveConstants, out: Tensor | None = None) -> Tensor:
@@ -142,16 +145,18 @@ def observe(state: SeaquestState, const: ObserveConstants, out: Tensor | None = 
     bullets, fish, subs, the oxygen gauge (``oxygen * 10 // 200`` cells of row 9), the diver
     gauge (the last ``divers`` cells of row 9 before column 9) and divers.
 
-    One ``index_fill_`` of a zeroed buffer (strided ops a channel at a time would cost more than
-    the scatter); a cell not to be drawn (a dead slot, a trail beyond a wall) is sent to the
-    sub's front cell, which is set anyway. The gauges are rows of a table. ``const`` is
-    ``observe_constants(N, device)``.
+    The gauges are a row of a table of blank observations (one gather, faster than zeroing
+    the buffer and writing the two gauge rows, strided), then one ``index_fill_`` of the rest
+    (strided ops a channel at a time would cost more than the scatter); a cell not to be drawn
+    (a dead slot, a trail beyond a wall) is sent to the sub's front cell, which is set anyway.
+    ``const`` is ``observe_constants(N, device)``.
     """
     counters, e, bullets, divers = state
     n, dev = counters.shape[1], counters.device
     if out is None:
         out = torch.empty((n, CHANNELS * GRID * GRID), dtype=torch.bool, device=dev)
-    out.zero_()
+    gauge = (counters[3].clamp(min=0) * 10 // MAX_OXYGEN) * 8 + counters[4].clamp(min=-1) + 1
+    torch.index_select(const.backgrounds, 0, gauge, out=out)
     i16 = torch.int16
     sx, sy, right = (t.to(i16) for t in counters[:3])
     front = sy * GRID + sx  # [N]
@@ -179,7 +184,4 @@ def observe(state: SeaquestState, const: ObserveConstants, out: Tensor | None = 
     )
     m = cells.shape[0]  # fewer than DRAWN with fewer enemy slots
     out.view(-1).index_fill_(0, torch.add(const.offsets[:m], cells, out=const.index[:m]).view(-1), True)
-    grid = out.view(n, CHANNELS, GRID, GRID)
-    gauge = (counters[3].clamp(min=0) * 10 // MAX_OXYGEN) * 8 + counters[4].clamp(min=-1) + 1
-    grid[:, 7:9, LAST] = const.gauges.index_select(0, gauge)
-    return grid
+    return out.view(n, CHANNELS, GRID, GRID)
