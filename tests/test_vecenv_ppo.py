@@ -316,6 +316,26 @@ def test_minatar_gymnax_preset_has_gymnax_blines_ppo_settings():
     assert model.policy[1].in_features == 400 and model.value[1].in_features == 400  # two MLPs on the flat grid
 
 
+def test_minatar_gymnax_freeway_preset_changes_only_what_its_docstring_says():
+    """Freeway's row: gymnax's rules, gymnax-blines' value clip and per-minibatch advantages, and the
+    learning rate decayed to 0 at 10M steps; every other setting is ``minatar_gymnax``'s."""
+    from dataclasses import asdict
+
+    from distrl.cli.options import experiment_config
+
+    base, freeway = (asdict(experiment_config("vecenv", name)) for name in ("minatar_gymnax", "minatar_gymnax_freeway"))
+    parts = [p for p in base if isinstance(base[p], dict)]  # run, algo, net, ...
+    assert all(base[p] == freeway[p] for p in base if p not in parts)
+    changed = {(p, k): v for p in parts for k, v in freeway[p].items() if base[p][k] != v}
+    assert changed == {
+        ("run", "env"): "MinAtar/Freeway-v1",
+        ("algo", "env_factory"): "distrl.envs.batched:minatar_gymnax_env",
+        ("algo", "clip_value"): True,
+        ("algo", "minibatch_adv_norm"): True,
+        ("algo", "anneal_lr"): True,
+    }
+
+
 @pytest.mark.parametrize("env_id", ["MinAtar/Seaquest-v1", "CartPole-v1"])
 def test_compile_wraps_classic_control_dynamics_and_leaves_minatar_eager(tmp_path, env_id):
     """``algo.compile``: a MinAtar game's ``dynamics`` is a method (compiling the class's function
