@@ -603,3 +603,19 @@ def test_cuda_matches_cpu_without_syncs(env_id: str):
     moved.reset_all()
     zeros = torch.zeros(8, dtype=torch.long, device="cuda")
     assert all(t.device.type == "cuda" for t in moved.step_autoreset(zeros))
+
+
+@pytest.mark.parametrize("env_id", SHAPES)
+def test_step_autoreset_runs_in_inference_mode_and_returns_ordinary_tensors(env_id: str):
+    """The lean step runs under ``torch.inference_mode``; what it returns is a user's to write into
+    and to feed to autograd (an inference tensor refuses both outside inference mode)."""
+    env = make_torch_env(env_id, 8, seed=0, max_episode_steps=3)  # the third step resets every env
+    env.reset_all()
+    for _ in range(3):
+        out = env.step_autoreset(torch.zeros(8, dtype=torch.long))
+    assert out[3].all() and not any(t.is_inference() for t in out)
+    for t in out:
+        t.logical_not_() if t.dtype == torch.bool else t.mul_(2)
+    weight = torch.ones((), requires_grad=True)
+    (out[1] * weight).sum().backward()  # saves the reward for the gradient of weight
+    assert weight.grad is not None

@@ -91,11 +91,9 @@ class TorchGridEnv(EnvBase):
         num_envs: ``B``, the number of envs stepped together.
         device: where state, specs and outputs live.
         seed: seed of the env's ``torch.Generator``; ``None`` draws a nondeterministic one.
-        max_episode_steps: the time limit (truncation) in steps; ``None``: no limit, as the
-            package (which sets none). The default, 10,000, is far longer than the episodes of
-            the agents in the MinAtar paper yet bounds the episodes of a policy that never loses
-            (both games refill their bricks / aliens for ever), so rollouts and evaluations that
-            wait for episode ends always finish.
+        max_episode_steps: the time limit (truncation) in steps; ``None``: none, as the package.
+            The default, 10,000, far beyond the MinAtar paper's agents' episodes, bounds those of
+            a policy that never loses (bricks and aliens refill), so waits for episode ends end.
         sticky_action_prob: the package's ``sticky_action_prob`` (0.1).
     """
 
@@ -205,8 +203,7 @@ class TorchGridEnv(EnvBase):
         return type(state)(*(t.index_select(-1, index) for t in state))
 
     def restart(self, state: Any, done: Tensor) -> Any:
-        """``state`` with the envs ``done`` ``[B]`` bool at their pending initial states (a game
-        may do it faster than ``select`` over every env: Seaquest)."""
+        """``state`` with the envs ``done`` ``[B]`` bool at their pending initial states."""
         return self.select(done, self.initial_state(self._sim.pending), state)
 
     # ---- one step, shared by both paths ------------------------------------------------
@@ -251,6 +248,7 @@ class TorchGridEnv(EnvBase):
         self._maybe_terminal = False
         return self.observe(sim.state)
 
+    @torch.inference_mode()
     def step_autoreset(self, action: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """Steps every env and resets those that finished, without TensorDicts.
 
@@ -263,42 +261,40 @@ class TorchGridEnv(EnvBase):
             float32; ``terminated`` and ``truncated`` ``[B, 1]`` bool (both may be set);
             ``obs_after_reset`` equals ``next_obs`` except in finished envs, where it is the
             first observation of their next episode: feed it to the policy next.
+
+        Runs under ``torch.inference_mode`` (no version counters or autograd dispatch over its
+        hundreds of small ops: 11-16% faster at 4096 envs on CPU) and returns ordinary tensors.
         """
-        sim, n = self._sim, self.num_envs
+        sim, n, table = self._sim, self.num_envs, self._initial_obs
         next_state, reward, terminated, truncated = self._advance(action)
         done = terminated | truncated
         sim.state = self.restart(next_state, done)
         sim.elapsed = torch.where(done, 0, sim.elapsed)
         sim.terminal = sim.terminal & ~done
         self._maybe_terminal = False
-        # Both observations live in one buffer: two of 4 MB (at 4096 envs), freed together each
-        # step, made glibc trim its heap and fault its pages in again every step.
-        table, size = self._initial_obs, len(self.channels) * GRID * GRID
+        # Both observations in one buffer: two of 4 MB (4096 envs) freed together made glibc
+        # trim its heap and fault its pages in again every step.
         rows = 2 * n if table is None else 2 * n + len(table)
-        buffer = torch.empty((rows, size), dtype=torch.bool, device=self.device)
+        with torch.inference_mode(False):
+            buffer = torch.empty((rows, len(self.channels) * GRID * GRID), dtype=torch.bool, device=self.device)
         next_obs = self.observe(next_state, out=buffer[:n])
         if self.device.type == "cpu" and not torch.compiler.is_compiling():
             # On CPU, where reading ``done`` costs no sync: next_obs again, then the few finished
-            # envs' first observations over it. At 4096 envs the copy took 76 us, a second
-            # observation 662 (Freeway); a gather from next_obs and the table, about the copy.
+            # envs' first observations over it (index_put_: 2.5 us for 40 rows, index_copy_ 15).
+            # At 4096 envs the copy took 76 us, a second observation 662 (Freeway).
             obs = buffer[n : 2 * n].copy_(buffer[:n]).view(next_obs.shape)
-            finished = done.nonzero().squeeze(1)
-            if finished.numel():
-                first = (
-                    self.observe(self.take(sim.state, finished))
-                    if table is None
-                    else table.index_select(0, sim.pending.index_select(0, finished)).view(-1, *next_obs.shape[1:])
-                )
-                obs[finished] = first  # index_put_: 2.5 us for 40 rows, index_copy_ 15 (bool)
+            if (finished := done.nonzero().squeeze(1)).numel():
+                first = self.take(sim.state, finished) if table is None else sim.pending.index_select(0, finished)
+                obs[finished] = self.observe(first) if table is None else table[first].view(-1, *obs.shape[1:])
         elif table is None:
             obs = self.observe(sim.state, out=buffer[n:])
         else:
-            # Rows: next_obs, the table of first observations, obs_after_reset (picked from both).
-            buffer[n : n + len(table)] = table
+            buffer[n : n + len(table)] = table  # rows: next_obs, the table, obs_after_reset from both
             rows = torch.where(done, sim.pending + n, self._env_index)
             obs = torch.index_select(buffer[: n + len(table)], 0, rows, out=buffer[n + len(table) :])
             obs = obs.view(next_obs.shape)
-        return (next_obs, reward.unsqueeze(-1), terminated.unsqueeze(-1), truncated.unsqueeze(-1), obs)
+        with torch.inference_mode(False):  # copies of what was made in inference mode
+            return (next_obs, *(t.unsqueeze(-1).clone() for t in (reward, terminated, truncated)), obs)
 
     # ---- TorchRL EnvBase ---------------------------------------------------------------
 

@@ -103,10 +103,9 @@ def minatar_gymnax_freeway() -> Config:
     trained on gymnax's rules (``distrl.envs.batched.minatar_gymnax_env``: no sticky actions; Freeway
     ends at its own 2,500 steps), with gymnax-blines' update (``algo.clip_value``,
     ``algo.minibatch_adv_norm``: its ``utils/ppo.py``) and the learning rate decayed linearly to 0 at
-    10M steps (``algo.anneal_lr``; gymnax-blines keeps 5e-4). Why Freeway alone: with the constant
-    rate its three seeds ended at 55.6-58.1 in training (sampled, 57.2 median) and were still rising
-    slowly; decayed, 60.9-61.9 (61.8 median) against gymnax's 58. The other games met gymnax's figure
-    with ``minatar_gymnax`` as it is (Space Invaders on gymnax's rules)."""
+    10M steps (``algo.anneal_lr``; gymnax-blines keeps 5e-4). Why Freeway alone: at the constant rate
+    its three seeds scored 57.2 (median, sampled), still rising slowly; decayed, 61.8, against gymnax's
+    58. The other games met theirs with ``minatar_gymnax`` (Space Invaders on gymnax's rules)."""
     return override(
         minatar_gymnax(),
         **{"run.env": "MinAtar/Freeway-v1", "algo.env_factory": "distrl.envs.batched:minatar_gymnax_env",
