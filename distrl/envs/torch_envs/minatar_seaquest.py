@@ -136,8 +136,8 @@ class TorchMinAtarSeaquest(TorchGridEnv):
 
     def restart(self, state: SeaquestState, done: Tensor) -> SeaquestState:
         """On CPU, where reading ``done`` costs no sync, the few finished envs' columns are
-        overwritten (a copy of each tensor and an index op: 4x faster than ``select`` over every
-        env at 4096); elsewhere ``select``."""
+        overwritten (a copy of each tensor and an index op: 60 us at 4096 envs, where ``select``
+        over every env takes 162); elsewhere ``select``."""
         if self.device.type != "cpu" or torch.compiler.is_compiling():
             return super().restart(state, done)
         finished = done.nonzero().squeeze(1)
