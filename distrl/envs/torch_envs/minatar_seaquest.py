@@ -78,6 +78,7 @@ class TorchMinAtarSeaquest(TorchGridEnv):
         self._ranks: dict[int, Tensor] = {}
         self._slot_numbers = torch.arange(1, ENEMY_SLOTS + 1, dtype=torch.int8, device=dev)
         self._observe: dict[int, sq.ObserveConstants] = {}
+        self._start = sq.initial_state(1, dev).counters  # [12, 1]: restart's counters (its slots are 0)
 
     def _rank(self, n: int) -> Tensor:
         """``[32, n]`` int8, ``32 - slot``: the first of a set of slots has the largest (a
@@ -143,8 +144,7 @@ class TorchMinAtarSeaquest(TorchGridEnv):
         finished = done.nonzero().squeeze(1)
         if finished.numel() == 0:
             return state
-        start = sq.initial_state(finished.numel(), self.device)  # its slots are all 0
-        counters = state.counters.index_copy(1, finished, start.counters)
+        counters = state.counters.index_copy(1, finished, self._start.expand(-1, finished.numel()))
         return SeaquestState(counters, *(t.index_fill(-1, finished, 0) for t in state[1:]))
 
     def observe(self, state: SeaquestState, out: Tensor | None = None) -> Tensor:
