@@ -123,7 +123,7 @@ SEAQUEST_COUNTERS += ("d_spawn_timer", "move_speed", "ramp_index", "shot_timer",
 
 def seaquest_from_package(g) -> SeaquestState:
     """Slots in the package's list order: fish, then subs (ages by list order), bullets, divers."""
-    counters = torch.tensor([int(getattr(g, name)) for name in SEAQUEST_COUNTERS]).unsqueeze(1)
+    counters = torch.tensor([int(getattr(g, name)) for name in SEAQUEST_COUNTERS], dtype=torch.int16).unsqueeze(1)
     enemies = [[1, f[0], f[1], 2 * f[2] - 1, 0, f[3], 0, len(g.e_fish) - k] for k, f in enumerate(g.e_fish)]
     enemies += [[1, s[0], s[1], 2 * s[2] - 1, 1, s[3], s[4], len(g.e_subs) - k] for k, s in enumerate(g.e_subs)]
     enemies = torch.tensor([*enemies, *[[0] * 8] * (32 - len(enemies))], dtype=torch.int8)
@@ -208,7 +208,7 @@ def random_seaquest(n: int, gen: torch.Generator) -> SeaquestState:
     divers = torch.stack((r(2), torch.where(d_right == 1, 6 + r(4), r(4)), 1 + r(8), 2 * d_right - 1, r(6)))
     divers = torch.stack((divers * divers[0], torch.zeros_like(divers)), 1).to(torch.int8)
     bullets = torch.zeros(4, 2, n, dtype=torch.int8)
-    return SeaquestState(torch.stack([c.long() for c in counters]), enemies, bullets, divers)
+    return SeaquestState(torch.stack([c.to(torch.int16) for c in counters]), enemies, bullets, divers)
 
 
 def seaquest_policy(obs: torch.Tensor) -> torch.Tensor:

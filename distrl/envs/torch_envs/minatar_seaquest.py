@@ -29,12 +29,14 @@ on CUDA, and while ``torch.compile`` traces, they run over all 32.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
 import distrl.envs.torch_envs.seaquest_state as sq
 from distrl.envs.torch_envs.grid import TorchGridEnv, float32_threshold
-from distrl.envs.torch_envs.seaquest_state import A, BA, BD, BX, BY, D, ENEMY_SLOTS, G, H, S, T, X, Y, SeaquestState
+from distrl.envs.torch_envs.seaquest_state import A, BA, D, ENEMY_SLOTS, G, Y, SeaquestState
 
 __all__ = ["TorchMinAtarSeaquest"]
 
@@ -44,6 +46,15 @@ ENEMY_SHOT_INTERVAL = 10
 DIVER_MOVE_INTERVAL = 5
 DIVER_SPAWN_SPEED = 30
 MAX_AGE = 62  # G + 1 + 64 stays an int8
+
+
+class _Columns(NamedTuple):
+    """Constants for ``B`` envs, materialised (an op broadcasting a ``[K, 1]`` column or a
+    scalar is slower on CPU than one over two tensors of one shape)."""
+
+    rank: Tensor  # [32, B] int8, 32 - slot: the first of a set of free slots has the largest
+    ones: Tensor  # [B] int8
+    fives: Tensor  # [B] int8, a new diver's move timer
 
 
 class TorchMinAtarSeaquest(TorchGridEnv):
@@ -73,20 +84,32 @@ class TorchMinAtarSeaquest(TorchGridEnv):
 
     def _build_constants(self) -> None:
         dev = self.device
-        self._dx = torch.tensor([0, -1, 0, 1, 0, 0], device=dev)  # noop, left, up, right, down, fire
-        self._dy = torch.tensor([0, 0, -1, 0, 1, 0], device=dev)
-        self._ranks: dict[int, Tensor] = {}
+        self._columns: dict[int, _Columns] = {}
         self._slot_numbers = torch.arange(1, ENEMY_SLOTS + 1, dtype=torch.int8, device=dev)
         self._observe: dict[int, sq.ObserveConstants] = {}
         self._start = sq.initial_state(1, dev).counters  # [12, 1]: restart's counters (its slots are 0)
+        # u < 1/2 (from the left: rows 0 and 3), u < 1/3 (a sub: row 1); rows 2 and 4 unused
+        self._below = torch.tensor([[0.5], [self._third], [0.0], [0.5], [0.0]], device=dev)
+        # Each action's dx, dy, fire, whether it keeps the heading, the heading it sets otherwise
+        # (noop, left, up, right, down, fire): one lookup, where comparing the actions costs five ops.
+        effects = [[0, -1, 0, 1, 0, 0], [0, 0, -1, 0, 1, 0], [0, 0, 0, 0, 0, 1], [1, 0, 1, 0, 1, 1], [0, 0, 0, 1, 0, 0]]
+        self._effects = [torch.tensor(row, dtype=torch.int16, device=dev) for row in effects]
+        self._bonus = (torch.arange(sq.MAX_OXYGEN + 1, device=dev) * 10 // sq.MAX_OXYGEN).float()  # by oxygen
 
-    def _rank(self, n: int) -> Tensor:
-        """``[32, n]`` int8, ``32 - slot``: the first of a set of slots has the largest (a
-        materialised tensor: an op broadcasting a ``[32, 1]`` column is slow on CPU)."""
-        if n not in self._ranks:
+    def _constants(self, n: int) -> _Columns:
+        """``_Columns`` for ``n`` envs (built once)."""
+        if n not in self._columns:
             rank = torch.arange(ENEMY_SLOTS, 0, -1, dtype=torch.int8, device=self.device)
-            self._ranks[n] = rank.unsqueeze(1).expand(-1, n).contiguous()
-        return self._ranks[n]
+            ones = torch.ones(n, dtype=torch.int8, device=self.device)
+            self._columns[n] = _Columns(rank.unsqueeze(1).expand(-1, n).contiguous(), ones, DIVER_MOVE_INTERVAL * ones)
+        return self._columns[n]
+
+    @staticmethod
+    def _first_free(put: Tensor, taken: Tensor) -> Tensor:
+        """``[2, B]`` int8 0/1: where ``put`` ``[B]`` bool is set, the first of two slots not
+        ``taken`` ``[2, B]`` int8 0/1 (none when both are)."""
+        put = put.view(torch.int8)
+        return torch.stack((put > taken[0], (put & taken[0]) > taken[1])).view(torch.int8)
 
     def reset_index(self, u: Tensor) -> Tensor:
         """Deterministic resets: initial state 0 for every env (``u`` is ``[0, B]``)."""
@@ -174,115 +197,122 @@ class TorchMinAtarSeaquest(TorchGridEnv):
 
     def _act(self, state: SeaquestState, action: Tensor, draws: Tensor) -> tuple[SeaquestState, Tensor, Tensor]:
         """``dynamics`` on a state of ``K <= 32`` enemy slots, the next state of as many."""
-        (sx, sy, right, oxygen, divers, e_speed, e_timer, d_timer, speed, ramp, shot, surface) = state.counters
-        n, i8 = sx.shape[0], torch.int8
-        alive, y, heading_of = state.enemies[A], state.enemies[Y], state.enemies[D]
+        i8, i16 = torch.int8, torch.int16
+        counters = state.counters.to(i16)
+        (sx, sy, right, oxygen, divers, e_speed, e_timer, d_timer, speed, ramp, shot, surface) = counters.unbind(0)
+        e, d, f, const = state.enemies, state.divers, state.bullets, self._constants(sx.shape[0])
+        low = (draws < self._below).view(i8)  # [5, B] 0/1: rows 0 and 3 from the left, row 1 a sub
+        high = low.logical_not().view(i8)
+        heads, starts = low - high, high * LAST  # rows 0 and 3: the enemy's heading and x, the diver's
+        rows = (draws * 8).to(i8) + 1  # rows 2 and 4: their rows
+        # _spawn_enemy: in the first free slot, unless an enemy in its row heads the other way
+        # (a dead slot's row is 0, never a spawn's).
+        timer = e_timer.logical_not()
+        spawn = timer.view(i8) > ((e[Y] == rows[2]) & (e[D] != heads[0])).view(i8).amax(0)  # and not blocked
+        free = torch.sub(const.rank[: e.shape[1]], e[A], alpha=64)  # > 0 where free
+        chosen = ((free == free.amax(0).clamp(min=1)) & spawn).view(i8)  # [K, B], one-hot or none
         speed8 = speed.to(i8)
-        # _spawn_enemy: in the first free slot, unless an enemy in its row heads the other way.
-        spawn = e_timer == 0
-        heading = 2 * (draws[0] < 0.5).to(i8) - 1  # from the left: +1
-        is_sub = (draws[1] < self._third).to(i8)
-        row = (draws[2] * 8).to(i8) + 1
-        blocked = (alive * (y == row) * (heading_of != heading)).amax(0)
-        free = (1 - alive) * self._rank(n)[: alive.shape[0]]
-        top = free.amax(0)  # 0: no free slot
-        chosen = (free == top) * ((spawn & (blocked == 0)).to(i8) * top.clamp(max=1))  # [K, B], one-hot or 0
-        new = (torch.ones_like(row), LAST * (heading < 0).to(i8), row, heading, is_sub, speed8, 10 * is_sub)
-        e = list((state.enemies[:G] + chosen * torch.stack(new).unsqueeze(1)).unbind(0))  # dead slots are 0
-        e.append((state.enemies[G] + chosen.amax(0)).clamp(max=MAX_AGE))  # a spawn ages all, the new one to 1
-        e += state.enemies[BA:].unbind(0)  # [K, B] int8 each
-        e_timer = torch.where(spawn, e_speed, e_timer)
+        new = torch.stack((const.ones, starts[0], rows[2], heads[0], low[1], speed8, 10 * low[1]))
+        fields = torch.addcmul(e[:G], chosen, new.unsqueeze(1))  # [7, K, B]; dead slots are 0
+        alive, x, y, heading, is_sub, move_timer, shot_timer = fields.unbind(0)
+        age = (e[G] + chosen.amax(0)).clamp(max=MAX_AGE)  # a spawn ages all, the new one to 1
+        e_timer = torch.where(timer, e_speed, e_timer)
         # _spawn_diver: into slot 0, or 1 when 0 is taken.
-        d = state.divers  # [5, 2, B]: alive, x, y, heading, timer
-        d_spawn = d_timer == 0
-        d_heading = 2 * (draws[3] < 0.5).to(i8) - 1
-        put = torch.stack((1 - d[0, 0], d[0, 0] * (1 - d[0, 1]))) * d_spawn.to(i8)  # [2, B]
-        d_new = (torch.ones_like(d_heading), LAST * (d_heading < 0).to(i8), (draws[4] * 8).to(i8) + 1, d_heading)
-        d = list((d + put * torch.stack((*d_new, DIVER_MOVE_INTERVAL * d_new[0])).unsqueeze(1)).unbind(0))
-        d_timer = torch.where(d_spawn, DIVER_SPAWN_SPEED, d_timer)
-        # The player: fire (into a free bullet slot) or move.
-        fire = (action == 5) & (shot == 0)
-        f = state.bullets  # [4, 2, B]: alive, x, y, heading
-        put = torch.stack((1 - f[0, 0], f[0, 0] * (1 - f[0, 1]))) * fire.to(i8)  # [2, B]
-        f = f + put * torch.stack((torch.ones_like(sx), sx, sy, 2 * right - 1)).to(i8).unsqueeze(1)
+        timer = d_timer.logical_not()
+        put = self._first_free(timer, d[0])
+        d_new = torch.stack((const.ones, starts[3], rows[4], heads[3], const.fives))
+        d = torch.addcmul(d, put, d_new.unsqueeze(1))  # [5, 2, B]
+        d_timer = torch.where(timer, DIVER_SPAWN_SPEED, d_timer)
+        # The player: fire (into a free bullet slot) or move; one lookup of the action's effects.
+        action = action.int()  # (an int32 index gathers faster)
+        dx, dy, fires, keep, turn = (table.index_select(0, action) for table in self._effects)  # [B] int16 each
+        fire = fires > shot  # the fire action (1) and no cool-down (0)
+        put = self._first_free(fire, f[0])
+        f = torch.addcmul(f, put, torch.stack((torch.ones_like(sx), sx, sy, 2 * right - 1)).to(i8).unsqueeze(1))
         shot = torch.where(fire, SHOT_COOL_DOWN, shot)
-        sx = (sx + self._dx.index_select(0, action)).clamp(0, LAST)
-        sy = (sy + self._dy.index_select(0, action)).clamp(0, LAST - 1)
-        right = torch.where(action == 1, 0, torch.where(action == 3, 1, right))
+        sx, sy = (sx + dx).clamp(0, LAST), (sy + dy).clamp(0, LAST - 1)
+        right = torch.addcmul(turn, right, keep)
         px, py = sx.to(i8), sy.to(i8)
         # Friendly bullets move; one on an enemy's cell shoots the first fish there, else the
         # first sub (the oldest of them).
         fa, fx, fy, fd = f.unbind(0)  # [2, B] each
         fx = fx + fd  # a dead slot's fields are 0
-        fa = fa * (fx == fx.clamp(0, LAST))
-        on = e[A] * (e[X] == fx.unsqueeze(1)) * (e[Y] == fy.unsqueeze(1)) * fa.unsqueeze(1)  # [2, 32, B]
-        first = on * (e[G] + 1 + 64 * (1 - e[S]))
-        e[A] = e[A] - (on * (first == first.amax(1, keepdim=True))).amax(0)
-        hit = on.amax(1)  # [2, B]
-        fa, reward = fa - hit, hit.sum(0)
+        fa = fa.view(torch.bool) & (fx == fx.clamp(0, LAST))
+        on_row = y == fy.unsqueeze(1)  # [2, K, B]
+        on = alive.view(torch.bool) & (x == fx.unsqueeze(1)) & on_row & fa.unsqueeze(1)
+        oldest = torch.sub(age + (1 + 64), is_sub, alpha=64)  # [K, B]: fish before subs, the oldest first
+        first = on.view(i8) * oldest
+        alive = alive - (on & (first == first.amax(1, keepdim=True))).view(i8).amax(0)
+        hit = on.view(i8).amax(1).view(torch.bool)  # [2, B]
+        fa, reward = fa & ~hit, hit[0].view(i8) + hit[1].view(i8)
         # Divers, newest (slot 1) first: picked up on the sub's cell, before or after their move
         # (one on the cell that is not picked up moves off it), while fewer than six are aboard.
-        alive, x, y, heading, timer = d  # [2, B] each
-        meet = alive * (x == px) * (y == py)
-        move = alive * (timer == 0)  # unless picked up first: it is gone then, whatever it did
-        timer = timer - alive + move * (DIVER_MOVE_INTERVAL + 1)
-        x = x + move * heading
-        inside = (x == x.clamp(0, LAST)).to(i8)
-        meet = meet | move * inside * (x == px) * (y == py)
-        newer = (meet[1] == 1) & (divers < 6)
-        pick = torch.stack(((meet[0] == 1) & (divers + newer.long() < 6), newer)).to(i8)
-        divers = divers + pick.sum(0)
-        d = torch.stack((alive * inside * (1 - pick), x, y, heading, timer))  # [5, 2, B]
-        shift = (d[0, 0] == 0) & (d[0, 1] == 1)  # keep the older diver in slot 0
-        d = torch.stack((torch.where(shift, d[:, 1], d[:, 0]), d[:, 1] * ~shift), 1)
+        d_alive, d_x, d_y, d_heading, d_move = d.unbind(0)  # [2, B] each
+        at_row = d_y == py
+        meet = d_alive.view(torch.bool) & (d_x == px) & at_row
+        move = d_alive.view(torch.bool) & d_move.logical_not()  # unless picked up first: gone then
+        d_move = torch.add(d_move - d_alive, move.view(i8), alpha=DIVER_MOVE_INTERVAL + 1)
+        d_x = torch.addcmul(d_x, move.view(i8), d_heading)
+        inside = d_x == d_x.clamp(0, LAST)
+        meet = meet | (move & inside & (d_x == px) & at_row)
+        newer = meet[1] & (divers < 6)
+        pick = torch.stack((meet[0] & (divers + newer.to(i16) < 6), newer))  # [2, B]
+        divers = divers + pick.view(i8).sum(0, dtype=i16)
+        d = torch.stack((d_alive, d_x, d_y, d_heading, d_move)) * (inside & ~pick).view(i8)  # dead: 0
+        older = (d[0, 1] & ~d[0, 0]) * d[:, 1]  # [5, B]: slot 1's diver into slot 0 when 0 is free
+        d = torch.stack((d[:, 0] + older, d[:, 1] - older), 1)
         # Enemy subs, bullets and fish move on their timers (subs first in the package, but only
         # who takes a bullet depends on that: subs before fish, the newest first); touching the
         # sub ends the game.
-        on_row = e[Y] == py
-        hit = (e[A] * (e[X] == px) * on_row).amax(0)
-        move = e[A] * (1 - e[T].clamp(max=1))
-        e[T] = e[T] - e[A] + move * (speed8 + 1)
-        e[X] = e[X] + move * e[D]
-        inside = move * (e[X] == e[X].clamp(0, LAST))
-        meet = inside * (e[X] == px) * on_row
-        hit = hit | meet.amax(0)
-        on = (inside - meet) * (e[X] == fx.unsqueeze(1)) * (e[Y] == fy.unsqueeze(1)) * fa.unsqueeze(1)
-        newest = on * (64 * e[S] + 64 - e[G])
-        gone = move - inside + (on * (newest == newest.amax(1, keepdim=True))).amax(0)
-        taken = on.amax(1)
-        fa, reward = fa - taken, reward + taken.sum(0)
-        subs = e[A] * e[S]
-        fires = subs * (1 - e[H].clamp(max=1))  # even a sub shot or gone this step fires
-        e[H] = e[H] - subs + fires * (ENEMY_SHOT_INTERVAL + 1)
-        fires = fires * (e[X] == e[X].clamp(0, LAST))  # a bullet off the grid is gone at once
-        e[BA], e[BX], e[BY], e[BD] = e[BA] + fires, e[BX] + fires * e[X], e[BY] + fires * e[Y], e[BD] + fires * e[D]
-        e[A] = e[A] - gone
-        on_row = e[BY] == py
-        hit = hit | (e[BA] * (e[BX] == px) * on_row).amax(0)
-        e[BX] = e[BX] + e[BD]
-        e[BA] = e[BA] * (e[BX] == e[BX].clamp(0, LAST))
-        terminated = (hit | (e[BA] * (e[BX] == px) * on_row).amax(0)) == 1
+        live = alive.view(torch.bool)
+        at_row = y == py
+        hit = live & (x == px) & at_row  # [K, B]: where the sub meets an enemy or a bullet
+        move = live & move_timer.logical_not()
+        move_timer = torch.addcmul(move_timer - alive, move.view(i8), speed8 + 1)
+        x = torch.addcmul(x, move.view(i8), heading)
+        in_grid = x == x.clamp(0, LAST)
+        inside = move & in_grid
+        meet = inside & (x == px) & at_row
+        hit = hit | meet
+        on = (inside & ~meet) & (x == fx.unsqueeze(1)) & on_row & fa.unsqueeze(1)
+        newest = on.view(i8) * (129 - oldest)  # subs before fish, the newest first
+        gone = (move & ~inside) | (on & (newest == newest.amax(1, keepdim=True))).view(i8).amax(0).view(torch.bool)
+        taken = on.view(i8).amax(1).view(torch.bool)
+        fa, reward = fa & ~taken, reward + taken[0].view(i8) + taken[1].view(i8)
+        subs = alive & is_sub
+        fires = subs.view(torch.bool) & shot_timer.logical_not()  # even a sub shot or gone this step fires
+        shot_timer = torch.add(shot_timer - subs, fires.view(i8), alpha=ENEMY_SHOT_INTERVAL + 1)
+        fires = (fires & in_grid).view(i8)  # a bullet off the grid is gone at once
+        b_alive, b_x, b_y, b_heading = torch.addcmul(e[BA:], fires, torch.stack((alive, x, y, heading))).unbind(0)
+        alive = alive - gone.view(i8)
+        at_row = b_alive.view(torch.bool) & (b_y == py)
+        hit = hit | (at_row & (b_x == px))
+        b_x = b_x + b_heading
+        b_live = b_x == b_x.clamp(0, LAST)
+        hit = hit | (at_row & b_live & (b_x == px))
+        b_live = b_live & b_alive.view(torch.bool)
+        terminated = hit.view(i8).amax(0).view(torch.bool)
         # Timers; oxygen; surfacing.
-        e_timer, d_timer, shot = ((t - 1).clamp(min=0) for t in (e_timer, d_timer, shot))
+        e_timer, d_timer, shot = torch.stack((e_timer, d_timer, shot)).sub_(1).clamp_(min=0).unbind(0)
         terminated = terminated | (oxygen <= 0)
-        below = sy > 0
-        oxygen = oxygen - below.long()
-        arrive = ~below & (surface == 0)
-        surface = torch.where(below, 0, surface)
-        terminated = terminated | (arrive & (divers == 0))
-        rescue = arrive & (divers != 0)  # _surface()
-        full = rescue & (divers == 6)
-        reward = reward + torch.where(full, oxygen * 10 // sq.MAX_OXYGEN, 0)
-        divers = torch.where(full, 0, divers) - rescue.long()
+        below = sy.bool()
+        oxygen = oxygen - below.to(i16)
+        arrive = (sy | surface).logical_not()
+        surface = surface * (~below).to(i16)
+        terminated = terminated | (arrive & divers.logical_not())
+        rescue = arrive & divers.bool()  # _surface()
+        full = (rescue & (divers == 6)).to(i16)
+        bonus = self._bonus.index_select(0, (oxygen * full).clamp(min=0).int())  # oxygen * 10 // 200
+        rescue16 = rescue.to(i16)
+        divers = torch.sub(divers - rescue16, full, alpha=6)  # six: zeroed, then one less (-1)
         oxygen = torch.where(rescue, sq.MAX_OXYGEN, oxygen)
-        surface = torch.where(rescue, 1, surface)
-        if self.ramping:
-            ramps = rescue & ((e_speed > 1) | (speed > 2))
-            speed = speed - (ramps & (speed > 2) & (ramp % 2 == 1)).long()
-            e_speed = e_speed - (ramps & (e_speed > 1)).long()
-            ramp = ramp + ramps.long()
+        surface = surface | rescue16
+        if self.ramping:  # spawns every step at the fastest (1), moves every third (2)
+            ramps = rescue16 & (e_speed + speed > 3).to(i16)  # one of them can still ramp
+            speed = (speed - (rescue16 & ramp)).clamp(min=2)  # on every other ramp (odd before it)
+            e_speed, ramp = (e_speed - rescue16).clamp(min=1), ramp + ramps
         counters = torch.stack((sx, sy, right, oxygen, divers, e_speed, e_timer, d_timer, speed, ramp, shot, surface))
-        enemies, bullets = torch.stack(e), torch.stack((fa, fx, fy, fd))
-        for slots in (enemies[:BA], enemies[BA:], bullets, d):
-            slots[1:] *= slots[0]  # dead slots: 0
-        return SeaquestState(counters, enemies, bullets, d), reward.float(), terminated
+        enemies = torch.stack((alive, x, y, heading, is_sub, move_timer, shot_timer, age))
+        enemies = torch.cat((enemies * alive, torch.stack((b_alive, b_x, b_y, b_heading)) * b_live.view(i8)))
+        bullets = torch.stack((fa.view(i8), fx, fy, fd)) * fa.view(i8)
+        return SeaquestState(counters, enemies, bullets, d), reward.float() + bonus, terminated

@@ -89,7 +89,7 @@ A, X, Y, D, S, T, H, G, BA, BX, BY, BD = range(12)
 class SeaquestState(NamedTuple):
     """``B`` Seaquest games (see the module docstring)."""
 
-    counters: Tensor  # [12, B] int64, COUNTERS
+    counters: Tensor  # [12, B] int16, COUNTERS
     enemies: Tensor  # [12, 32, B] int8: A, X, Y, D, S, T, H, G, BA, BX, BY, BD
     bullets: Tensor  # [4, 2, B] int8: alive, x, y, heading (the sub's)
     divers: Tensor  # [5, 2, B] int8: alive, x, y, heading, move timer; slot 0 the older
@@ -98,7 +98,7 @@ class SeaquestState(NamedTuple):
 def initial_state(n: int, device: torch.device) -> SeaquestState:
     """The one initial state, ``n`` envs, as expanded views (steps never write into a state)."""
     start = [5, 0, 0, MAX_OXYGEN, 0, INIT_SPAWN_SPEED, INIT_SPAWN_SPEED, DIVER_SPAWN_SPEED]
-    counters = torch.tensor([*start, INIT_MOVE_INTERVAL, 0, 0, 1], device=device).unsqueeze(1)
+    counters = torch.tensor([*start, INIT_MOVE_INTERVAL, 0, 0, 1], dtype=torch.int16, device=device).unsqueeze(1)
     zeros = torch.zeros((12, ENEMY_SLOTS, 1), dtype=torch.int8, device=device)
     return SeaquestState(
         counters.expand(-1, n),
@@ -124,6 +124,8 @@ class ObserveConstants(NamedTuple):
     # temporary allocated anew each step would be page-faulted in anew, at 4096 envs)
     backgrounds: Tensor  # [11 * 8, C * 100] bool: an observation with only row 9 of channels 7
     # and 8 drawn, by oxygen cells (0..10) and divers (-1..6)
+    gauges: Tensor  # [201] int32: backgrounds' first row for each oxygen (0..200), 8 x its cells
+    channels: list[Tensor]  # [K]: [2K + 4, 1] int16, 100 x the channel of observe's objects at K slots
 
 
 def observe_constants(n: int, device: torch.device) -> ObserveConstants:
@@ -136,7 +138,12 @@ def observe_constants(n: int, device: torch.device) -> ObserveConstants:
     backgrounds = torch.zeros((11, 8, CHANNELS, GRID, GRID), dtype=torch.bool, device=device)
     backgrounds[:, :, 7, LAST] = oxygen.unsqueeze(1)
     backgrounds[:, :, 8, LAST] = divers
-    return ObserveConstants(offsets, torch.empty_like(offsets), backgrounds.view(11 * 8, size))
+    channels = [
+        torch.tensor([500] * k + [900] * 2 + [400] * k + [200] * 2, dtype=torch.int16, device=device).unsqueeze(1)
+        for k in range(ENEMY_SLOTS + 1)
+    ]
+    gauges = (torch.arange(MAX_OXYGEN + 1, device=device) * 10 // MAX_OXYGEN * 8).int()  # the package's cells
+    return ObserveConstants(offsets, torch.empty_like(offsets), backgrounds.view(-1, size), gauges, channels)
 
 
 def observe(state: SeaquestState, const: ObserveConstants, out: Tensor | None = None) -> Tensor:
@@ -146,40 +153,34 @@ def observe(state: SeaquestState, const: ObserveConstants, out: Tensor | None = 
     gauge (the last ``divers`` cells of row 9 before column 9) and divers.
 
     The gauges are a row of a table of blank observations (one gather, faster than zeroing
-    the buffer and writing the two gauge rows, strided), then one ``index_fill_`` of the rest
-    (strided ops a channel at a time would cost more than the scatter); a cell not to be drawn
-    (a dead slot, a trail beyond a wall) is sent to the sub's front cell, which is set anyway.
-    ``const`` is ``observe_constants(N, device)``.
+    the buffer and writing the two gauge rows, strided), then one ``index_fill_`` of the rest:
+    the enemies, divers and both kinds of bullets share their fields' layout (alive, x, y,
+    heading), so they are drawn as one table ``[4, 2K + 4, N]``; a cell not to be drawn (a dead
+    slot, a trail beyond a wall) is sent to the sub's front cell, which is set anyway. ``const``
+    is ``observe_constants(N, device)``.
     """
     counters, e, bullets, divers = state
-    n, dev = counters.shape[1], counters.device
+    n, dev, i16 = counters.shape[1], counters.device, torch.int16
     if out is None:
         out = torch.empty((n, CHANNELS * GRID * GRID), dtype=torch.bool, device=dev)
-    gauge = (counters[3].clamp(min=0) * 10 // MAX_OXYGEN) * 8 + counters[4].clamp(min=-1) + 1
+    gauge = const.gauges.index_select(0, counters[3].clamp(0, MAX_OXYGEN).int()) + (counters[4].clamp(min=-1) + 1)
     torch.index_select(const.backgrounds, 0, gauge, out=out)
-    i16 = torch.int16
-    sx, sy, right = (t.to(i16) for t in counters[:3])
+    sx, sy, right = counters[:3].to(i16)
     front = sy * GRID + sx  # [N]
-
-    def cell(valid: Tensor, channel: int | Tensor, where: Tensor) -> Tensor:
-        """``channel * 100 + where`` (int16) where ``valid``, else the sub's front."""
-        drawn = where.to(i16) + channel * (GRID * GRID)
-        return front + valid * (drawn - front)
-
-    def body_and_trail(alive: Tensor, x: Tensor, y: Tensor, heading: Tensor, channel: int | Tensor) -> Tensor:
-        at = y * GRID + x  # int8
-        back = x - heading
-        return torch.cat((cell(alive, channel, at), cell(alive * (back == back.clamp(0, LAST)), 3, at - heading)))
-
-    fa, fx, fy, _ = bullets.unbind(0)
+    k = e.shape[1]  # enemy slots
+    # Enemies, divers (both with trails), enemy and friendly bullets: [4, 2K + 4, N] int8.
+    alive, x, y, heading = torch.cat((e[:4], divers[:4], e[BA:], bullets), 1).unbind(0)
+    at = y * GRID + x  # int8
+    drawn = at.to(i16) + const.channels[k]  # [2K + 4, N]
+    drawn[:k] += e[S].to(i16) * GRID * GRID  # a sub's channel is the fish's + 1
+    trail, behind = x[: k + 2] - heading[: k + 2], at[: k + 2] - heading[: k + 2]
+    tail = alive[: k + 2] * (trail == trail.clamp(0, LAST)).view(torch.int8)
     cells = torch.cat(
         (
             front.unsqueeze(0),
             (GRID * GRID + front + 1 - 2 * right).unsqueeze(0),  # the back
-            cell(fa, 2, fy * GRID + fx),  # [2, N]
-            cell(e[BA], 4, e[BY] * GRID + e[BX]),  # [K, N], K <= 32 enemy slots
-            body_and_trail(e[A], e[X], e[Y], e[D], 5 + e[S].to(i16)),  # [2 * K, N]: fish or sub; trails
-            body_and_trail(*divers[:4], 9),  # [4, N]
+            front + alive * (drawn - front),
+            front + tail * (behind.to(i16) + 3 * GRID * GRID - front),
         )
     )
     m = cells.shape[0]  # fewer than DRAWN with fewer enemy slots
