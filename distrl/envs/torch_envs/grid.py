@@ -203,7 +203,7 @@ class TorchGridEnv(EnvBase):
         return type(state)(*(t.index_select(-1, index) for t in state))
 
     def restart(self, state: Any, done: Tensor) -> Any:
-        """``state`` with the envs ``done`` ``[B]`` bool at their pending initial states."""
+        """``state`` with the envs ``done`` ``[B]`` at their initial states (may write into it)."""
         return self.select(done, self.initial_state(self._sim.pending), state)
 
     # ---- one step, shared by both paths ------------------------------------------------
@@ -268,16 +268,16 @@ class TorchGridEnv(EnvBase):
         sim, n, table = self._sim, self.num_envs, self._initial_obs
         next_state, reward, terminated, truncated = self._advance(action)
         done = terminated | truncated
-        sim.state = self.restart(next_state, done)
-        sim.elapsed = torch.where(done, 0, sim.elapsed)
-        sim.terminal = sim.terminal & ~done
-        self._maybe_terminal = False
         # Both observations in one buffer: two of 4 MB (4096 envs) freed together made glibc
         # trim its heap and fault its pages in again every step.
         rows = 2 * n if table is None else 2 * n + len(table)
         with torch.inference_mode(False):
             buffer = torch.empty((rows, len(self.channels) * GRID * GRID), dtype=torch.bool, device=self.device)
         next_obs = self.observe(next_state, out=buffer[:n])
+        sim.state = self.restart(next_state, done)
+        sim.elapsed = torch.where(done, 0, sim.elapsed)
+        sim.terminal = sim.terminal & ~done
+        self._maybe_terminal = False
         if self.device.type == "cpu" and not torch.compiler.is_compiling():
             # On CPU, where reading ``done`` costs no sync: next_obs again, then the few finished
             # envs' first observations over it (index_put_: 2.5 us for 40 rows, index_copy_ 15).
