@@ -29,8 +29,6 @@ on CUDA, and while ``torch.compile`` traces, they run over all 32.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
@@ -43,18 +41,9 @@ __all__ = ["TorchMinAtarSeaquest"]
 LAST = 9
 SHOT_COOL_DOWN = 5
 ENEMY_SHOT_INTERVAL = 10
-DIVER_MOVE_INTERVAL = 5
+DIVER_MOVE_INTERVAL = sq.DIVER_MOVE_INTERVAL
 DIVER_SPAWN_SPEED = 30
 MAX_AGE = 62  # G + 1 + 64 stays an int8
-
-
-class _Columns(NamedTuple):
-    """Constants for ``B`` envs, materialised (an op broadcasting a ``[K, 1]`` column or a
-    scalar is slower on CPU than one over two tensors of one shape)."""
-
-    rank: Tensor  # [32, B] int8, 32 - slot: the first of a set of free slots has the largest
-    ones: Tensor  # [B] int8
-    fives: Tensor  # [B] int8, a new diver's move timer
 
 
 class TorchMinAtarSeaquest(TorchGridEnv):
@@ -84,7 +73,7 @@ class TorchMinAtarSeaquest(TorchGridEnv):
 
     def _build_constants(self) -> None:
         dev = self.device
-        self._columns: dict[int, _Columns] = {}
+        self._columns: dict[int, sq.Columns] = {}
         self._slot_numbers = torch.arange(1, ENEMY_SLOTS + 1, dtype=torch.int8, device=dev)
         self._observe: dict[int, sq.ObserveConstants] = {}
         self._start = sq.initial_state(1, dev).counters  # [12, 1]: restart's counters (its slots are 0)
@@ -96,20 +85,11 @@ class TorchMinAtarSeaquest(TorchGridEnv):
         self._effects = [torch.tensor(row, dtype=torch.int16, device=dev) for row in effects]
         self._bonus = (torch.arange(sq.MAX_OXYGEN + 1, device=dev) * 10 // sq.MAX_OXYGEN).float()  # by oxygen
 
-    def _constants(self, n: int) -> _Columns:
-        """``_Columns`` for ``n`` envs (built once)."""
+    def _constants(self, n: int) -> sq.Columns:
+        """``seaquest_state.Columns`` for ``n`` envs (built once)."""
         if n not in self._columns:
-            rank = torch.arange(ENEMY_SLOTS, 0, -1, dtype=torch.int8, device=self.device)
-            ones = torch.ones(n, dtype=torch.int8, device=self.device)
-            self._columns[n] = _Columns(rank.unsqueeze(1).expand(-1, n).contiguous(), ones, DIVER_MOVE_INTERVAL * ones)
+            self._columns[n] = sq.columns(n, self.device)
         return self._columns[n]
-
-    @staticmethod
-    def _first_free(put: Tensor, taken: Tensor) -> Tensor:
-        """``[2, B]`` int8 0/1: where ``put`` ``[B]`` bool is set, the first of two slots not
-        ``taken`` ``[2, B]`` int8 0/1 (none when both are)."""
-        put = put.view(torch.int8)
-        return torch.stack((put > taken[0], (put & taken[0]) > taken[1])).view(torch.int8)
 
     def reset_index(self, u: Tensor) -> Tensor:
         """Deterministic resets: initial state 0 for every env (``u`` is ``[0, B]``)."""
@@ -224,7 +204,7 @@ class TorchMinAtarSeaquest(TorchGridEnv):
         e_timer = torch.where(timer, e_speed, e_timer)
         # _spawn_diver: into slot 0, or 1 when 0 is taken.
         timer = d_timer.logical_not()
-        put = self._first_free(timer, d[0])
+        put = sq.first_free(timer, d[0])
         d_new = torch.stack((const.ones, starts[3], rows[4], heads[3], const.fives))
         d = torch.addcmul(d, put, d_new.unsqueeze(1))  # [5, 2, B]
         d_timer = torch.where(timer, DIVER_SPAWN_SPEED, d_timer)
@@ -232,7 +212,7 @@ class TorchMinAtarSeaquest(TorchGridEnv):
         action = action.int()  # (an int32 index gathers faster)
         dx, dy, fires, keep, turn = (table.index_select(0, action) for table in self._effects)  # [B] int16 each
         fire = fires > shot  # the fire action (1) and no cool-down (0)
-        put = self._first_free(fire, f[0])
+        put = sq.first_free(fire, f[0])
         f = torch.addcmul(f, put, torch.stack((torch.ones_like(sx), sx, sy, 2 * right - 1)).to(i8).unsqueeze(1))
         shot = torch.where(fire, SHOT_COOL_DOWN, shot)
         sx, sy = (sx + dx).clamp(0, LAST), (sy + dy).clamp(0, LAST - 1)

@@ -1,5 +1,5 @@
-"""The state of the torch-native MinAtar Seaquest and its observation (``minatar_seaquest.py``
-steps it).
+"""The state of the torch-native MinAtar Seaquest, its observation, and two helpers of its step
+(``minatar_seaquest.py`` steps it): constant columns and the first free of two slots.
 
 The package keeps five Python lists (friendly bullets, enemy bullets, fish, subs, divers) whose
 lengths change every step; here every list is a fixed number of slots, int8 fields ``[F, S, B]``
@@ -42,6 +42,9 @@ __all__ = [
     "observe_constants",
     "ObserveConstants",
     "select",
+    "Columns",
+    "columns",
+    "first_free",
 ]
 
 LAST = GRID - 1
@@ -50,6 +53,7 @@ MAX_OXYGEN = 200
 INIT_SPAWN_SPEED = 20
 DIVER_SPAWN_SPEED = 30
 INIT_MOVE_INTERVAL = 5
+DIVER_MOVE_INTERVAL = 5  # a diver moves every 6 steps
 CHANNEL_NAMES = (
     "sub_front",
     "sub_back",
@@ -186,3 +190,26 @@ def observe(state: SeaquestState, const: ObserveConstants, out: Tensor | None = 
     m = cells.shape[0]  # fewer than DRAWN with fewer enemy slots
     out.view(-1).index_fill_(0, torch.add(const.offsets[:m], cells, out=const.index[:m]).view(-1), True)
     return out.view(n, CHANNELS, GRID, GRID)
+
+
+class Columns(NamedTuple):
+    """Constants for ``B`` envs, materialised (an op broadcasting a ``[K, 1]`` column or a
+    scalar is slower on CPU than one over two tensors of one shape)."""
+
+    rank: Tensor  # [32, B] int8, 32 - slot: the first of a set of free slots has the largest
+    ones: Tensor  # [B] int8
+    fives: Tensor  # [B] int8, a new diver's move timer
+
+
+def columns(n: int, device: torch.device) -> Columns:
+    """``Columns`` for ``n`` envs."""
+    rank = torch.arange(ENEMY_SLOTS, 0, -1, dtype=torch.int8, device=device)
+    ones = torch.ones(n, dtype=torch.int8, device=device)
+    return Columns(rank.unsqueeze(1).expand(-1, n).contiguous(), ones, DIVER_MOVE_INTERVAL * ones)
+
+
+def first_free(put: Tensor, taken: Tensor) -> Tensor:
+    """``[2, B]`` int8 0/1: where ``put`` ``[B]`` bool is set, the first of two slots not
+    ``taken`` ``[2, B]`` int8 0/1 (none when both are)."""
+    put = put.view(torch.int8)
+    return torch.stack((put > taken[0], (put & taken[0]) > taken[1])).view(torch.int8)
