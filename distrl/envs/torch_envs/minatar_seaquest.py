@@ -83,7 +83,7 @@ class TorchMinAtarSeaquest(TorchGridEnv):
         # (noop, left, up, right, down, fire): one lookup, where comparing the actions costs five ops.
         effects = [[0, -1, 0, 1, 0, 0], [0, 0, -1, 0, 1, 0], [0, 0, 0, 0, 0, 1], [1, 0, 1, 0, 1, 1], [0, 0, 0, 1, 0, 0]]
         self._effects = [torch.tensor(row, dtype=torch.int16, device=dev) for row in effects]
-        self._bonus = (torch.arange(sq.MAX_OXYGEN + 1, device=dev) * 10 // sq.MAX_OXYGEN).float()  # by oxygen
+        self._bonus = sq.oxygen_cells(dev).float()  # the reward for surfacing with six divers, by oxygen
 
     def _constants(self, n: int) -> sq.Columns:
         """``seaquest_state.Columns`` for ``n`` envs (built once)."""

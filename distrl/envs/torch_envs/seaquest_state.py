@@ -45,6 +45,7 @@ __all__ = [
     "Columns",
     "columns",
     "first_free",
+    "oxygen_cells",
 ]
 
 LAST = GRID - 1
@@ -132,6 +133,12 @@ class ObserveConstants(NamedTuple):
     channels: list[Tensor]  # [K]: [2K + 4, 1] int16, 100 x the channel of observe's objects at K slots
 
 
+def oxygen_cells(device: torch.device) -> Tensor:
+    """``[201]`` int64: ``oxygen * 10 // 200`` for each oxygen 0..200, the package's gauge cells
+    (and the reward for surfacing with six divers)."""
+    return torch.arange(MAX_OXYGEN + 1, device=device) * 10 // MAX_OXYGEN
+
+
 def observe_constants(n: int, device: torch.device) -> ObserveConstants:
     """``observe``'s constants for ``n`` envs."""
     size = CHANNELS * GRID * GRID
@@ -146,7 +153,7 @@ def observe_constants(n: int, device: torch.device) -> ObserveConstants:
         torch.tensor([500] * k + [900] * 2 + [400] * k + [200] * 2, dtype=torch.int16, device=device).unsqueeze(1)
         for k in range(ENEMY_SLOTS + 1)
     ]
-    gauges = (torch.arange(MAX_OXYGEN + 1, device=device) * 10 // MAX_OXYGEN * 8).int()  # the package's cells
+    gauges = (oxygen_cells(device) * 8).int()
     return ObserveConstants(offsets, torch.empty_like(offsets), backgrounds.view(-1, size), gauges, channels)
 
 
