@@ -360,3 +360,28 @@ def test_load_policy_rebuilds_an_image_network(tmp_path, recipe, name):
     with torch.no_grad():
         want = (model(obs) if recipe == "apex" else model.policy(obs)).argmax(-1)
     assert torch.equal(got, want)
+
+
+def test_load_policy_rebuilds_an_atari_network_with_its_pixel_statistics(tmp_path):
+    """sf's atari preset: per-pixel statistics inside the Nature torso (policy.0.norm), value targets
+    normalised; the policy loaded back standardises the pixels as the trained one did."""
+    torch.manual_seed(4)
+    cfg = override(experiment_config("sf", "atari"), **{"net.precision": "float32"})  # the same arithmetic here
+    model = ActorCritic((4, 84, 84), 6, cfg.net)
+    assert model.obs_norm is not None and model.value_norm is not None
+    with torch.no_grad():  # statistics far from the identity: a policy without them picks other actions
+        model.obs_norm.update_batch(torch.rand(64, 4, 84, 84) * torch.linspace(0, 255, 84))
+        model.policy[-1].weight.mul_(300)
+    (tmp_path / "config.json").write_text(cfg.to_json())
+    save_checkpoint(tmp_path, 1, {"model": model.state_dict(), "config": cfg.to_dict()})
+    policy = distrl.load_policy(tmp_path)
+    obs = (torch.rand(32, 4, 84, 84) * 255).to(torch.uint8)
+    got = policy(TensorDict({keys.OBSERVATION: obs}, batch_size=[32]))[keys.ACTION].argmax(-1)
+    with torch.no_grad():
+        want = model.policy(obs).argmax(-1)
+        torso = model.policy[0]
+        norm, torso.norm = torso.norm, None
+        unnormalised = model.policy(obs).argmax(-1)
+        torso.norm = norm
+    assert not torch.equal(want, unnormalised)  # these weights play otherwise without the statistics
+    assert torch.equal(got, want)
