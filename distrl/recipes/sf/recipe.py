@@ -48,8 +48,10 @@ def atari() -> Config:
       (``algo.minibatch=samples``), 4 passes of 4 minibatches of 256 over 1,024 samples (32 rows of
       32 steps), clip 0.1, value loss x 0.5, entropy bonus 0.01, gradient norm clipped at 0.5,
       advantages normalised per minibatch, rewards clipped to -1..1;
-    - Adam (eps 1e-5) at lr 2.5e-4 decayed linearly to 0 over the budget (``run.lr_schedule=linear``,
-      on the clock a resume restores);
+    - Adam (eps 1e-5) at lr 2.5e-4, held constant: SF2 decays it linearly over its 10M frames (2.5M
+      agent steps), but decayed over this machine's hour (1.4M agent steps) Pong stalled at +9 from
+      0.8M steps where the constant rate went on to +13 (docs/atari.md; ``run.lr_schedule=linear``
+      decays it on the clock a resume restores);
     - observations standardised pixel by pixel (``net.obs_norm=on``, SF2's ``normalize_input``) and
       the critic on standardised value targets (``net.value_norm=on``, its ``normalize_returns``);
       orthogonal initial weights (``net.init=orthogonal``, SF2's default and CleanRL's ``layer_init``).
@@ -67,7 +69,7 @@ def atari() -> Config:
            "algo.clip_eps": 0.1, "algo.max_grad_norm": 0.5,
            "algo.reward_scale": 1.0, "algo.entropy_coef": 0.01, "algo.normalize_advantage": True,
            "algo.max_policy_lag": 100,
-           "run.lr_schedule": "linear", "net.precision": "auto", "net.init": "orthogonal",
+           "run.lr_schedule": "constant", "net.precision": "auto", "net.init": "orthogonal",
            "net.obs_norm": "on", "net.value_norm": "on",
            "algo.learner_cores": 1},  # the learner bounds the run: a core to itself (docs/atari.md)
     )
