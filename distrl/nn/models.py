@@ -135,6 +135,11 @@ def wants_obs_norm(obs_shape: Sequence[int], continuous: bool, net: NetConfig) -
     return net.obs_norm == "on" or (net.obs_norm == "auto" and continuous)
 
 
+#: where an :class:`ActorCritic`'s observation statistics sit in its state dict: in front of both
+#: towers of a flat network (``obs_norm``), inside the shared torso of an image one (``policy.0.norm``)
+OBS_NORM_PREFIXES = ("obs_norm.", "policy.0.norm.")
+
+
 class ActorCritic(nn.Module):
     """A policy and a value over one observation encoder (:func:`actor_critic_towers`), for
     discrete or continuous actions: ``head`` (:mod:`distrl.nn.heads`) says what the policy's output is.

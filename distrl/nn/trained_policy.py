@@ -147,7 +147,7 @@ def policy_network(ckpt: dict) -> str:
 def build_model(cfg: dict, state: dict, network: str) -> tuple[nn.Module, Optional[int], int]:
     """The recipe's network with the checkpoint's weights: ``(model, num_actions or None, action_dim)``."""
     from distrl.config import NetConfig, from_dict
-    from distrl.nn.models import ActorCritic, QNetwork
+    from distrl.nn.models import OBS_NORM_PREFIXES, ActorCritic, QNetwork
 
     algo = cfg.get("algo", {})
     net = from_dict(NetConfig, cfg["net"])  # fields it lacks (encoder, before encoders) keep their defaults
@@ -170,9 +170,8 @@ def build_model(cfg: dict, state: dict, network: str) -> tuple[nn.Module, Option
         else:
             num_actions, action_dim = out, 1
         # normalised as the checkpoint says: its statistics are there or not (older vecenv runs
-        # switched it with algo.normalize_obs, which net.obs_norm alone does now); an image torso
-        # keeps them inside itself (policy.0.norm), a flat network in front of both towers
-        obs_norm = "on" if any(k.startswith(("obs_norm.", "policy.0.norm.")) for k in state) else "off"
+        # switched it with algo.normalize_obs, which net.obs_norm alone does now)
+        obs_norm = "on" if any(k.startswith(OBS_NORM_PREFIXES) for k in state) else "off"
         net = dataclasses.replace(net, obs_norm=obs_norm)
         model = ActorCritic(obs_shape, num_actions, net, action_dim, is_masked(state, "policy."))
     else:
