@@ -26,6 +26,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from distrl.envs.torch_envs.cells import clear, draw_cells
 from distrl.envs.torch_envs.grid import GRID, TorchGridEnv, float32_threshold
 
 __all__ = ["AsterixState", "TorchMinAtarAsterix"]
@@ -161,7 +162,7 @@ class TorchMinAtarAsterix(TorchGridEnv):
     def observe(self, state: AsterixState, out: Tensor | None = None) -> Tensor:
         """``[N, 4, 10, 10]`` bool: one-hot player; each entity (enemy or gold) and its trail.
 
-        One ``index_fill_`` of a zeroed buffer; a cell not to be drawn (a dead slot, a trail
+        One ``draw_cells`` of a zeroed buffer; a cell not to be drawn (a dead slot, a trail
         beyond a wall) is sent to the player's cell instead, which is set anyway.
         """
         px, py = state.counters[0], state.counters[1]
@@ -169,7 +170,7 @@ class TorchMinAtarAsterix(TorchGridEnv):
         n, size = px.shape[0], len(self.channels) * GRID * GRID
         if out is None:
             out = torch.empty((n, size), dtype=torch.bool, device=px.device)
-        out.zero_()
+        clear(out)
         base = torch.arange(0, n * size, size, dtype=torch.int32, device=px.device)
         player = (py * GRID + px).int() + base  # [N] flat
         back = ex + 1 - 2 * right
@@ -177,5 +178,5 @@ class TorchMinAtarAsterix(TorchGridEnv):
         body = self._slot_cells + ex + base + 100 + 200 * gold  # [8, N]: enemy (1) or gold (3)
         trail = self._slot_cells + back + base + 200
         cells = torch.cat((player.unsqueeze(0), player + alive * (body - player), player + shown * (trail - player)))
-        out.view(-1).index_fill_(0, cells.view(-1).long(), True)
+        draw_cells(out.view(-1), cells.long())
         return out.view(n, len(self.channels), GRID, GRID)

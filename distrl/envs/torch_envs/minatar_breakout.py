@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from distrl.envs.torch_envs.cells import clear, draw_cells
 from distrl.envs.torch_envs.grid import GRID, TorchGridEnv
 
 __all__ = ["BreakoutState", "TorchMinAtarBreakout"]
@@ -116,17 +117,17 @@ class TorchMinAtarBreakout(TorchGridEnv):
     def observe(self, state: BreakoutState, out: Tensor | None = None) -> Tensor:
         """``[N, 4, 10, 10]`` bool: one-hot paddle (bottom row), ball and trail; the bricks.
 
-        Written as a zeroed buffer, one ``index_fill_`` of the one-hot cells and the bricks'
+        Written as a zeroed buffer, one ``draw_cells`` of the one-hot cells and the bricks'
         bytes (the 30 bits spread to bytes by a 256-entry table) copied in as 8-byte words.
         """
         bx, by, _, _, paddle, tx, ty, _, bricks = state.counters.unbind(0)
         n, size = bx.shape[0], len(self.channels) * GRID * GRID
         if out is None:
             out = torch.empty((n, size), dtype=torch.bool, device=bx.device)
-        out.zero_()
+        clear(out)
         row = torch.arange(n, device=bx.device) * size
         cells = torch.stack((paddle + LAST * GRID, by * GRID + bx + 100, ty * GRID + tx + 200))
-        out.view(-1).index_fill_(0, (cells + row).view(-1), True)
+        draw_cells(out.view(-1), cells + row)
         groups = ((bricks << 6).unsqueeze(1) >> self._word_shift) & 255  # [N, 5]
         out.view(torch.int64)[:, 38:43] = self._spread.index_select(0, groups.view(-1)).view(n, 5)
         return out.view(n, len(self.channels), GRID, GRID)

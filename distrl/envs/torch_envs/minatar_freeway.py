@@ -29,6 +29,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from distrl.envs.torch_envs.cells import clear, draw_cells
 from distrl.envs.torch_envs.grid import GRID, TorchGridEnv
 
 __all__ = ["FreewayState", "TorchMinAtarFreeway"]
@@ -138,14 +139,14 @@ class TorchMinAtarFreeway(TorchGridEnv):
     def observe(self, state: FreewayState, out: Tensor | None = None) -> Tensor:
         """``[N, 7, 10, 10]`` bool: one-hot chicken; each car and its trail in its speed's channel.
 
-        One ``index_fill_`` of a zeroed buffer (a speed-0 car's trail goes to the chicken's cell).
+        One ``draw_cells`` of a zeroed buffer (a speed-0 car's trail goes to the chicken's cell).
         """
         pos = state.counters[0]
         x, _, speed = state.cars.int().unbind(0)  # [8, N]; int32 arithmetic is faster
         n, size = pos.shape[0], len(self.channels) * GRID * GRID
         if out is None:
             out = torch.empty((n, size), dtype=torch.bool, device=pos.device)
-        out.zero_()
+        clear(out)
         base = torch.arange(0, n * size, size, dtype=torch.int32, device=pos.device)
         chicken = (pos * GRID + COLUMN).int() + base  # [N] flat
         back = x + 1 - 2 * (speed > 0).int()
@@ -154,5 +155,5 @@ class TorchMinAtarFreeway(TorchGridEnv):
         trail = car + back + 100 * (1 + speed.abs())
         trail = chicken + (speed != 0).int() * (trail - chicken)
         cells = torch.cat((chicken.unsqueeze(0), car + x + 100, trail))
-        out.view(-1).index_fill_(0, cells.view(-1).long(), True)
+        draw_cells(out.view(-1), cells.long())
         return out.view(n, len(self.channels), GRID, GRID)

@@ -27,6 +27,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from distrl.envs.torch_envs.cells import draw_cells
 from distrl.envs.torch_envs.grid import GRID, TorchGridEnv
 
 __all__ = ["SpaceInvadersState", "TorchMinAtarSpaceInvaders"]
@@ -206,9 +207,9 @@ class TorchMinAtarSpaceInvaders(TorchGridEnv):
         if out is None:
             out = torch.empty((n, size), dtype=torch.bool, device=maps.device)
         obs = out.view(n, len(self.channels), CELLS)
-        obs[:, 0] = False
+        obs.view(torch.uint8)[:, 0] = 0  # (a bool fill is 3x slower on CPU)
         env = torch.arange(n, device=maps.device)
-        out.view(-1).index_fill_(0, env * size + LAST * GRID + counters[0], True)
+        draw_cells(out.view(-1), env * size + LAST * GRID + counters[0])
         obs[:, 1] = maps[:, 0]
         # uint8 products: a bool & with a per-env mask broadcast along the cells is slow on CPU
         aliens = maps[:, 0].view(torch.uint8)

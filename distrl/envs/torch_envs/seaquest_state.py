@@ -31,6 +31,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from distrl.envs.torch_envs.cells import draw_cells
 from distrl.envs.torch_envs.grid import GRID
 
 __all__ = [
@@ -164,7 +165,7 @@ def observe(state: SeaquestState, const: ObserveConstants, out: Tensor | None = 
     gauge (the last ``divers`` cells of row 9 before column 9) and divers.
 
     The gauges are a row of a table of blank observations (one gather, faster than zeroing
-    the buffer and writing the two gauge rows, strided), then one ``index_fill_`` of the rest:
+    the buffer and writing the two gauge rows, strided), then one ``draw_cells`` of the rest:
     the enemies, divers and both kinds of bullets share their fields' layout (alive, x, y,
     heading), so they are drawn as one table ``[4, 2K + 4, N]``; a cell not to be drawn (a dead
     slot, a trail beyond a wall) is sent to the sub's front cell, which is set anyway. ``const``
@@ -195,7 +196,7 @@ def observe(state: SeaquestState, const: ObserveConstants, out: Tensor | None = 
         )
     )
     m = cells.shape[0]  # fewer than DRAWN with fewer enemy slots
-    out.view(-1).index_fill_(0, torch.add(const.offsets[:m], cells, out=const.index[:m]).view(-1), True)
+    draw_cells(out.view(-1), torch.add(const.offsets[:m], cells, out=const.index[:m]))
     return out.view(n, CHANNELS, GRID, GRID)
 
 
