@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from distrl.envs.torch_envs.cells import draw_cells
+from distrl.envs.torch_envs.cells import clear, draw_cells
 from distrl.envs.torch_envs.grid import GRID, TorchGridEnv
 
 __all__ = ["SpaceInvadersState", "TorchMinAtarSpaceInvaders"]
@@ -207,7 +207,7 @@ class TorchMinAtarSpaceInvaders(TorchGridEnv):
         if out is None:
             out = torch.empty((n, size), dtype=torch.bool, device=maps.device)
         obs = out.view(n, len(self.channels), CELLS)
-        obs.view(torch.uint8)[:, 0] = 0  # (a bool fill is 3x slower on CPU)
+        clear(obs[:, 0])
         env = torch.arange(n, device=maps.device)
         draw_cells(out.view(-1), env * size + LAST * GRID + counters[0])
         obs[:, 1] = maps[:, 0]
