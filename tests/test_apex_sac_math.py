@@ -200,3 +200,21 @@ def test_one_step_losses_match_torchrls_sac_loss():
     torch.testing.assert_close(theirs["loss_qvalue"], 2 * ours["loss_qvalue"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(theirs["loss_actor"], ours["loss_actor"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(theirs["loss_alpha"], ours["loss_alpha"], atol=1e-5, rtol=1e-5)
+
+
+def test_critic_layer_norm_puts_layer_norms_in_the_critics_only_and_loads_back():
+    """``algo.critic_layer_norm``: each critic reads ``Linear, LayerNorm, activation`` per hidden width,
+    the policy keeps its plain layout, and ``sac_from_state`` rebuilds the same model from the weights."""
+    from distrl.nn.sac import sac_from_state
+
+    net = NetConfig(hidden=(8, 8), activation="relu")
+    torch.manual_seed(0)
+    model = SACNetwork((5,), 3, LOW, HIGH, net, critic_layer_norm=True)
+    norms = [name for name, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert sorted(norms) == ["qvalue.q1.1", "qvalue.q1.4", "qvalue.q2.1", "qvalue.q2.4"], norms
+    assert [type(m) for m in model.actor] == [torch.nn.Linear, torch.nn.ReLU] * 2 + [torch.nn.Linear]
+    again = sac_from_state(model.state_dict(), net)
+    obs, act = torch.randn(4, 5), torch.rand(4, 3)
+    z = model.features(obs)
+    torch.testing.assert_close(again.qvalue(again.features(obs), act), model.qvalue(z, act))
+    torch.testing.assert_close(again.greedy(obs), model.greedy(obs))

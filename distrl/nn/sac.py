@@ -25,6 +25,7 @@ same Adam and shipped to actors with the weights (their initial priorities read 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 import torch
@@ -87,6 +88,9 @@ class SACNetwork(nn.Module):
             so a checkpoint rebuilds the policy without its env.
         net: widths and activation of every MLP; ``obs_norm`` as the other recipes read it.
         init_temperature: ``alpha`` at the start (SB3's and CleanRL's 1).
+        critic_layer_norm: a ``LayerNorm`` after each hidden ``Linear`` of the critics only (as
+            ``net.layer_norm`` puts one in every tower): DroQ's and RLPD's critics, whose features
+            keep their scale while the TD targets move.
     """
 
     def __init__(
@@ -97,6 +101,7 @@ class SACNetwork(nn.Module):
         high: torch.Tensor,
         net: NetConfig = NetConfig(),
         init_temperature: float = 1.0,
+        critic_layer_norm: bool = False,
     ):
         super().__init__()
         self.obs_shape, self.action_dim = as_shape(obs_shape), action_dim
@@ -106,7 +111,7 @@ class SACNetwork(nn.Module):
         # SAC's actions are continuous by definition: obs_norm=auto is on, as for every MuJoCo policy
         self.obs_norm = ObsNorm(F_) if net.obs_norm in ("auto", "on") else None
         self.actor = MLPEncoder(self.obs_shape, net, head=2 * action_dim)
-        self.qvalue = TwinQ(F_, action_dim, net)
+        self.qvalue = TwinQ(F_, action_dim, replace(net, layer_norm=True) if critic_layer_norm else net)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_temperature)))
         low, high = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
         self.register_buffer("action_scale", ((high - low) / 2).reshape(action_dim))
@@ -175,11 +180,15 @@ class LocScale(nn.Module):
 def sac_from_state(state: dict, net: NetConfig) -> SACNetwork:
     """A :class:`SACNetwork` with a checkpoint's weights ``state``: the observation size from the policy's
     first layer, ``A`` from its last, the box from ``action_scale`` and ``action_bias``, normalisation as
-    the checkpoint holds it; widths and activation from the run's ``net``."""
+    the checkpoint holds it, a critic's ``LayerNorm`` (its layer 1) where the checkpoint has one; widths and
+    activation from the run's ``net``."""
     weights = [v for k, v in state.items() if k.startswith("actor.") and v.dim() == 2]
     scale, bias = state["action_scale"], state["action_bias"]
     obs_norm = "on" if any(k.startswith("obs_norm.") for k in state) else "off"
     net = NetConfig(**{**net.__dict__, "obs_norm": obs_norm})
-    model = SACNetwork((weights[0].shape[1],), weights[-1].shape[0] // 2, bias - scale, bias + scale, net)
+    critic_layer_norm = "qvalue.q1.1.weight" in state
+    model = SACNetwork(
+        (weights[0].shape[1],), weights[-1].shape[0] // 2, bias - scale, bias + scale, net, 1.0, critic_layer_norm
+    )
     model.load_state_dict(state)
     return model

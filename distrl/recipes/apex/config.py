@@ -74,6 +74,9 @@ class ApexConfig:
     random_steps: int = 0
     tau: float = 0.005  #: SAC: Polyak rate of the target critics, theta' <- tau theta + (1 - tau) theta'
     init_temperature: float = 1.0  #: SAC: the entropy temperature alpha at the start (tuned toward entropy -|A|)
+    #: SAC: a ``LayerNorm`` after each hidden ``Linear`` of the twin critics only (``net.layer_norm`` puts
+    #: one in the policy too): DroQ's and RLPD's critics
+    critic_layer_norm: bool = False
     #: episodes of actors exploring more than this go to their rung's metric only, not to the training
     #: mean behind the stop rule (an eps=0.4 actor's short episodes would hide the policy); the least
     #: exploring actor always counts

@@ -54,7 +54,8 @@ def action_box(env_id: str) -> tuple[torch.Tensor, torch.Tensor]:
 def sac_network(cfg, info) -> SACNetwork:
     """The SAC networks of ``cfg`` for ``info`` (:class:`~distrl.envs.info.EnvInfo`), actor and learner alike."""
     low, high = action_box(cfg.run.env)
-    return SACNetwork(info.shape, info.action_dim, low, high, cfg.net, cfg.algo.init_temperature)
+    algo = cfg.algo
+    return SACNetwork(info.shape, info.action_dim, low, high, cfg.net, algo.init_temperature, algo.critic_layer_norm)
 
 
 class ApexSACLearner(ApexLearner):
