@@ -186,9 +186,9 @@ def sac_from_state(state: dict, net: NetConfig) -> SACNetwork:
     scale, bias = state["action_scale"], state["action_bias"]
     obs_norm = "on" if any(k.startswith("obs_norm.") for k in state) else "off"
     net = NetConfig(**{**net.__dict__, "obs_norm": obs_norm})
-    critic_layer_norm = "qvalue.q1.1.weight" in state
+    critic_ln = "qvalue.q1.1.weight" in state
     model = SACNetwork(
-        (weights[0].shape[1],), weights[-1].shape[0] // 2, bias - scale, bias + scale, net, 1.0, critic_layer_norm
+        (weights[0].shape[1],), weights[-1].shape[0] // 2, bias - scale, bias + scale, net, critic_layer_norm=critic_ln
     )
     model.load_state_dict(state)
     return model
